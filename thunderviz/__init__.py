@@ -1,0 +1,36 @@
+"""thunderviz: Fabric strategies that decide well when to ``thunder.jit`` and where to shard, and a notebook
+layer that shows what Thunder did on every rank.
+
+The notebook layer (IPython magics, widgets) is imported only by ``load_ipython_extension``, so importing
+``thunderviz`` in a training script never pulls in IPython.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from thunderviz.errors import (
+    JitDecisionError,
+    RankError,
+    ThundervizError,
+    TraceFormatError,
+    UnsupportedThunderError,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "JitDecisionError",
+    "RankError",
+    "ThundervizError",
+    "TraceFormatError",
+    "UnsupportedThunderError",
+    "load_ipython_extension",
+]
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext thunderviz``: registers ``%%thunder_fsdp``, ``%%thunder_ddp`` and ``%thunder_ranks``."""
+    from thunderviz.notebook.magics import register
+
+    register(ipython)

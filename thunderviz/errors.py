@@ -1,0 +1,40 @@
+"""One exception hierarchy for thunderviz.
+
+    ThundervizError
+    ├── JitDecisionError      a strategy cannot decide safely what to do with the object handed to ``fabric.setup``
+    ├── UnsupportedThunderError  the installed lightning-thunder is not one our thunder hooks were tested with
+    ├── RankError             a rank process raised, died or hung (carries the rank and its traceback)
+    └── TraceFormatError      a saved trace file cannot be read
+
+Every message names the call that failed and the fix, because users meet these in a notebook cell where the
+surrounding code is theirs, not ours.
+"""
+
+from __future__ import annotations
+
+__all__ = ["JitDecisionError", "RankError", "ThundervizError", "TraceFormatError", "UnsupportedThunderError"]
+
+
+class ThundervizError(Exception):
+    """Base class: catch this to handle anything thunderviz raises on purpose."""
+
+
+class JitDecisionError(ThundervizError, ValueError):
+    """The strategy cannot apply FSDP/DDP to this object without giving wrong results."""
+
+
+class UnsupportedThunderError(ThundervizError, RuntimeError):
+    """Our hooks into thunder internals were not tested with the installed version."""
+
+
+class RankError(ThundervizError, RuntimeError):
+    """A rank process failed; ``rank`` and ``remote_traceback`` say which and where."""
+
+    def __init__(self, message: str, *, rank: int | None = None, remote_traceback: str = "") -> None:
+        super().__init__(message)
+        self.rank = rank
+        self.remote_traceback = remote_traceback
+
+
+class TraceFormatError(ThundervizError, ValueError):
+    """A saved trace file is not one thunderviz wrote, or was written by an incompatible version."""
