@@ -4,7 +4,8 @@
     ├── JitDecisionError      a strategy cannot decide safely what to do with the object handed to ``fabric.setup``
     ├── UnsupportedThunderError  the installed lightning-thunder is not one our thunder hooks were tested with
     ├── RankError             a rank process raised, died or hung (carries the rank and its traceback)
-    └── TraceFormatError      a saved trace file cannot be read
+    ├── TraceFormatError      a saved trace file cannot be read
+    └── TraceCaptureError     `capture` got an object that is not jitted or has not run yet
 
 Every message names the call that failed and the fix, because users meet these in a notebook cell where the
 surrounding code is theirs, not ours.
@@ -12,7 +13,14 @@ surrounding code is theirs, not ours.
 
 from __future__ import annotations
 
-__all__ = ["JitDecisionError", "RankError", "ThundervizError", "TraceFormatError", "UnsupportedThunderError"]
+__all__ = [
+    "JitDecisionError",
+    "RankError",
+    "ThundervizError",
+    "TraceCaptureError",
+    "TraceFormatError",
+    "UnsupportedThunderError",
+]
 
 
 class ThundervizError(Exception):
@@ -38,3 +46,7 @@ class RankError(ThundervizError, RuntimeError):
 
 class TraceFormatError(ThundervizError, ValueError):
     """A saved trace file is not one thunderviz wrote, or was written by an incompatible version."""
+
+
+class TraceCaptureError(ThundervizError, ValueError):
+    """``capture`` was handed something it cannot read traces from (not jitted, or not run yet)."""
