@@ -1,0 +1,260 @@
+"""Code that runs inside each rank process (an ipyparallel engine), called by the kernel-side ``RankEngine``.
+
+The kernel never builds torch objects for the ranks: it sends plain dicts, and these functions turn them into a
+process group, a launched ``Fabric`` and a namespace the user's cell can rely on (``fabric``, ``rank``,
+``world_size``, ``device``, ``torch``, ``thunder``). After a cell they gather what the report needs, as picklable
+plain data, so nothing here ever has to be importable in the kernel's IPython.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import traceback
+from datetime import timedelta
+from typing import Any
+
+__all__ = [
+    "RankInfo",
+    "check_process_group",
+    "collect",
+    "configure_fabric",
+    "engine_identity",
+    "free_port",
+    "init_rank",
+    "snapshot_jitted_calls",
+]
+
+RankInfo = dict[str, Any]
+
+
+def engine_identity() -> dict[str, Any]:
+    """Who this engine is, so the kernel can map engines to ranks (grouped by host) and kill them by pid."""
+    try:
+        import torch
+
+        cuda_devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # torch broken on this host: the kernel reports it when it initialises the rank
+        cuda_devices = 0
+    return {"host": socket.gethostname(), "pid": os.getpid(), "cuda_devices": cuda_devices, "cpus": os.cpu_count()}
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port that is free on this rank's host right now (rank 0 hosts the rendezvous)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def init_rank(ns: dict[str, Any], info: RankInfo) -> None:
+    """Set the torchrun-style environment, import torch and thunder, and join the process group.
+
+    The process group is created here (not by Fabric) so that its timeout is ours: it is what bounds a rank that
+    waits in a collective its peers never enter. Fabric then finds it initialised and reuses it.
+    """
+    os.environ.update(
+        RANK=str(info["rank"]),
+        LOCAL_RANK=str(info["local_rank"]),
+        WORLD_SIZE=str(info["world_size"]),
+        LOCAL_WORLD_SIZE=str(info["local_world_size"]),
+        NODE_RANK=str(info["node_rank"]),
+        MASTER_ADDR=str(info["master_addr"]),
+        MASTER_PORT=str(info["master_port"]),
+    )
+    if info.get("threads"):
+        os.environ["OMP_NUM_THREADS"] = str(info["threads"])
+    import torch
+    import torch.distributed as dist
+
+    if info.get("threads"):
+        torch.set_num_threads(int(info["threads"]))
+    import thunder
+
+    backend = info["backend"]
+    if backend == "nccl":
+        torch.cuda.set_device(info["local_rank"])
+        device = torch.device("cuda", info["local_rank"])
+    else:
+        device = torch.device("cpu")
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group(
+        backend=backend,
+        init_method=info["init_method"],
+        rank=info["rank"],
+        world_size=info["world_size"],
+        timeout=timedelta(seconds=float(info["timeout_s"])),
+    )
+    ns.update(
+        torch=torch,
+        thunder=thunder,
+        rank=info["rank"],
+        local_rank=info["local_rank"],
+        world_size=info["world_size"],
+        device=device,
+        fabric=None,
+    )
+    ns["_thunderviz_info"] = dict(info)
+    ns["_thunderviz_fabric_spec"] = None
+
+
+def _build_strategy(spec: dict[str, Any]) -> Any:
+    kind = spec["kind"]
+    options = dict(spec.get("options") or {})
+    if kind == "thunder_fsdp":
+        from thunderviz.strategies import ThunderFSDPStrategy
+
+        return ThunderFSDPStrategy(**options)
+    if kind == "thunder_ddp":
+        from thunderviz.strategies import ThunderDDPStrategy
+
+        return ThunderDDPStrategy(**options)
+    if kind == "fabric":
+        # One of Fabric's own registered strategies by name (e.g. "ddp"): used before ours exist, and in tests.
+        return options.get("name", "ddp")
+    raise ValueError(f"unknown strategy kind {kind!r}")
+
+
+def configure_fabric(ns: dict[str, Any], spec: dict[str, Any] | None) -> None:
+    """Put a launched ``Fabric`` for ``spec`` in the namespace; keep the existing one when the spec is unchanged,
+    so objects set up in earlier cells stay attached to the same strategy."""
+    if spec is None or ns.get("_thunderviz_fabric_spec") == spec:
+        return
+    from lightning.fabric import Fabric
+
+    info = ns["_thunderviz_info"]
+    fabric = Fabric(
+        accelerator="cuda" if info["backend"] == "nccl" else "cpu",
+        devices=info["local_world_size"],
+        num_nodes=info["num_nodes"],
+        strategy=_build_strategy(spec),
+    )
+    fabric.launch()
+    ns["fabric"] = fabric
+    ns["_thunderviz_fabric_spec"] = spec
+
+
+def _jitted_objects(ns: dict[str, Any]) -> dict[str, Any]:
+    try:
+        import thunder
+    except ImportError:
+        return {}
+    found = {}
+    for name, obj in list(ns.items()):
+        if name.startswith("_") or isinstance(obj, (int, float, str, bytes, type(None))):
+            continue
+        try:
+            if thunder.compile_data(obj) is not None:
+                found[name] = obj
+        except Exception:
+            continue
+    return found
+
+
+def snapshot_jitted_calls(ns: dict[str, Any]) -> dict[int, int]:
+    """Call counts of every jitted object in the namespace, so ``collect`` can tell which ran in this cell."""
+    import thunder
+
+    counts = {}
+    for obj in _jitted_objects(ns).values():
+        stats = thunder.compile_stats(obj)
+        counts[id(obj)] = int(getattr(stats, "calls", 0) or 0) if stats is not None else 0
+    return counts
+
+
+def _memory(info: RankInfo) -> dict[str, Any]:
+    import psutil
+
+    memory: dict[str, Any] = {"rss_bytes": psutil.Process().memory_info().rss}
+    if info.get("backend") == "nccl":
+        import torch
+
+        memory["cuda_max_allocated_bytes"] = int(torch.cuda.max_memory_allocated())
+        memory["cuda_allocated_bytes"] = int(torch.cuda.memory_allocated())
+    return memory
+
+
+def _targets(ns: dict[str, Any], calls_before: dict[int, int]) -> list[tuple[str, Any]]:
+    """Objects set up through the strategy (cases 1 and 3) plus jitted functions called in this cell (case 2)."""
+    import thunder
+
+    targets: list[tuple[str, Any]] = []
+    seen: set[int] = set()
+    fabric = ns.get("fabric")
+    strategy = getattr(fabric, "strategy", None) if fabric is not None else None
+    for name, module in list(getattr(strategy, "thunder_modules", None) or []):
+        if id(module) not in seen:
+            seen.add(id(module))
+            targets.append((name, module))
+    for name, obj in _jitted_objects(ns).items():
+        if id(obj) in seen:
+            continue
+        stats = thunder.compile_stats(obj)
+        if stats is None or stats.last_traces is None:
+            continue
+        if int(getattr(stats, "calls", 0) or 0) > calls_before.get(id(obj), 0):
+            seen.add(id(obj))
+            targets.append((name, obj))
+    return targets
+
+
+def collect(ns: dict[str, Any], calls_before: dict[int, int], *, keep_bundles: bool) -> dict[str, Any]:
+    """What the report needs from this rank, as picklable data: decisions, traces (rank 0), ledgers, memory.
+
+    A part that cannot be gathered is named in ``problems`` instead of failing the cell that already ran.
+    """
+    info = ns.get("_thunderviz_info", {})
+    result: dict[str, Any] = {
+        "rank": info.get("rank"),
+        "host": socket.gethostname(),
+        "memory": _memory(info),
+        "decisions": [],
+        "bundles": {},
+        "ledgers": {},
+        "problems": [],
+    }
+    fabric = ns.get("fabric")
+    strategy = getattr(fabric, "strategy", None) if fabric is not None else None
+    for decision in list(getattr(strategy, "decisions", None) or []):
+        try:
+            result["decisions"].append(decision.to_dict())
+        except Exception as exc:
+            result["problems"].append(f"decision {decision!r} has no usable to_dict(): {exc}")
+    try:
+        targets = _targets(ns, calls_before)
+    except Exception:
+        result["problems"].append("could not list the traced objects:\n" + traceback.format_exc())
+        return result
+    if not targets:
+        return result
+    try:
+        from thunderviz.core.collectives import ledger_from_bundle
+        from thunderviz.core.traces import capture
+    except ImportError as exc:
+        result["problems"].append(f"the trace model is not available in this build ({exc}); traces were not captured")
+        return result
+    for name, obj in targets:
+        try:
+            bundle = capture(obj, name, rank=info.get("rank"))
+            result["ledgers"][name] = ledger_from_bundle(bundle)
+            if keep_bundles:
+                result["bundles"][name] = bundle
+        except Exception:
+            result["problems"].append(f"capturing {name!r} failed:\n" + traceback.format_exc())
+    return result
+
+
+def check_process_group(timeout_s: float) -> bool:
+    """True when every rank still answers a barrier; after a failed cell this tells whether the group is usable."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return False
+    try:
+        if dist.get_backend() == "gloo":
+            dist.monitored_barrier(timeout=timedelta(seconds=timeout_s))
+        else:
+            dist.barrier()
+        return True
+    except Exception:
+        return False

@@ -1,0 +1,104 @@
+"""Orphan guard: kills every process of a local rank cluster when the process that owns it disappears.
+
+Why a separate process: a kernel that is SIGKILLed or restarted runs no ``atexit`` and no ``finally``, and
+ipyparallel starts its controller and engines in their own sessions, so nothing else would stop them (measured:
+13 processes survive a SIGKILLed client). Every process the cluster starts inherits the environment variable
+``THUNDERVIZ_CLUSTER_TAG=<tag>``; the watchdog polls the owner's pid and, once it is gone, kills everything that
+carries the tag. It knows no pids in advance, so engines restarted later and their children are covered too.
+
+Run as ``python -m thunderviz.ranks.watchdog --owner PID --owner-started T --tag TAG [--cluster-file F]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+TAG_VARIABLE = "THUNDERVIZ_CLUSTER_TAG"
+POLL_SECONDS = 0.5
+
+
+def tagged_processes(tag: str) -> list[psutil.Process]:
+    """Every live process whose environment carries ``THUNDERVIZ_CLUSTER_TAG=tag`` (never this one)."""
+    found = []
+    me = os.getpid()
+    for proc in psutil.process_iter():
+        if proc.pid == me:
+            continue
+        try:
+            if proc.environ().get(TAG_VARIABLE) == tag:
+                found.append(proc)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def kill_tagged(tag: str, *, grace: float = 1.0) -> list[int]:
+    """Terminate, then kill, every process carrying ``tag``; returns the pids that were found."""
+    procs = tagged_processes(tag)
+    for proc in procs:
+        try:
+            proc.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=grace)
+    # A nanny may have spawned something between the scan and the kill: sweep once more.
+    late = tagged_processes(tag)
+    for proc in late:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    return [p.pid for p in procs + late]
+
+
+def _owner_alive(pid: int, started: float) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        # pid reuse: a different process with the same pid started later is not our owner.
+        return abs(proc.create_time() - started) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--owner", type=int, required=True)
+    parser.add_argument("--owner-started", type=float, required=True)
+    parser.add_argument("--tag", required=True)
+    parser.add_argument("--cluster-file", default="")
+    args = parser.parse_args(argv)
+
+    stop = False
+
+    def _stop(*_: object) -> None:
+        nonlocal stop
+        stop = True
+
+    # SIGTERM from the owner means "the cluster was stopped cleanly, exit without killing anything".
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while not stop:
+        if not _owner_alive(args.owner, args.owner_started):
+            kill_tagged(args.tag)
+            if args.cluster_file:
+                Path(args.cluster_file).unlink(missing_ok=True)
+            return 0
+        time.sleep(POLL_SECONDS)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
