@@ -1,7 +1,7 @@
 """thunderviz: Fabric strategies that decide well when to ``thunder.jit`` and where to shard, and a notebook
 layer that shows what Thunder did on every rank.
 
-The notebook layer (IPython magics, widgets) is imported only by ``load_ipython_extension``, so importing
+Importing the package registers the ``"thunder_fsdp"`` and ``"thunder_ddp"`` Fabric strategy names. The notebook layer (IPython magics, widgets) is imported only by ``load_ipython_extension``, so importing
 ``thunderviz`` in a training script never pulls in IPython.
 """
 
@@ -17,12 +17,16 @@ from thunderviz.errors import (
     UnsupportedThunderError,
 )
 
+from thunderviz.strategies import ThunderDDPStrategy, ThunderFSDPStrategy
+
 __version__ = "0.1.0"
 
 __all__ = [
     "JitDecisionError",
     "RankError",
     "ThundervizError",
+    "ThunderDDPStrategy",
+    "ThunderFSDPStrategy",
     "TraceFormatError",
     "UnsupportedThunderError",
     "load_ipython_extension",

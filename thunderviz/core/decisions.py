@@ -1,0 +1,221 @@
+"""The one decision table: what a thunder strategy does with the object handed to ``fabric.setup``.
+
+Both strategies, the notebook and the docs read this table; nothing else decides. ``inspect_object`` turns a live
+object into plain facts, ``decide`` maps facts + options to a ``Decision`` (pure, so every row is unit-testable
+without processes), and the strategy carries the decision out.
+
+Cases, as the design names them:
+- case 1: a raw ``nn.Module`` and ``jit=True``: we ``thunder.jit`` it, then distribute it.
+- case 2: a raw ``nn.Module`` and ``jit=False``: the user jits a *function* that takes the model; we distribute the
+  module's parameters and thunder inserts the collectives when that function is traced.
+- case 3: a module the user already jitted: distribute it in place and hand back the user's own object.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from thunderviz.errors import JitDecisionError
+
+__all__ = [
+    "Action",
+    "Decision",
+    "ObjectFacts",
+    "ObjectKind",
+    "StrategyOptions",
+    "decide",
+    "inspect_object",
+    "validate_options",
+]
+
+
+class ObjectKind(str, enum.Enum):
+    MODULE = "module"
+    THUNDER_MODULE = "thunder module"
+    JITTED_FUNCTION = "jitted function"
+    OTHER = "other"
+
+
+class Action(str, enum.Enum):
+    JIT_AND_DISTRIBUTE = "jit, then distribute"
+    DISTRIBUTE_IN_PLACE = "distribute in place"
+    DISTRIBUTE_FOR_FUNCTION_JIT = "distribute for a jitted function"
+
+
+@dataclass(frozen=True)
+class ObjectFacts:
+    """What matters about the object handed to ``fabric.setup``, as plain data."""
+
+    kind: ObjectKind
+    type_name: str
+    has_run: bool = False
+    cached_traces: int = 0
+    distributed_by_thunder: str | None = None  # "fsdp" / "ddp" when thunder's own fsdp()/ddp() was applied
+    distributed_by_us: bool = False
+
+
+@dataclass(frozen=True)
+class StrategyOptions:
+    """The strategy's knobs that the decision depends on."""
+
+    parallelism: str  # "fsdp" or "ddp"
+    jit: bool = True
+    executors: tuple[str, ...] | None = None
+    sharding_strategy: str = "ZERO2"
+    bucketing_strategy: str = "NONE"
+
+    @property
+    def strategy_name(self) -> str:
+        return "ThunderFSDPStrategy" if self.parallelism == "fsdp" else "ThunderDDPStrategy"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One row of the decision log: what was set up, which case it is, what we did, and why."""
+
+    target: str
+    case: str
+    action: str
+    reason: str
+    clear_cache: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def validate_options(options: StrategyOptions) -> list[str]:
+    """Reject contradictory knobs at construction time; return the notes to add to every decision's reason."""
+    if options.parallelism not in ("fsdp", "ddp"):
+        raise ValueError(f"parallelism must be 'fsdp' or 'ddp', got {options.parallelism!r}")
+    if not options.jit and options.executors is not None:
+        raise ValueError(
+            f"You set `{options.strategy_name}(jit=False, executors=...)`, but with `jit=False` the strategy never"
+            " calls `thunder.jit`, so the executors would be silently ignored. Pass them to your own"
+            " `thunder.jit(..., executors=...)` call, or set `jit=True`."
+        )
+    notes = []
+    if options.parallelism == "fsdp":
+        if options.sharding_strategy == "ZERO3":
+            notes.append(
+                "ZERO3 was requested, but thunder 0.2.6 traces it exactly like ZERO2 (no re-gather in backward; the"
+                " unsharded weight is kept for backward)"
+            )
+        if options.bucketing_strategy != "NONE":
+            notes.append(
+                f"bucketing_strategy={options.bucketing_strategy} was requested, but thunder 0.2.6's FSDP path"
+                " issues one all_gather/reduce_scatter per parameter whatever the bucketing"
+            )
+    return notes
+
+
+def inspect_object(obj: Any) -> ObjectFacts:
+    """Read the facts the table needs from a live object (the only place that looks at thunder state)."""
+    import torch
+
+    from thunderviz.core import thunder_hooks as hooks
+
+    type_name = type(obj).__name__
+    if hooks.is_thunder_module(obj):
+        import thunder
+
+        inner = obj._model
+        cs = thunder.compile_stats(obj)
+        return ObjectFacts(
+            kind=ObjectKind.THUNDER_MODULE,
+            type_name=type(inner).__name__,
+            has_run=hooks.has_run(obj),
+            cached_traces=len(cs.interpreter_cache) if cs is not None else 0,
+            distributed_by_thunder=hooks.thunder_distributed_kind(obj),
+            distributed_by_us=any(hooks.sync_tag(p) is not None for p in inner.parameters()),
+        )
+    if isinstance(obj, torch.nn.Module):
+        return ObjectFacts(
+            kind=ObjectKind.MODULE,
+            type_name=type_name,
+            distributed_by_us=any(hooks.sync_tag(p) is not None for p in obj.parameters()),
+        )
+    if hooks.is_jitted(obj):
+        return ObjectFacts(kind=ObjectKind.JITTED_FUNCTION, type_name=getattr(obj, "__name__", type_name))
+    return ObjectFacts(kind=ObjectKind.OTHER, type_name=type_name)
+
+
+def _verb(options: StrategyOptions) -> str:
+    return "shard its parameters (FSDP)" if options.parallelism == "fsdp" else "replicate its parameters (DDP)"
+
+
+def decide(facts: ObjectFacts, options: StrategyOptions, notes: list[str] | None = None) -> Decision:
+    """The decision table. Raises ``JitDecisionError`` where no choice would be correct."""
+    name = options.strategy_name
+    tail = "".join(f"; {n}" for n in (notes or []))
+
+    if facts.kind is ObjectKind.JITTED_FUNCTION:
+        raise JitDecisionError(
+            f"`fabric.setup` received the jitted function {facts.type_name!r}, but {name} distributes modules. Set up"
+            f" the model instead (`{name}(jit=False)`, then `model = fabric.setup(model)`) and call your jitted"
+            " function with it: thunder inserts the collectives when the function is traced."
+        )
+    if facts.kind is ObjectKind.OTHER:
+        raise JitDecisionError(
+            f"`fabric.setup` received a {facts.type_name!r}, but {name} can only set up a `torch.nn.Module` or a"
+            " module returned by `thunder.jit(module)`."
+        )
+    if facts.distributed_by_us:
+        raise JitDecisionError(
+            f"This {facts.type_name} was already set up by a thunderviz strategy: its parameters are already"
+            " distributed. Call `fabric.setup` once per model and keep using the object it returned."
+        )
+    if facts.distributed_by_thunder:
+        fn = f"thunder.distributed.{facts.distributed_by_thunder}"
+        raise JitDecisionError(
+            f"This ThunderModule was already distributed with `{fn}(...)`, so {name} would distribute it a second"
+            f" time. Either hand `fabric.setup` the module before calling `{fn}`, or drop the strategy and keep"
+            f" using `{fn}` yourself."
+        )
+
+    if facts.kind is ObjectKind.MODULE:
+        if options.jit:
+            executors = f" with executors={list(options.executors)}" if options.executors else ""
+            return Decision(
+                target=facts.type_name,
+                case="case 1: raw module",
+                action=Action.JIT_AND_DISTRIBUTE.value,
+                reason=f"a plain nn.Module and jit=True: call thunder.jit{executors} once, then {_verb(options)} in"
+                f" place so model.parameters() are what the optimizer must update{tail}",
+            )
+        return Decision(
+            target=facts.type_name,
+            case="case 2: module used inside a jitted function",
+            action=Action.DISTRIBUTE_FOR_FUNCTION_JIT.value,
+            reason=f"jit=False: the module is not jitted here; {_verb(options)} in place and tag them, so thunder"
+            " inserts the collectives when the user's jitted function is traced; cached traces of jitted functions"
+            f" that already ran are cleared so none runs without collectives{tail}",
+            clear_cache=True,
+        )
+
+    # A ThunderModule the user made.
+    if options.executors is not None:
+        raise JitDecisionError(
+            f"You passed `executors=` to {name}, but the {facts.type_name} you set up is already jitted, and jitting"
+            " it a second time is never right. Pass the executors to your own `thunder.jit(model, executors=...)`"
+            " call, or hand `fabric.setup` the plain module."
+        )
+    jit_note = "; jit=False changes nothing here: the module is already jitted" if not options.jit else ""
+    if facts.has_run:
+        return Decision(
+            target=facts.type_name,
+            case="case 3: module already jitted by the user",
+            action=Action.DISTRIBUTE_IN_PLACE.value,
+            reason=f"already jitted (not jitting twice) and already run: {_verb(options)} in place and clear its"
+            f" {facts.cached_traces} cached trace(s), which were made without collectives and could still pass"
+            f" thunder's checks; the next call retraces{jit_note}{tail}",
+            clear_cache=True,
+        )
+    return Decision(
+        target=facts.type_name,
+        case="case 3: module already jitted by the user",
+        action=Action.DISTRIBUTE_IN_PLACE.value,
+        reason=f"already jitted (not jitting twice): {_verb(options)} in place and return the user's own"
+        f" ThunderModule, so no undistributed handle is left behind{jit_note}{tail}",
+    )

@@ -1,0 +1,384 @@
+"""Everything that touches lightning-thunder internals, in one place, checked against the installed version.
+
+Why this exists: thunder 0.2.6 only distributes a ``ThunderModule`` through ``fsdp(jit(m))``/``ddp(jit(m))``, which
+returns a *second* module whose sharded parameters are invisible to Fabric's wrapper and which cannot be used at
+all from a function the user jitted (case 2). The mechanism here works for every case instead:
+
+1. the module's own parameters are sharded (FSDP) or broadcast (DDP) *in place*, so ``model.parameters()`` are the
+   real shards an optimizer must update, and no full copy is kept next to them;
+2. each such parameter is tagged with ``distparallel_type`` (read by ``thunder.core.proxies.tensorproxy``), its
+   process group and its FSDP padding;
+3. while thunder traces, the moment a tagged tensor is turned into a proxy we replace it by
+   ``thunder.distributed.prims.synchronize(proxy)``, exactly as thunder <= 0.2.0 did in ``JitCtx.proxify``:
+   forward all_gather for shards, backward reduce_scatter / all_reduce from synchronize's VJP.
+
+The hook is installed once per process and does nothing for tensors that carry no tag, so thunder behaves as
+usual for everything our strategies did not set up.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+import torch.distributed as tdist
+
+from thunderviz.errors import UnsupportedThunderError
+
+__all__ = [
+    "SUPPORTED_THUNDER_VERSIONS",
+    "SyncKind",
+    "clear_trace_cache",
+    "compile_stats_with_cache",
+    "ensure_supported_thunder",
+    "gather_full",
+    "has_run",
+    "install_sync_hook",
+    "is_jitted",
+    "is_thunder_module",
+    "mark_module_ddp",
+    "replicate_params_",
+    "shard_params_",
+    "shard_tensor",
+    "skip_grad_sync",
+    "sync_tag",
+    "thunder_distributed_kind",
+    "untag_params",
+]
+
+SUPPORTED_THUNDER_VERSIONS = ("0.2.6",)
+
+# Attribute names we put on parameters. ``distparallel_type`` and ``_thunder_fsdp_padding_size`` are thunder's own
+# (read by ``tensorproxy``); the group is ours.
+_TYPE_ATTR = "distparallel_type"
+_PADDING_ATTR = "_thunder_fsdp_padding_size"
+_GROUP_ATTR = "_thunderviz_process_group"
+_FULL_SHAPE_ATTR = "_thunderviz_full_shape"
+
+_install_lock = threading.Lock()
+_installed = False
+
+
+class SyncKind:
+    """The two ways a parameter can be distributed; values are thunder's ``DistParallelType`` names."""
+
+    FULLY_SHARDED = "FULLY_SHARDED"
+    REPLICATED = "REPLICATED"
+
+
+def ensure_supported_thunder() -> str:
+    """Fail early, with the fix, on a thunder whose internals we have not tested."""
+    import thunder
+
+    version = getattr(thunder, "__version__", "unknown")
+    if version not in SUPPORTED_THUNDER_VERSIONS:
+        raise UnsupportedThunderError(
+            f"thunderviz's thunder hooks were tested with lightning-thunder {', '.join(SUPPORTED_THUNDER_VERSIONS)},"
+            f" but {version} is installed. Install a tested version (`pip install lightning-thunder==0.2.6"
+            " torch==2.9.1`) or use thunder's own `thunder.distributed.fsdp(thunder.jit(model))`."
+        )
+    return version
+
+
+def _dist_type(kind: str) -> Any:
+    from thunder.core.proxies import DistParallelType
+
+    return getattr(DistParallelType, kind)
+
+
+def is_jitted(obj: Any) -> bool:
+    """True for anything ``thunder.jit`` returned: a ThunderModule or a jitted function."""
+    import thunder
+
+    try:
+        return thunder.compile_data(obj) is not None
+    except Exception:
+        return False
+
+
+def is_thunder_module(obj: Any) -> bool:
+    from thunder.core.module import ThunderModule
+
+    return isinstance(obj, ThunderModule)
+
+
+def has_run(obj: Any) -> bool:
+    """True once a jitted object has been traced (called at least once)."""
+    import thunder
+
+    cs = thunder.compile_stats(obj)
+    if cs is None:
+        return False
+    return cs.last_traces is not None or len(cs.interpreter_cache) > 0
+
+
+def thunder_distributed_kind(obj: Any) -> str | None:
+    """'fsdp' or 'ddp' when thunder's own ``fsdp()``/``ddp()`` already transformed this ThunderModule, else None."""
+    import thunder
+
+    cd = thunder.compile_data(obj)
+    if cd is None:
+        return None
+    if getattr(cd, "use_fsdp", False):
+        return "fsdp"
+    if getattr(cd, "use_ddp", False):
+        return "ddp"
+    return None
+
+
+def clear_trace_cache(obj: Any) -> int:
+    """Drop a jitted object's cached traces so the next call retraces with the synchronize collectives.
+
+    Needed because a cache entry made before sharding can still pass the prologue's checks (DDP keeps shapes; an
+    FSDP parameter with first dim 1 keeps its shape once padded), and would then run without any collectives.
+    """
+    import thunder
+
+    cs = thunder.compile_stats(obj)
+    if cs is None:
+        return 0
+    n = len(cs.interpreter_cache)
+    cs.interpreter_cache.clear()
+    return n
+
+
+def compile_stats_with_cache() -> list[Any]:
+    """Every live thunder CompileStats that holds cached traces, found through the garbage collector.
+
+    Case 2 cannot know which jitted function will receive the model, and a function jitted and called before
+    ``fabric.setup`` holds a stale entry; clearing every such cache is cheap (one retrace) and always correct.
+    """
+    import gc
+
+    from thunder.common import CompileStats
+
+    return [o for o in gc.get_objects() if type(o) is CompileStats and len(o.interpreter_cache) > 0]
+
+
+def sync_tag(param: torch.Tensor) -> str | None:
+    """The SyncKind a parameter was tagged with by this module, or None."""
+    if getattr(param, _GROUP_ATTR, None) is None:
+        return None
+    return getattr(param, _TYPE_ATTR).name
+
+
+def _unique_params(module: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Parameter]]:
+    # named_parameters() yields a shared (tied) parameter once: tagging it once makes thunder gather it once.
+    yield from module.named_parameters(remove_duplicate=True)
+
+
+def shard_tensor(t: torch.Tensor, rank: int, world_size: int) -> tuple[torch.Tensor, int]:
+    """This rank's slice of ``t`` along dim 0, padded so every rank holds the same shape; returns (shard, padding)."""
+    chunk = (t.shape[0] + world_size - 1) // world_size
+    padding = chunk * world_size - t.shape[0]
+    if padding:
+        padded = torch.zeros((chunk * world_size, *t.shape[1:]), dtype=t.dtype, device=t.device)
+        padded[: t.shape[0]].copy_(t)
+        t = padded
+    return t.narrow(0, chunk * rank, chunk).clone(), padding
+
+
+@torch.no_grad()
+def shard_params_(
+    module: torch.nn.Module, group: tdist.ProcessGroup, device: torch.device, *, broadcast_from: int | None = 0
+) -> list[str]:
+    """Shard every parameter of ``module`` in place along dim 0 and tag it FULLY_SHARDED; return the names.
+
+    Parameters are first made identical on every rank (broadcast from ``broadcast_from``), because users build
+    models with whatever seed each rank happens to have. Buffers stay replicated.
+    """
+    ensure_supported_thunder()
+    install_sync_hook()
+    rank, world = tdist.get_rank(group), tdist.get_world_size(group)
+    names = []
+    _move_and_broadcast(module, group, device, broadcast_from)
+    for name, param in _unique_params(module):
+        if sync_tag(param) is not None:
+            raise ValueError(f"parameter {name!r} is already distributed by thunderviz")
+        full_shape = tuple(param.shape)
+        if param.dim() == 0:
+            param.data = param.data.reshape(1)
+        shard, padding = shard_tensor(param.data, rank, world)
+        param.data = shard
+        setattr(param, _TYPE_ATTR, _dist_type(SyncKind.FULLY_SHARDED))
+        setattr(param, _PADDING_ATTR, padding if padding else None)
+        setattr(param, _GROUP_ATTR, group)
+        setattr(param, _FULL_SHAPE_ATTR, full_shape)
+        names.append(name)
+    return names
+
+
+@torch.no_grad()
+def replicate_params_(
+    module: torch.nn.Module, group: tdist.ProcessGroup, device: torch.device, *, broadcast_from: int | None = 0
+) -> list[str]:
+    """Make every parameter identical on all ranks (broadcast) and tag it REPLICATED; return the names."""
+    ensure_supported_thunder()
+    install_sync_hook()
+    names = []
+    _move_and_broadcast(module, group, device, broadcast_from)
+    for name, param in _unique_params(module):
+        if sync_tag(param) is not None:
+            raise ValueError(f"parameter {name!r} is already distributed by thunderviz")
+        setattr(param, _TYPE_ATTR, _dist_type(SyncKind.REPLICATED))
+        setattr(param, _PADDING_ATTR, None)
+        setattr(param, _GROUP_ATTR, group)
+        setattr(param, _FULL_SHAPE_ATTR, tuple(param.shape))
+        names.append(name)
+    return names
+
+
+def _move_and_broadcast(
+    module: torch.nn.Module, group: tdist.ProcessGroup, device: torch.device, broadcast_from: int | None
+) -> None:
+    module.to(device)
+    if broadcast_from is None:
+        return
+    src = tdist.get_global_rank(group, broadcast_from) if group is not None else broadcast_from
+    for t in [*module.parameters(), *module.buffers()]:
+        tdist.broadcast(t.data, src=src, group=group)
+
+
+def mark_module_ddp(
+    module: torch.nn.Module, jitted: Any, group: tdist.ProcessGroup, bucket_size_in_mb: float
+) -> None:
+    """Set the attributes thunder reads to treat a jitted module as DDP, exactly as ``thunder.distributed.ddp`` does.
+
+    They make thunder key the module's cache on ``no_sync`` and bucket the gradient all-reduces.
+    """
+    import thunder
+
+    module.use_ddp = True
+    module.process_group_for_ddp = group
+    module.bucket_size_in_mb = bucket_size_in_mb
+    if jitted is not None:
+        thunder.compile_data(jitted).process_group_for_ddp = group
+
+
+def untag_params(module: torch.nn.Module) -> None:
+    """Forget our tags (used when a module is gathered back to full parameters)."""
+    for _, param in _unique_params(module):
+        for attr in (_TYPE_ATTR, _PADDING_ATTR, _GROUP_ATTR, _FULL_SHAPE_ATTR):
+            if hasattr(param, attr):
+                delattr(param, attr)
+
+
+def full_shape(param: torch.Tensor) -> tuple[int, ...]:
+    return tuple(getattr(param, _FULL_SHAPE_ATTR, tuple(param.shape)))
+
+
+@torch.no_grad()
+def gather_full(param_or_shard: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """All-gather a tensor shaped like ``like``'s shard (a parameter or its optimizer state) to the full tensor.
+
+    Every rank must call this for the same tensors in the same order (it is a collective).
+    """
+    if sync_tag(like) != SyncKind.FULLY_SHARDED:
+        return param_or_shard.detach().clone()
+    group = getattr(like, _GROUP_ATTR)
+    world = tdist.get_world_size(group)
+    pieces = [torch.empty_like(param_or_shard) for _ in range(world)]
+    tdist.all_gather(pieces, param_or_shard.detach().contiguous(), group=group)
+    full = torch.cat(pieces, dim=0)
+    shape = full_shape(like)
+    full = full[: shape[0]] if shape else full[:1]
+    return full.reshape(shape)
+
+
+def local_shard_of(full: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """The inverse of ``gather_full``: this rank's padded shard of a full tensor, shaped like ``like``."""
+    if sync_tag(like) != SyncKind.FULLY_SHARDED:
+        return full
+    group = getattr(like, _GROUP_ATTR)
+    full = full.reshape(1) if full.dim() == 0 else full
+    shard, _ = shard_tensor(full.to(like.device), tdist.get_rank(group), tdist.get_world_size(group))
+    return shard
+
+
+@contextmanager
+def skip_grad_sync() -> Iterator[None]:
+    """Within this block, replicated (DDP) gradients are not all-reduced (thunder's ``no_sync`` switch)."""
+    from thunder.distributed import reset_skip_data_parallel_grad_sync, set_skip_data_parallel_grad_sync
+
+    token = set_skip_data_parallel_grad_sync(True)
+    try:
+        yield
+    finally:
+        reset_skip_data_parallel_grad_sync(token)
+
+
+def install_sync_hook() -> None:
+    """Patch ``JitCtx.proxify`` once so tagged tensors are synchronized where thunder first sees them."""
+    global _installed
+    with _install_lock:
+        if _installed:
+            return
+        ensure_supported_thunder()
+        from thunder.core import jit_ext
+
+        original = jit_ext.JitCtx.proxify
+
+        @functools.wraps(original)
+        def proxify(self: Any, value: Any) -> Any:
+            already_proxied = value.original_value is not value.nothing
+            p = original(self, value)
+            if already_proxied:
+                return p
+            group = getattr(value.original_value, _GROUP_ATTR, None)
+            if group is None:
+                return p
+            return _synchronized(value, p, group)
+
+        proxify.__thunderviz_original__ = original  # type: ignore[attr-defined]
+        jit_ext.JitCtx.proxify = proxify
+        _installed = True
+
+
+def _synchronized(value: Any, p: Any, group: tdist.ProcessGroup) -> Any:
+    """Replace the just-made proxy of a tagged parameter by its synchronized (gathered / replicated) value."""
+    from thunder.core.proxies import TensorProxy
+    from thunder.distributed import prims as dist_prims
+
+    if not isinstance(p, TensorProxy):
+        return p
+    synced = dist_prims.synchronize(p, group, p.distparallel_type)
+    padding = p.thunder_fsdp_padding_size
+    if isinstance(padding, int) and padding > 0:
+        synced = synced[: synced.shape[0] - padding]
+    full = getattr(value.original_value, _FULL_SHAPE_ATTR, None)
+    if full is not None and tuple(synced.shape) != tuple(full):
+        synced = synced.reshape(full)  # a 0-dim parameter was sharded as shape (1,)
+    # The prologue must still unpack and check the local shard (``p``); the computation sees ``synced``.
+    value.value = synced
+    if p.distparallel_type.name == SyncKind.REPLICATED:
+        _key_cache_on_no_sync()
+    return synced
+
+
+def _key_cache_on_no_sync() -> None:
+    """Make a jitted *function* (case 2) key its cache on ``no_sync`` as thunder does for DDP modules.
+
+    thunder records ``no_grad_sync`` in the cache key only for callables with ``use_ddp``; a function the user jitted
+    has none, so a trace made outside ``no_backward_sync`` would be reused inside it (or the reverse).
+    """
+    import thunder
+    from thunder.core.compile_data import get_compile_data
+    from thunder.distributed import get_skip_data_parallel_grad_sync
+
+    cd = get_compile_data()
+    if cd is None:
+        return
+    if not getattr(cd.fn, "use_ddp", False):
+        try:
+            cd.fn.use_ddp = True
+        except AttributeError:  # a bound method: keyed for this trace only, retraced when the mode differs
+            pass
+    thunder._get_cache_info()["no_grad_sync"] = bool(get_skip_data_parallel_grad_sync())
+
+
+def iter_tagged(params: Iterable[torch.Tensor]) -> Iterator[torch.Tensor]:
+    return (p for p in params if sync_tag(p) is not None)
