@@ -24,9 +24,9 @@ __version__ = "0.1.0"
 __all__ = [
     "JitDecisionError",
     "RankError",
-    "ThundervizError",
     "ThunderDDPStrategy",
     "ThunderFSDPStrategy",
+    "ThundervizError",
     "TraceFormatError",
     "UnsupportedThunderError",
     "load_ipython_extension",

@@ -87,6 +87,7 @@ class ThunderParallelStrategy(DDPStrategy):
             bucketing_strategy=bucketing_strategy,
         )
         self._notes = validate_options(self.options)
+        self._warn_for_notes()
         self.decisions: list[Decision] = []
         self.thunder_modules: list[tuple[str, Any]] = []
         self.modules: list[tuple[str, nn.Module]] = []
@@ -132,7 +133,6 @@ class ThunderParallelStrategy(DDPStrategy):
                 f"{type(self).__name__} needs a process group before `fabric.setup`: call `fabric.launch()` first."
             )
         self.decisions.append(decision)
-        self._warn_for_notes()
         if decision.action == Action.JIT_AND_DISTRIBUTE.value:
             import thunder
 
@@ -165,7 +165,7 @@ class ThunderParallelStrategy(DDPStrategy):
         for note in self._notes:
             if note not in _warned:
                 _warned.add(note)
-                warnings.warn(f"{type(self).__name__}: {note}.", UserWarning, stacklevel=4)
+                warnings.warn(f"{type(self).__name__}: {note}.", UserWarning, stacklevel=3)
 
     @override
     def setup_module_and_optimizers(
