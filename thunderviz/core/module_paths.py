@@ -137,7 +137,7 @@ def _fill_gaps(snap: TraceSnapshot) -> None:
     for op in reversed(snap.ops):
         if op.module is None:
             for c in consumers.get(op.index, []):
-                if snap.ops[c].module is not None:
+                if snap.ops[c].module is not None and not snap.ops[c].is_bookkeeping:
                     op.module = snap.ops[c].module
                     break
     prev = None

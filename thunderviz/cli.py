@@ -1,0 +1,72 @@
+"""``thunderviz`` command line: ``thunderviz render TRACES... --out report.html``.
+
+Each subcommand is a ``(add_arguments, run)`` pair registered in ``_SUBCOMMANDS``; adding one (``demo``) means
+writing those two functions and one line in the table. ``main`` returns an exit code instead of calling
+``sys.exit`` so tests can call it directly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+from thunderviz.errors import ThundervizError
+
+__all__ = ["main"]
+
+
+def _add_render_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("traces", nargs="+", type=Path, help="trace files written by thunderviz.core.traces.save (one per rank is usual)")
+    p.add_argument("--out", "-o", type=Path, default=Path("report.html"), help="HTML file to write (default: report.html)")
+    p.add_argument("--title", default=None, help="page title (default: the trace files' names)")
+    svg = p.add_mutually_exclusive_group()
+    svg.add_argument("--svg", dest="svg", action="store_const", const=True, default=None,
+                     help="require inline SVG graphs (fails without the Graphviz `dot` binary)")  # fmt: skip
+    svg.add_argument("--no-svg", dest="svg", action="store_const", const=False, help="DOT source only, no layout")
+    p.add_argument("--no-diff", dest="diff", action="store_false", help="leave out the diff between jitted objects")
+
+
+def _run_render(args: argparse.Namespace) -> int:
+    from thunderviz.core.traces import load
+    from thunderviz.render.html import render_html
+
+    bundles = []
+    for path in args.traces:
+        bundles.extend(load(path))
+    title = args.title or "thunderviz: " + ", ".join(p.name for p in args.traces)
+    page = render_html(bundles, title=title, svg=args.svg, diff=args.diff)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(page, encoding="utf-8")
+    print(f"wrote {args.out} ({len(bundles)} traces, {len(page) // 1024} KiB)")
+    return 0
+
+
+_SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
+    "render": ("write a self-contained HTML report from saved trace files", _add_render_arguments, _run_render),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="thunderviz", description="See what Lightning Thunder did on every rank.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (help_text, add_arguments, run) in _SUBCOMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        add_arguments(p)
+        p.set_defaults(_run=run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``thunderviz`` script; returns the exit code (errors: message on stderr, code 1)."""
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args._run(args))
+    except (ThundervizError, RuntimeError, OSError) as e:
+        print(f"thunderviz {args.command}: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

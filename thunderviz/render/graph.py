@@ -1,0 +1,327 @@
+"""DOT for a trace that a person can read: one box per module block, collectives set apart, details on demand.
+
+``thunder.examine.make_trace_dot`` draws every bound symbol with its full Python line: 1,451 nodes for the
+backward of a 4-block GPT, which ``dot`` takes many minutes to lay out and no screen can show. Here the default
+view has one node per block (``blocks.0``, ``lm_head``, ...) plus one node per block for its collectives, with
+data-flow edges between them; any block can be expanded into its ops (short labels: op and output shape).
+Bookkeeping ops (``python_del``, unpacks) are hidden. Node ids are stable (``g3``, ``op120``), so a widget can
+map clicks to ``node_metadata`` and ask for another ``to_dot(..., expand={...})``.
+
+Everything that comes from user code goes into quoted DOT strings with ``\\`` and ``"`` escaped, so a module
+named ``<script>alert(1)</script>`` is text to Graphviz, which escapes it again in SVG.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Collection, Iterable
+
+from thunderviz.core.module_paths import top_group
+from thunderviz.core.traces import OpRecord, TraceSnapshot
+
+__all__ = [
+    "Group",
+    "GraphView",
+    "dot_available",
+    "dot_escape",
+    "graph_view",
+    "group_ops",
+    "node_metadata",
+    "render_dot",
+    "short_op_name",
+    "to_dot",
+    "to_svg",
+]
+
+_COLLECTIVE_STYLE = 'shape=hexagon, style="filled,bold", fillcolor="#f4a261", color="#9c4a00"'
+_WAIT_STYLE = 'shape=octagon, style="filled,dashed", fillcolor="#ffe08a", color="#8a6d00"'
+_OP_STYLE = 'shape=box, style="filled,rounded", fillcolor="#ffffff", color="#8aa1b8"'
+_GROUP_STYLE = 'shape=box, style="filled,rounded,bold", fillcolor="#dbe9f6", color="#3d6e9e"'
+_MAX_LABEL = 40
+
+
+@dataclass
+class Group:
+    """The ops of one collapsed block, in trace order."""
+
+    id: str
+    name: str
+    ops: list[OpRecord] = field(default_factory=list)
+
+    @property
+    def collectives(self) -> list[OpRecord]:
+        return [op for op in self.ops if op.is_collective]
+
+    @property
+    def waits(self) -> list[OpRecord]:
+        return [op for op in self.ops if op.is_wait]
+
+    @property
+    def compute(self) -> list[OpRecord]:
+        return [op for op in self.ops if op.collective is None]
+
+
+@dataclass
+class GraphView:
+    """A DOT source plus what a front end needs to make its nodes clickable."""
+
+    dot: str
+    nodes: dict[str, dict[str, Any]]
+    groups: list[Group]
+    expanded: frozenset[str]
+
+
+def short_op_name(op: str) -> str:
+    """``torch_all_gather_prim_impl`` -> ``all_gather``; ``torch.ops.aten.embedding_backward`` -> ``embedding_backward``."""
+    name = op.rsplit(".", 1)[-1] if op.startswith("torch.ops.") else op
+    name = re.sub(r"^torch_(prims_)?", "", name)
+    return re.sub(r"(_prim)?_impl$", "", name)
+
+
+def dot_escape(text: str) -> str:
+    """Make ``text`` safe inside a double-quoted DOT string (also neutralises Graphviz's ``\\N``-style escapes)."""
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "")
+
+
+def _clip(text: str, n: int = _MAX_LABEL) -> str:
+    return text if len(text) <= n else text[: n - 1] + "\u2026"
+
+
+def group_ops(snapshot: TraceSnapshot, *, include_bookkeeping: bool = False) -> list[Group]:
+    """Split the trace's ops into collapsed groups, ordered by their first compute op.
+
+    Not by their first op: FSDP issues every all_gather at the top of the forward trace, in parameter-name
+    order, which would put ``wte`` after ``blocks.3``.
+    """
+    by_name: dict[str, list[OpRecord]] = {}
+    for op in snapshot.ops:
+        if op.is_bookkeeping and not include_bookkeeping:
+            continue
+        by_name.setdefault(top_group(op.module), []).append(op)
+
+    def first_compute(ops: list[OpRecord]) -> int:
+        return next((op.index for op in ops if op.collective is None), ops[0].index)
+
+    names = sorted(by_name, key=lambda n: first_compute(by_name[n]))
+    return [Group(id=f"g{i}", name=n, ops=by_name[n]) for i, n in enumerate(names)]
+
+
+def _resolve_expand(groups: list[Group], expand: Collection[str] | None) -> frozenset[str]:
+    if not expand:
+        return frozenset()
+    wanted = set(expand)
+    known = {g.id for g in groups} | {g.name for g in groups}
+    unknown = wanted - known
+    if unknown:
+        names = ", ".join(repr(g.name) for g in groups)
+        raise ValueError(
+            f"to_dot(expand={sorted(unknown)!r}): no such group in this trace; pass group names or ids from: {names}"
+        )
+    return frozenset(g.id for g in groups if g.id in wanted or g.name in wanted)
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def _op_label(op: OpRecord, param_names: dict[str, str]) -> str:
+    out = op.outputs[0].short() if op.outputs else ""
+    more = f" +{len(op.outputs) - 1}" if len(op.outputs) > 1 else ""
+    label = short_op_name(op.op)
+    if op.is_collective and op.inputs:
+        # A parameter's name when the collective reads one (forward all_gather), else the module whose
+        # gradient it carries (backward reduce_scatter): proxy names like t3853 tell a person nothing.
+        name = param_names.get(op.inputs[0].name) or op.module or op.inputs[0].name
+        label += "\n" + _clip(name, 28)
+    return f"{label}\n{out}{more}" if out else label
+
+
+def _op_tooltip(op: OpRecord) -> str:
+    lines = [op.python or op.op]
+    if op.module:
+        lines.append(f"module: {op.module}")
+    if op.source is not None:
+        lines.append(f"{op.source.short()}: {op.source.code}")
+    return _clip("\n".join(lines), 600)
+
+
+def _coll_summary(g: Group) -> tuple[str, int]:
+    kinds = Counter(short_op_name(op.collective or "") for op in g.collectives)
+    nbytes = sum((op.inputs[0].bytes or 0) for op in g.collectives if op.inputs)
+    parts = [f"{n}\u00d7 {k}" for k, n in kinds.items()]
+    if g.waits:
+        parts.append(f"{len(g.waits)}\u00d7 wait")
+    return "\n".join(parts), nbytes
+
+
+def graph_view(
+    snapshot: TraceSnapshot,
+    expand: Collection[str] | None = None,
+    *,
+    include_bookkeeping: bool = False,
+    title: str | None = None,
+    id_prefix: str = "",
+) -> GraphView:
+    """Build the DOT and node metadata for ``snapshot`` with the groups in ``expand`` (names or ids) opened.
+
+    ``id_prefix`` goes in front of the SVG element ids (not the DOT node names), so several graphs can share
+    one HTML page; ``nodes`` is keyed by the un-prefixed ids.
+    """
+    groups = group_ops(snapshot, include_bookkeeping=include_bookkeeping)
+    opened = _resolve_expand(groups, expand)
+    pn = snapshot.param_names
+    # Which node draws each op: its own node when its group is open, else the group's (or the group's
+    # collective node, so communication stays visible when collapsed).
+    node_of: dict[int, str] = {}
+    for g in groups:
+        for op in g.ops:
+            if g.id in opened:
+                node_of[op.index] = f"op{op.index}"
+            elif op.collective is not None:
+                node_of[op.index] = f"{g.id}c"
+            else:
+                node_of[op.index] = g.id
+
+    lines = [
+        "digraph trace {",
+        '  graph [rankdir=TB, nodesep=0.25, ranksep=0.35, fontname="Helvetica", fontsize=11, '
+        f'labelloc=t, label="{dot_escape(_clip(title or snapshot.label, 80))}"];',
+        '  node [fontname="Helvetica", fontsize=10, margin="0.08,0.03", height=0.3];',
+        '  edge [color="#7f8c99", arrowsize=0.6];',
+    ]
+    nodes: dict[str, dict[str, Any]] = {}
+    for g in groups:
+        if g.id in opened:
+            lines.append(f"  subgraph cluster_{g.id} {{")
+            lines.append(f'    label="{dot_escape(_clip(g.name))}"; style="rounded,filled"; fillcolor="#f3f7fb"; '
+                         f'color="#3d6e9e"; id="{id_prefix}{g.id}"; tooltip="{dot_escape(g.name)}";')  # fmt: skip
+            for op in g.ops:
+                style = _COLLECTIVE_STYLE if op.is_collective else _WAIT_STYLE if op.is_wait else _OP_STYLE
+                nid = f"op{op.index}"
+                lines.append(f'    {nid} [id="{id_prefix}{nid}", label="{dot_escape(_op_label(op, pn))}", '
+                             f'tooltip="{dot_escape(_op_tooltip(op))}", {style}];')  # fmt: skip
+                nodes[nid] = _op_meta(op, g, pn)
+            lines.append("  }")
+            continue
+        compute = g.compute
+        label = f"{_clip(g.name)}\n{len(compute)} ops"
+        top = Counter(short_op_name(op.op) for op in compute).most_common(3)
+        if top:
+            label += "\n" + ", ".join(f"{n} {k}" for k, n in top)
+        lines.append(f'  {g.id} [id="{id_prefix}{g.id}", label="{dot_escape(label)}", tooltip="{dot_escape(g.name)}: '
+                     f'click to expand", {_GROUP_STYLE}];')  # fmt: skip
+        nodes[g.id] = _group_meta(g, snapshot)
+        if g.collectives or g.waits:
+            text, nbytes = _coll_summary(g)
+            if nbytes:
+                text += f"\n{_fmt_bytes(nbytes)}"
+            cid = f"{g.id}c"
+            lines.append(f'  {cid} [id="{id_prefix}{cid}", label="{dot_escape(text)}", '
+                         f'tooltip="{dot_escape(g.name)}: collectives", {_COLLECTIVE_STYLE}];')  # fmt: skip
+            nodes[cid] = {"kind": "collectives", "group": g.name, "group_id": g.id,
+                          "ops": [_op_meta(op, g, pn) for op in g.ops if op.collective is not None]}  # fmt: skip
+
+    # Edges between drawn nodes, merged: two collapsed groups get one edge however many tensors cross.
+    edge_count: Counter[tuple[str, str]] = Counter()
+    for src, dst, _name in snapshot.edges:
+        a, b = node_of.get(src), node_of.get(dst)
+        if a is None or b is None or a == b:
+            continue
+        edge_count[(a, b)] += 1
+    for (a, b), n in edge_count.items():
+        width = 1.0 if n == 1 else min(4.0, 1.0 + n / 8)
+        tip = f"{n} tensor{'s' if n != 1 else ''}"
+        lines.append(f'  {a} -> {b} [penwidth={width:.1f}, tooltip="{tip}"];')
+    lines.append("}")
+    return GraphView(dot="\n".join(lines) + "\n", nodes=nodes, groups=groups, expanded=opened)
+
+
+def _tensor_meta(t: Any, pn: dict[str, str]) -> dict[str, Any]:
+    return {"name": pn.get(t.name, t.name), "shape": None if t.shape is None else list(t.shape),
+            "dtype": t.dtype, "device": t.device, "kind": t.kind}  # fmt: skip
+
+
+def _op_meta(op: OpRecord, g: Group, pn: dict[str, str]) -> dict[str, Any]:
+    return {
+        "kind": "collective" if op.is_collective else "wait" if op.is_wait else "op",
+        "index": op.index, "op": op.op, "group": g.name, "module": op.module, "python": op.python,
+        "source": None if op.source is None else {"file": op.source.file, "line": op.source.line, "code": op.source.code},
+        "inputs": [_tensor_meta(t, pn) for t in op.inputs], "outputs": [_tensor_meta(t, pn) for t in op.outputs],
+    }  # fmt: skip
+
+
+def _group_meta(g: Group, snap: TraceSnapshot) -> dict[str, Any]:
+    modules = Counter(op.module for op in g.ops if op.module)
+    sources = Counter(f"{op.source.short()}: {op.source.code}" for op in g.ops if op.source is not None)
+    return {
+        "kind": "group", "id": g.id, "name": g.name, "n_ops": len(g.ops), "n_compute": len(g.compute),
+        "first_index": g.ops[0].index if g.ops else None, "last_index": g.ops[-1].index if g.ops else None,
+        "op_counts": dict(Counter(short_op_name(op.op) for op in g.compute).most_common()),
+        "collectives": dict(Counter(op.collective for op in g.ops if op.collective)),
+        "modules": dict(modules.most_common()), "sources": [s for s, _ in sources.most_common(8)],
+    }  # fmt: skip
+
+
+def to_dot(
+    snapshot: TraceSnapshot,
+    expand: Collection[str] | None = None,
+    *,
+    include_bookkeeping: bool = False,
+    title: str | None = None,
+    id_prefix: str = "",
+) -> str:
+    """DOT source of ``snapshot``: collapsed by block, with the groups in ``expand`` (names or ids) opened."""
+    return graph_view(snapshot, expand, include_bookkeeping=include_bookkeeping, title=title, id_prefix=id_prefix).dot
+
+
+def node_metadata(
+    snapshot: TraceSnapshot, expand: Collection[str] | None = None, *, include_bookkeeping: bool = False
+) -> dict[str, dict[str, Any]]:
+    """JSON-able details per DOT node id, for click-to-details in a browser."""
+    return graph_view(snapshot, expand, include_bookkeeping=include_bookkeeping).nodes
+
+
+def dot_available() -> bool:
+    """Whether the Graphviz ``dot`` binary is on PATH (SVG output needs it; DOT output never does)."""
+    return shutil.which("dot") is not None
+
+
+def render_dot(dot: str, fmt: str = "svg", *, timeout: float = 60.0) -> bytes:
+    """Lay out ``dot`` with the Graphviz binary.
+
+    Raises:
+        RuntimeError: no ``dot`` binary (install Graphviz, e.g. ``apt-get install graphviz``, or lay the DOT out
+            in the browser), or it failed or ran past ``timeout``.
+    """
+    exe = shutil.which("dot")
+    if exe is None:
+        raise RuntimeError(
+            "render_dot: the Graphviz `dot` binary is not installed, so no SVG can be made here. Install it "
+            "(apt-get install graphviz / conda install graphviz) or use the DOT source with a client-side Graphviz."
+        )
+    try:
+        proc = subprocess.run([exe, f"-T{fmt}"], input=dot.encode("utf-8"), capture_output=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        raise RuntimeError(f"render_dot: `dot -T{fmt}` ran past {timeout:.0f} s; expand fewer groups.") from e
+    if proc.returncode != 0:
+        raise RuntimeError(f"render_dot: `dot -T{fmt}` failed: {proc.stderr.decode('utf-8', 'replace')[:500]}")
+    return proc.stdout
+
+
+def to_svg(dot: str, *, timeout: float = 60.0) -> str:
+    """SVG text for ``dot`` (needs the ``dot`` binary; see ``dot_available``)."""
+    svg = render_dot(dot, "svg", timeout=timeout).decode("utf-8")
+    start = svg.find("<svg")
+    return svg[start:] if start >= 0 else svg
+
+
+def iter_group_names(snapshot: TraceSnapshot) -> Iterable[str]:
+    return (g.name for g in group_ops(snapshot))

@@ -1,0 +1,335 @@
+"""One self-contained HTML file for a set of captured traces: opens offline, with no server and no CDN.
+
+The page holds, per jitted object: a summary per rank (ops, estimated peak memory, collectives), whether the
+ranks' collectives line up (and the first mismatch if not), the collapsed graph of forward and backward (inline
+SVG when the Graphviz ``dot`` binary exists, the DOT source otherwise), every group's ops as a table (the "full
+text on demand"), each rank's collectives ledger, and the structural diff between consecutive objects
+(DDP then FSDP, ZERO2 then ZERO3). Clicking a block in the SVG opens its table (a few lines of inline script;
+without script the tables are still there).
+
+Everything from user code passes through ``html.escape``; JSON in the page is escaped so ``</script>`` inside a
+string cannot close the script element.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from thunderviz.core.collectives import Ledger, find_mismatches, ledger_from_bundle
+from thunderviz.core.diff import TraceDiff, diff_traces
+from thunderviz.core.traces import TraceBundle, TraceSnapshot
+from thunderviz.render.graph import Group, dot_available, graph_view, short_op_name, to_svg
+
+__all__ = ["Report", "render_html", "render_report_body"]
+
+_CSS = """
+body{font:14px/1.45 -apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#1d2733;max-width:1400px}
+h1{font-size:22px} h2{font-size:18px;margin-top:32px;border-bottom:1px solid #d5dde6}
+h3{font-size:15px;margin-top:20px}
+table{border-collapse:collapse;margin:8px 0} td,th{border:1px solid #d5dde6;padding:3px 8px;text-align:left;
+vertical-align:top} th{background:#eef3f8}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+code,pre,.mono{font-family:SFMono-Regular,Menlo,Consolas,monospace;font-size:12px}
+pre{background:#f6f8fa;padding:8px;overflow:auto;max-height:420px}
+.ok{color:#1e7b34}.bad{color:#b3261e;font-weight:600}
+.graph{overflow:auto;border:1px solid #d5dde6;padding:6px;max-height:900px;background:#fff}
+.graph svg{max-width:100%;height:auto} .graph g.node{cursor:pointer}
+details{margin:4px 0} summary{cursor:pointer}
+tr.coll td{background:#fde6d2} tr.wait td{background:#fff4cc}
+.note{color:#5b6b7c}
+"""
+
+_JS = """
+document.addEventListener('click', function (ev) {
+  var node = ev.target.closest && ev.target.closest('g.node');
+  if (!node || !node.id) return;
+  var d = document.getElementById('details-' + node.id.replace(/c$/, ''));
+  if (d) { d.open = true; d.scrollIntoView({behavior: 'smooth', block: 'start'}); ev.preventDefault(); }
+});
+"""
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _json_for_script(obj: Any) -> str:
+    """JSON safe inside <script type=application/json>: no '<', '>' or '&' can end the element."""
+    return json.dumps(obj).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "n/a"
+    v = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if v < 1024 or unit == "TiB":
+            return f"{int(v)} B" if unit == "B" else f"{v:.1f} {unit}"
+        v /= 1024
+    return f"{n} B"
+
+
+def _shape(s: Any) -> str:
+    return "" if s is None else "[" + ", ".join(str(d) for d in s) + "]"
+
+
+@dataclass
+class Report:
+    """An HTML report over captured bundles; shows itself in a notebook and saves to one offline file.
+
+    Args:
+        bundles: from ``capture`` or ``load`` (any mix of ranks and objects).
+        decisions: rows ``{"target", "case", "action", "reason"}`` (the strategies' jit decisions), optional.
+        title: page title.
+        svg: inline SVG graphs (None: when the ``dot`` binary exists).
+        diff: add the structural diff between consecutive jitted objects.
+    """
+
+    bundles: Sequence[TraceBundle]
+    decisions: Sequence[Mapping[str, Any]] | None = None
+    title: str = "thunderviz report"
+    svg: bool | None = None
+    diff: bool = True
+    _body: str | None = field(default=None, repr=False)
+
+    def body(self) -> str:
+        if self._body is None:
+            self._body = render_report_body(self.bundles, decisions=self.decisions, svg=self.svg, diff=self.diff)
+        return self._body
+
+    def html(self) -> str:
+        """The complete standalone page."""
+        return _page(self.title, self.body())
+
+    def save(self, path: str) -> str:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(self.html())
+        return path
+
+    def _repr_html_(self) -> str:
+        return f"<div class='thunderviz-report'><style>{_CSS}</style>{self.body()}</div>"
+
+
+def render_html(
+    bundles: Sequence[TraceBundle],
+    *,
+    decisions: Sequence[Mapping[str, Any]] | None = None,
+    title: str = "thunderviz report",
+    svg: bool | None = None,
+    diff: bool = True,
+) -> str:
+    """A complete, self-contained HTML page for ``bundles`` (see ``Report``)."""
+    return Report(list(bundles), decisions=decisions, title=title, svg=svg, diff=diff).html()
+
+
+def _page(title: str, body: str) -> str:
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<meta name='viewport' content='width=device-width, initial-scale=1'><title>{_e(title)}</title>"
+        f"<style>{_CSS}</style></head><body><h1>{_e(title)}</h1>\n{body}\n<script>{_JS}</script></body></html>\n"
+    )
+
+
+def render_report_body(
+    bundles: Sequence[TraceBundle],
+    *,
+    decisions: Sequence[Mapping[str, Any]] | None = None,
+    svg: bool | None = None,
+    diff: bool = True,
+) -> str:
+    """The report without ``<html>``/``<head>``: for embedding in a notebook output or another page."""
+    bundles = list(bundles)
+    for b in bundles:
+        if not isinstance(b, TraceBundle):
+            raise TypeError(f"render_html: expected TraceBundle objects (capture() or load()), got {type(b).__name__}")
+    use_svg = dot_available() if svg is None else svg
+    if use_svg and not dot_available():
+        raise RuntimeError("render_html(svg=True): the Graphviz `dot` binary is not installed; pass svg=None or False.")
+    by_name: OrderedDict[str, list[TraceBundle]] = OrderedDict()
+    for b in bundles:
+        by_name.setdefault(b.name, []).append(b)
+    for lst in by_name.values():
+        lst.sort(key=lambda b: b.rank)
+
+    out: list[str] = []
+    if not bundles:
+        out.append("<p class='note'>No traces.</p>")
+    out.append(_overview(by_name))
+    if decisions:
+        out.append(_decisions_table(decisions))
+    for i, (name, ranks) in enumerate(by_name.items()):
+        out.append(_bundle_section(i, name, ranks, use_svg))
+    if diff and len(by_name) > 1:
+        out.append(_diff_section(by_name))
+    if not use_svg:
+        out.append(
+            "<p class='note'>Graphs are given as DOT source: the Graphviz <code>dot</code> binary was not found when "
+            "this report was made. Install Graphviz and render again for inline SVG, or paste the DOT into any "
+            "Graphviz viewer.</p>"
+        )
+    return "\n".join(out)
+
+
+def _overview(by_name: Mapping[str, list[TraceBundle]]) -> str:
+    rows = []
+    for name, ranks in by_name.items():
+        for b in ranks:
+            counts = ledger_from_bundle(b).counts()
+            coll = ", ".join(f"{n} {k}" for k, n in counts.items()) or "none"
+            rows.append(
+                f"<tr><td>{_e(name)}</td><td class='num'>{b.rank}</td><td class='num'>{b.world_size}</td>"
+                f"<td class='num'>{len(b.forward)}</td><td class='num'>{'' if b.backward is None else len(b.backward)}</td>"
+                f"<td class='num'>{_fmt_bytes(b.forward.peak_memory_bytes)}</td>"
+                f"<td class='num'>{'' if b.backward is None else _fmt_bytes(b.backward.peak_memory_bytes)}</td>"
+                f"<td>{_e(coll)}</td></tr>"
+            )
+    return (
+        "<h2>Overview</h2><table><tr><th>jitted object</th><th>rank</th><th>world</th><th>forward ops</th>"
+        "<th>backward ops</th><th>est. peak fwd</th><th>est. peak bwd</th><th>collectives</th></tr>"
+        + "".join(rows)
+        + "</table><p class='note'>Peak memory is thunder's estimate from the trace "
+        "(<code>get_alloc_memory</code>), per rank.</p>"
+    )
+
+
+def _decisions_table(decisions: Sequence[Mapping[str, Any]]) -> str:
+    cols = ["target", "case", "action", "reason"]
+    rows = "".join("<tr>" + "".join(f"<td>{_e(d.get(c, ''))}</td>" for c in cols) + "</tr>" for d in decisions)
+    return "<h2>Decisions</h2><table><tr>" + "".join(f"<th>{c}</th>" for c in cols) + f"</tr>{rows}</table>"
+
+
+def _bundle_section(i: int, name: str, ranks: list[TraceBundle], use_svg: bool) -> str:
+    out = [f"<h2>{_e(name)}</h2>"]
+    ledgers = {b.rank: ledger_from_bundle(b) for b in ranks}
+    out.append(_agreement(ledgers))
+    ref = ranks[0]
+    for b in ranks:
+        same = b is not ref and _same_structure(ref, b)
+        out.append(f"<h3>rank {b.rank}</h3>")
+        if same:
+            out.append(f"<p class='note'>Forward and backward have the same structure as rank {ref.rank}'s "
+                       "(ops, shapes, collectives); see there.</p>")  # fmt: skip
+        else:
+            for label, snap in b.traces().items():
+                out.append(_trace_block(f"b{i}r{b.rank}{label[0]}-", f"{name}, rank {b.rank}, {label}", snap, use_svg))
+            if b.stages:
+                out.append(_stages_table(b.stages))
+        out.append(_ledger_table(ledgers[b.rank]))
+    return "\n".join(out)
+
+
+def _same_structure(a: TraceBundle, b: TraceBundle) -> bool:
+    for x, y in ((a.forward, b.forward), (a.backward, b.backward)):
+        if (x is None) != (y is None):
+            return False
+        if x is not None and y is not None:
+            d = diff_traces(x, y)
+            if d.added or d.removed or d.changed:
+                return False
+    return True
+
+
+def _agreement(ledgers: Mapping[int, Ledger]) -> str:
+    if len(ledgers) < 2:
+        return "<p class='note'>One rank captured: nothing to line up.</p>"
+    mism = find_mismatches(ledgers)
+    if not mism:
+        n = len(next(iter(ledgers.values())).collectives())
+        return f"<p class='ok'>Ranks {', '.join(map(str, sorted(ledgers)))} issue the same {n} collectives in the same order.</p>"
+    return "".join(f"<p class='bad'>{_e(m.message)}</p>" for m in mism)
+
+
+def _trace_block(prefix: str, title: str, snap: TraceSnapshot, use_svg: bool) -> str:
+    view = graph_view(snap, title=title, id_prefix=prefix)
+    parts = [f"<h4>{_e(title)}: {len(snap)} bound symbols, {len(view.groups)} groups</h4>"]
+    if use_svg:
+        try:
+            parts.append(f"<div class='graph'>{to_svg(view.dot)}</div>")
+        except RuntimeError as e:
+            parts.append(f"<p class='bad'>{_e(e)}</p>")
+    parts.append(f"<details><summary>DOT source</summary><pre>{_e(view.dot)}</pre></details>")
+    parts.append("<p class='note'>Groups (click one, or a block in the graph, for its ops):</p>")
+    for g in view.groups:
+        parts.append(_group_details(prefix, g, snap))
+    return "\n".join(parts)
+
+
+def _group_details(prefix: str, g: Group, snap: TraceSnapshot) -> str:
+    pn = snap.param_names
+    rows = []
+    for op in g.ops:
+        cls = " class='coll'" if op.is_collective else " class='wait'" if op.is_wait else ""
+        outs = ", ".join(f"{t.name}: {t.short()}" for t in op.outputs)
+        ins = ", ".join(pn.get(t.name, t.name) for t in op.inputs)
+        src = "" if op.source is None else f"{op.source.short()}: {op.source.code}"
+        rows.append(
+            f"<tr{cls}><td class='num'>{op.index}</td><td class='mono' title='{_e(op.python)}'>{_e(short_op_name(op.op))}"
+            f"</td><td class='mono'>{_e(outs)}</td><td class='mono'>{_e(ins)}</td><td>{_e(op.module or '')}</td>"
+            f"<td class='mono'>{_e(src)}</td></tr>"
+        )
+    n_coll = len(g.collectives)
+    extra = f", {n_coll} collectives" if n_coll else ""
+    return (
+        f"<details id='details-{prefix}{g.id}'><summary><b>{_e(g.name)}</b>: {len(g.compute)} ops{extra}</summary>"
+        "<table><tr><th>#</th><th>op</th><th>outputs</th><th>inputs</th><th>module</th><th>source</th></tr>"
+        + "".join(rows)
+        + "</table></details>"
+    )
+
+
+def _stages_table(stages: Sequence[TraceSnapshot]) -> str:
+    rows = "".join(
+        f"<tr><td class='num'>{i}</td><td>{_e(s.label)}</td><td class='num'>{len(s)}</td>"
+        f"<td class='num'>{len(s.collectives)}</td></tr>"
+        for i, s in enumerate(stages)
+    )
+    return (
+        "<details><summary>Forward stages (thunder.last_traces)</summary><table><tr><th>#</th><th>stage</th>"
+        f"<th>bound symbols</th><th>collectives + waits</th></tr>{rows}</table></details>"
+    )
+
+
+def _ledger_table(ledger: Ledger) -> str:
+    rows = []
+    for e in ledger.entries:
+        cls = " class='wait'" if e.kind == "wait" else " class='coll'"
+        rows.append(
+            f"<tr{cls}><td class='num'>{e.position}</td><td>{_e(e.trace)}</td><td>{_e(e.kind)}</td>"
+            f"<td class='mono'>{_e(e.tensor)}</td><td class='mono'>{_e(_shape(e.shape))}</td><td>{_e(e.dtype or '')}</td>"
+            f"<td class='num'>{_fmt_bytes(e.bytes) if e.bytes is not None else ''}</td>"
+            f"<td class='num'>{'' if e.group_size is None else e.group_size}</td>"
+            f"<td class='num'>{'' if e.distance is None else e.distance}</td></tr>"
+        )
+    counts = ", ".join(f"{n} {k}" for k, n in ledger.counts().items()) or "no collectives"
+    return (
+        f"<details><summary>Collectives ledger, rank {ledger.rank}: {_e(counts)}, "
+        f"{_fmt_bytes(ledger.total_bytes())} sent</summary>"
+        "<table><tr><th>#</th><th>trace</th><th>kind</th><th>tensor</th><th>shape</th><th>dtype</th><th>bytes</th>"
+        "<th>group</th><th>ops to wait</th></tr>" + "".join(rows) + "</table></details>"
+    )
+
+
+def _diff_section(by_name: Mapping[str, list[TraceBundle]]) -> str:
+    names = list(by_name)
+    out = ["<h2>Differences between jitted objects</h2>"]
+    for a_name, b_name in zip(names, names[1:]):
+        a, b = by_name[a_name][0], by_name[b_name][0]
+        for label, sa in a.traces().items():
+            sb = b.traces().get(label)
+            if sb is None:
+                continue
+            d: TraceDiff = diff_traces(sa, sb)
+            out.append(
+                f"<h3>{_e(a_name)} \u2192 {_e(b_name)} ({_e(label)}, rank {a.rank})</h3><p><b>{_e(d.summary)}</b></p>"
+                f"<details><summary>aligned view</summary><pre>{_e(d.to_text())}</pre></details>"
+            )
+    return "\n".join(out)
+
+
+def bundles_json(bundles: Iterable[TraceBundle]) -> str:
+    """The bundles as JSON that can sit inside a ``<script type="application/json">`` element."""
+    return _json_for_script([b.to_dict() for b in bundles])
