@@ -120,8 +120,13 @@ def configure_fabric(ns: dict[str, Any], spec: dict[str, Any] | None) -> None:
     so objects set up in earlier cells stay attached to the same strategy."""
     if spec is None or ns.get("_thunderviz_fabric_spec") == spec:
         return
+    import lightning.fabric.connector as connector
     from lightning.fabric import Fabric
 
+    # An ipyparallel engine runs an IPython shell, so Fabric believes it is in a notebook and refuses "ddp"-style
+    # strategies (it would fork workers from there). This process *is* a worker whose group was created
+    # externally, which is exactly the case Fabric's check exists to allow.
+    connector._IS_INTERACTIVE = False
     info = ns["_thunderviz_info"]
     fabric = Fabric(
         accelerator="cuda" if info["backend"] == "nccl" else "cpu",

@@ -54,7 +54,9 @@ _COLLECTIVES = (
     "all_gather_into_tensor", "reduce_scatter_tensor", "all_gather", "reduce_scatter", "all_reduce", "all_to_all",
     "broadcast", "monitored_barrier", "barrier", "reduce", "gather", "scatter", "send", "recv", "wait",
 )
-_COLLECTIVE_RE = re.compile(r"\b(?:torch_)?(" + "|".join(_COLLECTIVES) + r")(?:_prim_impl)?\b")
+# Frame headers in a traceback ("..., in all_reduce(tensor, op" / "in torch_all_reduce_prim_impl(") say which
+# collective a rank was in; the gloo message itself only says "recv".
+_COLLECTIVE_RE = re.compile(r"\bin (?:torch_)?(" + "|".join(_COLLECTIVES) + r")(?:_prim_impl)?\(")
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -122,7 +124,7 @@ def _remote_traceback(exc: BaseException) -> str:
 
 def _find_collective(text: str) -> str | None:
     matches = _COLLECTIVE_RE.findall(text)
-    meaningful = [m for m in matches if m != "wait"]
+    meaningful = [m for m in matches if m not in ("wait", "send", "recv")]
     return (meaningful or matches or [None])[-1]
 
 
@@ -428,7 +430,11 @@ class RankEngine:
                             first_ok_at = first_ok_at or time.monotonic()
                         except RemoteError as exc:
                             tb = _remote_traceback(exc)
-                            if exc.ename == "KeyboardInterrupt" and (interrupted_at or sigint_at):
+                            if exc.ename == "EngineError":
+                                # the controller reports a vanished engine as a remote EngineError
+                                failures[rank] = RankFailure(rank, "died", f"the rank process exited ({exc.evalue})")
+                                self.restart_reason = f"rank {rank} died"
+                            elif exc.ename == "KeyboardInterrupt" and (interrupted_at or sigint_at):
                                 failures[rank] = RankFailure(rank, "interrupted", "stopped by KeyboardInterrupt", tb)
                             elif _is_collective_timeout(f"{exc.evalue}\n{tb}"):
                                 failures[rank] = RankFailure(
@@ -438,6 +444,7 @@ class RankEngine:
                             self._set_phase([rank], "failed")
                         except EngineError as exc:
                             failures[rank] = RankFailure(rank, "died", f"the rank process exited ({exc})")
+                            self.restart_reason = f"rank {rank} died"
                             self._set_phase([rank], "failed")
                     elif self._rank_dead(rank):
                         settled.add(rank)
@@ -524,6 +531,11 @@ class RankEngine:
             return
         if any(f.kind in ("timeout", "died", "killed") for f in failures.values()):
             self.restart_reason = "the process group saw a collective fail"
+            return
+        registered = set(self.cluster.client.ids)
+        lost = [r for r, eid in self.rank_to_engine.items() if eid not in registered]
+        if lost:
+            self.restart_reason = f"rank(s) {', '.join(map(str, lost))} left the cluster"
             return
         check = self._submit("_thunderviz_pg_ok = _thunderviz_bootstrap.check_process_group(2.0)\n")
         problems = self._drive(check, deadline_s=5.0, stream=False)

@@ -1,0 +1,116 @@
+"""The rank engine on real ipyparallel engines and a real gloo process group: mapping, environment, state, output."""
+
+from __future__ import annotations
+
+import ipaddress
+import sys
+
+import psutil
+import pytest
+
+from thunderviz.ranks import RankEngine, RunReport, StrategySpec
+from thunderviz.ranks.watchdog import tagged_processes
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def test_ranks_get_torchrun_environment_and_namespace(engine: RankEngine) -> None:
+    engine.run(
+        "import os\n"
+        "env = {k: os.environ[k] for k in ('RANK', 'LOCAL_RANK', 'WORLD_SIZE', 'LOCAL_WORLD_SIZE', 'MASTER_ADDR', "
+        "'MASTER_PORT')}\n"
+        "names = (rank, world_size, str(device), torch.__name__, thunder.__name__, "
+        "torch.distributed.get_rank(), torch.distributed.get_backend())\n",
+        collect=False,
+    )
+    ports = set()
+    for rank in (0, 1):
+        env = engine.pull("env", rank)
+        assert env["RANK"] == str(rank) and env["LOCAL_RANK"] == str(rank)
+        assert env["WORLD_SIZE"] == "2" and env["LOCAL_WORLD_SIZE"] == "2"
+        assert env["MASTER_ADDR"] == "127.0.0.1"
+        ports.add(env["MASTER_PORT"])
+        assert engine.pull("names", rank) == (rank, 2, "cpu", "torch", "thunder", rank, "gloo")
+    assert len(ports) == 1 and int(ports.pop()) > 0
+    assert engine.ranks == [0, 1] and engine.world_size == 2 and engine.backend == "gloo"
+    # engine ids are not ranks: the mapping is explicit and covers every engine once
+    assert sorted(engine.rank_to_engine.values()) == sorted(engine.cluster.client.ids)
+
+
+def test_state_persists_across_cells_and_collectives_work(engine: RankEngine) -> None:
+    engine.run("counter = 10 * (rank + 1)", collect=False)
+    engine.run("counter += 1\nt = torch.tensor([float(counter)])\ntorch.distributed.all_reduce(t)\n", collect=False)
+    assert engine.pull("counter", 0) == 11 and engine.pull("counter", 1) == 21
+    assert engine.pull("t", 0).tolist() == [32.0] == engine.pull("t", 1).tolist()
+
+
+def test_output_streams_prefixed_by_rank_and_can_be_limited(engine: RankEngine, output_log) -> None:
+    output_log.clear()
+    report = engine.run("print('hello from', rank)\nimport sys\nprint('warn', rank, file=sys.stderr)\n")
+    assert isinstance(report, RunReport)
+    assert "hello from 0" in output_log.text(0) and "hello from 1" in output_log.text(1)
+    assert ("hello from 1\n") not in output_log.text(0)
+    assert any(stream == "stderr" and "warn 1" in line for r, stream, line in output_log.lines if r == 1)
+    assert report.outputs[1].splitlines()[0] == "hello from 1"
+
+    output_log.clear()
+    report = engine.run("print('only', rank)", output="rank0", collect=False)
+    assert [r for r, _, _ in output_log.lines] == [0]
+    assert "only 1" in report.outputs[1]  # not shown, but kept
+
+    output_log.clear()
+    engine.run("print('quiet', rank)", output="none", collect=False)
+    assert output_log.lines == []
+
+
+def test_status_reports_every_rank(engine: RankEngine) -> None:
+    engine.run("pass", collect=False)
+    status = engine.status()
+    assert sorted(status) == [0, 1]
+    assert all(s["phase"] == "done" and s["alive"] and s["pid"] for s in status.values())
+    assert status[0]["pid"] != status[1]["pid"]
+
+
+def test_everything_listens_on_loopback_only(engine: RankEngine) -> None:
+    # make sure the gloo pairs exist before looking
+    engine.run("torch.distributed.barrier()", collect=False)
+    procs = tagged_processes(engine.cluster.tag)
+    assert len(procs) >= 5  # controller (+ its schedulers), 2 engines, 2 nannies
+    listening = []
+    for proc in procs:
+        for conn in proc.net_connections(kind="inet"):
+            if conn.status == psutil.CONN_LISTEN:
+                listening.append((proc.pid, conn.laddr.ip, conn.laddr.port))
+    assert listening, "expected the controller to listen somewhere"
+    not_loopback = [item for item in listening if not ipaddress.ip_address(item[1]).is_loopback]
+    assert not_loopback == []
+
+
+def test_fabric_strategy_is_configured_per_cell(engine: RankEngine) -> None:
+    spec = StrategySpec("fabric", {"name": "ddp"})
+    report = engine.run(
+        "model = fabric.setup(torch.nn.Linear(4, 2))\n"
+        "torch.manual_seed(rank)\n"
+        "loss = model(torch.randn(3, 4)).sum()\n"
+        "fabric.backward(loss)\n"
+        "grad = model.weight.grad.clone()\n"
+        "strategy_name = type(fabric.strategy).__name__\n",
+        strategy=spec,
+    )
+    assert engine.pull("strategy_name", 0) == "DDPStrategy"
+    # DDP averaged the gradients of different local batches: both ranks hold the same gradient
+    assert engine.pull("grad", 0).tolist() == engine.pull("grad", 1).tolist()
+    assert report.strategy == spec.to_dict() and sorted(report.memory) == [0, 1]
+    # the same spec keeps the same Fabric object (objects from earlier cells stay attached to it)
+    engine.run("fabric_id = id(fabric)", strategy=spec, collect=False)
+    engine.run("same = fabric_id == id(fabric)", strategy=spec, collect=False)
+    assert engine.pull("same", 1) is True
+
+
+def test_ranks_package_does_not_import_ipython() -> None:
+    import subprocess
+
+    code = "import sys, thunderviz.ranks; print('IPython' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=str(__import__('pathlib').Path(__file__).resolve().parents[2]))
+    assert out.stdout.strip() == "False"
