@@ -1,4 +1,4 @@
-"""``thunderviz`` command line: ``thunderviz render TRACES... --out report.html``.
+"""``thunderviz`` command line: ``thunderviz demo`` and ``thunderviz render TRACES... --out report.html``.
 
 Each subcommand is a ``(add_arguments, run)`` pair registered in ``_SUBCOMMANDS``; adding one (``demo``) means
 writing those two functions and one line in the table. ``main`` returns an exit code instead of calling
@@ -43,8 +43,24 @@ def _run_render(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_demo_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", "-o", type=Path, default=Path("demo-output"), help="folder for report.html and traces.json")
+    p.add_argument("--nproc", type=int, default=2, help="number of CPU ranks (default: 2)")
+
+
+def _run_demo(args: argparse.Namespace) -> int:
+    from thunderviz.demo import run_demo
+
+    if args.nproc < 1:
+        print(f"thunderviz demo: --nproc must be at least 1, got {args.nproc}", file=sys.stderr)
+        return 2
+    run_demo(args.out, nproc=args.nproc)
+    return 0
+
+
 _SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "render": ("write a self-contained HTML report from saved trace files", _add_render_arguments, _run_render),
+    "demo": ("run the seed scenarios on CPU ranks and write an offline HTML report", _add_demo_arguments, _run_demo),
 }
 
 

@@ -172,3 +172,180 @@ def train(rank: int, world: int, strategy_kind: str, case: str, model_name: str,
         "decisions": [d.to_dict() for d in strategy.decisions],
         "local_shapes": {n: tuple(p.shape) for n, p in inner.named_parameters()},
     }
+
+
+def train_many(rank: int, world: int, scenarios: list[tuple]) -> list[dict[str, Any]]:
+    """Several scenarios in one pair of rank processes: one interpreter start and process group for all of them."""
+    return [train(rank, world, *s) for s in scenarios]
+
+
+def _fabric(kind: str, **kwargs: Any) -> Any:
+    from lightning.fabric import Fabric
+
+    from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
+
+    cls = ThunderFSDPStrategy if kind == "fsdp" else ThunderDDPStrategy
+    fabric = Fabric(accelerator="cpu", devices=2, strategy=cls(**kwargs))
+    fabric.launch()
+    return fabric
+
+
+def _inner(model: Any) -> nn.Module:
+    from thunderviz.core import thunder_hooks as hooks
+
+    fm = model._forward_module
+    return fm._model if hooks.is_thunder_module(fm) else fm
+
+
+def _full_params(model: Any) -> dict[str, torch.Tensor]:
+    from thunderviz.core import thunder_hooks as hooks
+
+    return {n: hooks.gather_full(p.detach(), p) for n, p in _inner(model).named_parameters()}
+
+
+def checkpoint_roundtrip(rank: int, world: int, kind: str, state_dict_type: str, path: str) -> dict[str, Any]:
+    """Joint ``fabric.setup(model, optimizer)``, save after 2 steps, load into a fresh model, and compare step 3."""
+    def build() -> tuple[Any, Any, Any]:
+        fabric = _fabric(kind, state_dict_type=state_dict_type)
+        torch.manual_seed(0)
+        model = MLP()
+        optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
+        model, optimizer = fabric.setup(model, optimizer)
+        return fabric, model, optimizer
+
+    def step(fabric: Any, model: Any, optimizer: Any, i: int) -> None:
+        optimizer.zero_grad()
+        fabric.backward(loss_fn(model(MLP.batch(10 * i + rank))))
+        optimizer.step()
+
+    fabric, model, optimizer = build()
+    for i in range(2):
+        step(fabric, model, optimizer, i)
+    fabric.save(path, {"model": model, "optimizer": optimizer, "step": 2})
+    saved = _full_params(model)
+    step(fabric, model, optimizer, 2)
+    expected = _full_params(model)
+
+    fabric2, model2, optimizer2 = build()
+    remainder = fabric2.load(path, {"model": model2, "optimizer": optimizer2})
+    loaded = _full_params(model2)
+    step(fabric2, model2, optimizer2, 2)
+    file_keys = None
+    if state_dict_type == "full" and rank == 0:
+        raw = torch.load(path, weights_only=True)
+        file_keys = {k: tuple(v.shape) for k, v in raw["model"].items()}
+    return {
+        "saved": saved,
+        "loaded": loaded,
+        "expected": expected,
+        "after": _full_params(model2),
+        "remainder": remainder,
+        "file_shapes": file_keys,
+    }
+
+
+def fabric_collectives(rank: int, world: int, kind: str) -> dict[str, Any]:
+    fabric = _fabric(kind)
+    fabric.barrier()
+    reduced = fabric.all_reduce(torch.tensor(float(rank + 1)), reduce_op="sum")
+    mean = fabric.all_reduce(torch.tensor(float(rank + 1)))
+    obj = fabric.broadcast({"from": rank}, src=0)
+    gathered = fabric.all_gather(torch.tensor([rank]))
+    return {"sum": float(reduced), "mean": float(mean), "broadcast": obj, "gathered": gathered.flatten().tolist()}
+
+
+class FrozenHead(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Linear(6, 5)
+        self.head = nn.Linear(5, 3)
+        self.head.requires_grad_(False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.body(x)))
+
+
+def frozen_and_no_sync(rank: int, world: int, kind: str, case: str) -> dict[str, Any]:
+    """Frozen parameters stay put; (DDP) ``no_backward_sync`` accumulates to the same gradient as torch DDP would."""
+    import thunder
+
+    fabric = _fabric(kind, jit=case != "function")
+    torch.manual_seed(0)
+    model = FrozenHead()
+    ref = FrozenHead()
+    ref.load_state_dict(model.state_dict())
+    fwd = thunder.jit(lambda m, x: loss_fn(m(x))) if case == "function" else None
+    model = fabric.setup_module(model)
+    run = (lambda x: fwd(model, x)) if fwd is not None else (lambda x: loss_fn(model(x)))
+    micro = [torch.randn(4, 6, generator=torch.Generator().manual_seed(10 * i + r)) for i in range(2) for r in range(world)]
+    mine = [torch.randn(4, 6, generator=torch.Generator().manual_seed(10 * i + rank)) for i in range(2)]
+    with fabric.no_backward_sync(model, enabled=kind == "ddp"):
+        fabric.backward(run(mine[0]))
+    fabric.backward(run(mine[1]))
+    grads = {n: (p.grad is None) for n, p in _inner(model).named_parameters()}
+    from thunderviz.core import thunder_hooks as hooks
+
+    got = {n: hooks.gather_full(p.grad, p) for n, p in _inner(model).named_parameters() if p.grad is not None}
+    expected_loss = sum(loss_fn(ref(x)) for x in micro) / world
+    expected_loss.backward()
+    expected = {n: p.grad for n, p in ref.named_parameters() if p.grad is not None}
+    head_before = {n: p.detach().clone() for n, p in ref.head.named_parameters()}
+    optimizer = fabric.setup_optimizers(torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=LR))
+    optimizer.step()
+    full = _full_params(model)
+    return {
+        "grad_is_none": grads,
+        "got": got,
+        "expected": expected,
+        "head_after": {k[len("head."):]: v for k, v in full.items() if k.startswith("head.")},
+        "head_before": head_before,
+    }
+
+
+class Encoder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(6, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.fc(x))
+
+
+def two_models_one_function(rank: int, world: int, kind: str) -> dict[str, Any]:
+    """Case 2 with a jitted function that takes two different set-up models."""
+    import thunder
+
+    fabric = _fabric(kind, jit=False)
+    torch.manual_seed(0)
+    enc, head = Encoder(), nn.Linear(5, 3)
+    ref_enc, ref_head = Encoder(), nn.Linear(5, 3)
+    ref_enc.load_state_dict(enc.state_dict())
+    ref_head.load_state_dict(head.state_dict())
+    enc, head = fabric.setup_module(enc), fabric.setup_module(head)
+    step = thunder.jit(lambda e, h, x: loss_fn(h(e(x))))
+    xs = [torch.randn(4, 6, generator=torch.Generator().manual_seed(r)) for r in range(world)]
+    fabric.backward(step(enc, head, xs[rank]))
+    (sum(loss_fn(ref_head(ref_enc(x))) for x in xs) / world).backward()
+    from thunderviz.core import thunder_hooks as hooks
+
+    got = {f"enc.{n}": hooks.gather_full(p.grad, p) for n, p in enc.module.named_parameters()}
+    got |= {f"head.{n}": hooks.gather_full(p.grad, p) for n, p in head.module.named_parameters()}
+    expected = {f"enc.{n}": p.grad for n, p in ref_enc.named_parameters()}
+    expected |= {f"head.{n}": p.grad for n, p in ref_head.named_parameters()}
+    return {
+        "got": got,
+        "expected": expected,
+        "forward_collectives": _collectives(thunder.last_traces(step)[-1]),
+        "backward_collectives": _collectives(thunder.last_backward_traces(step)[-1]),
+    }
+
+
+def features(rank: int, world: int, kind: str, tmp: str) -> dict[str, Any]:
+    """Everything but the training matrix, for one strategy kind, in one pair of processes."""
+    out: dict[str, Any] = {"collectives": fabric_collectives(rank, world, kind)}
+    for sdt in ("full", "sharded"):
+        out[f"checkpoint_{sdt}"] = checkpoint_roundtrip(rank, world, kind, sdt, f"{tmp}/{kind}-{sdt}.ckpt")
+    for case in ("raw", "function"):
+        out[f"frozen_{case}"] = frozen_and_no_sync(rank, world, kind, case)
+    out["two_models"] = two_models_one_function(rank, world, kind)
+    return out

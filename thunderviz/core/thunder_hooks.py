@@ -328,10 +328,18 @@ def install_sync_hook() -> None:
             p = original(self, value)
             if already_proxied:
                 return p
-            group = getattr(value.original_value, _GROUP_ATTR, None)
+            tensor = value.original_value
+            group = getattr(tensor, _GROUP_ATTR, None)
             if group is None:
                 return p
-            return _synchronized(value, p, group)
+            # A tied parameter reached through a second attribute path is the same tensor: reuse its gathered
+            # value so it is communicated once, as thunder's own FSDP does for shared parameters.
+            seen = self.__dict__.setdefault("_thunderviz_synced", {})
+            if id(tensor) in seen:
+                value.value = seen[id(tensor)]
+                return seen[id(tensor)]
+            seen[id(tensor)] = synced = _synchronized(value, p, group)
+            return synced
 
         proxify.__thunderviz_original__ = original  # type: ignore[attr-defined]
         jit_ext.JitCtx.proxify = proxify

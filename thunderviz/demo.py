@@ -1,0 +1,113 @@
+"""The main job: the design's seed scenarios on N CPU ranks, each decision and the collectives it produced.
+
+``thunderviz demo`` (``./run demo``) runs, on fresh rank processes with a real gloo process group, one training
+step of a small GPT for every way a model reaches a thunder strategy (raw module, a module the user jitted — also
+one that already ran —, a function the user jitted over the model) under FSDP and DDP; prints what the strategy
+decided and why, and the collectives in rank 0's traces; checks that every rank issued the same collectives; and
+writes one offline HTML report with the traces as graphs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["SEED_SCENARIOS", "Scenario", "run_demo", "run_scenarios_on_rank"]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    strategy: str  # "fsdp" or "ddp"
+    how: str  # "raw", "jitted", "jitted_ran", "function"
+    sharding: str = "ZERO2"
+
+
+SEED_SCENARIOS: tuple[Scenario, ...] = (
+    Scenario("fsdp-raw-module", "fsdp", "raw"),
+    Scenario("fsdp-user-jitted-module", "fsdp", "jitted"),
+    Scenario("fsdp-jitted-module-already-ran", "fsdp", "jitted_ran"),
+    Scenario("fsdp-user-jitted-function", "fsdp", "function"),
+    Scenario("fsdp-zero3-raw-module", "fsdp", "raw", "ZERO3"),
+    Scenario("ddp-raw-module", "ddp", "raw"),
+    Scenario("ddp-user-jitted-function", "ddp", "function"),
+)
+
+
+def run_scenarios_on_rank(rank: int, world: int, scenarios: Sequence[Scenario]) -> dict[str, Any]:
+    """Runs inside each rank: set up, one step, capture traces. Returns plain data for the parent."""
+    import thunder
+    import torch
+    from lightning.fabric import Fabric
+
+    from thunderviz.core.traces import capture
+    from thunderviz.models import TinyGPT, make_batch
+    from thunderviz.strategies import ThunderDDPStrategy, ThunderFSDPStrategy
+
+    def loss_of(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+    out: dict[str, Any] = {"decisions": [], "bundles": []}
+    for sc in scenarios:
+        jit = sc.how != "function"
+        if sc.strategy == "fsdp":
+            strategy = ThunderFSDPStrategy(jit=jit, sharding_strategy=sc.sharding)
+        else:
+            strategy = ThunderDDPStrategy(jit=jit)
+        fabric = Fabric(accelerator="cpu", devices=world, strategy=strategy)
+        fabric.launch()
+        torch.manual_seed(0)
+        model: Any = TinyGPT(n_layer=2, d_model=64, block_size=32)
+        x, y = make_batch(batch=4, block_size=32, seed=rank)
+        step_fn = None
+        if sc.how in ("jitted", "jitted_ran"):
+            model = thunder.jit(model)
+            if sc.how == "jitted_ran":
+                model(x)
+        if sc.how == "function":
+            step_fn = thunder.jit(lambda m, x, y: loss_of(m(x), y))
+        model = fabric.setup_module(model)
+        optimizer = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=0.1))
+        loss = step_fn(model, x, y) if step_fn is not None else loss_of(model(x), y)
+        fabric.backward(loss)
+        optimizer.step()
+        traced = step_fn if step_fn is not None else strategy.thunder_modules[-1][1]
+        out["decisions"].append({"scenario": sc.name, **strategy.decisions[-1].to_dict()})
+        out["bundles"].append(capture(traced, name=sc.name, rank=rank, stages=False).to_dict())
+        out.setdefault("losses", []).append(float(fabric.all_reduce(loss.detach())))
+    return out
+
+
+def run_demo(out_dir: Path | str = "demo-output", *, nproc: int = 2, echo: Any = print) -> Path:
+    """Run the seed scenarios on ``nproc`` CPU ranks, print the story, write ``report.html``; return its path."""
+    from thunderviz.core.collectives import find_mismatches, ledger_from_bundle
+    from thunderviz.core.traces import TraceBundle, save
+    from thunderviz.launch import run_ranks
+    from thunderviz.render.html import render_html
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    echo(f"thunderviz demo: {len(SEED_SCENARIOS)} scenarios on {nproc} CPU ranks (gloo), tiny GPT")
+    per_rank = run_ranks(run_scenarios_on_rank, list(SEED_SCENARIOS), nproc=nproc, timeout=1200)
+    bundles = [TraceBundle.from_dict(b) for r in per_rank for b in r["bundles"]]
+    decisions = per_rank[0]["decisions"]
+    problems = 0
+    for i, (sc, decision) in enumerate(zip(SEED_SCENARIOS, decisions)):
+        ledgers = {r: ledger_from_bundle(TraceBundle.from_dict(per_rank[r]["bundles"][i])) for r in range(nproc)}
+        counts = ", ".join(f"{n} {k}" for k, n in sorted(ledgers[0].counts.items())) or "none"
+        mismatches = find_mismatches(ledgers)
+        problems += len(mismatches)
+        echo(f"\n[{sc.name}] {decision['case']} -> {decision['action']}")
+        echo(f"  why: {decision['reason']}")
+        echo(f"  rank 0 collectives: {counts}; loss {per_rank[0]['losses'][i]:.4f}")
+        echo("  ranks agree" if not mismatches else "  MISMATCH: " + "; ".join(m.message for m in mismatches))
+    save(bundles, out / "traces.json")
+    report = out / "report.html"
+    report.write_text(render_html(bundles, decisions=decisions, title="thunderviz demo"), encoding="utf-8")
+    echo(f"\ntraces: {out / 'traces.json'}")
+    echo(f"report: {report.resolve()}")
+    if problems:
+        raise RuntimeError(f"{problems} cross-rank collective mismatch(es); see the report")
+    return report
