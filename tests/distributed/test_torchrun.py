@@ -1,0 +1,35 @@
+"""The strategies by name under a real ``torchrun``: processes created externally, as on a cluster."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from thunderviz.launch import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(("name", "cls", "collective"), [
+    ("thunder_fsdp", "ThunderFSDPStrategy", "reduce_scatter"),
+    ("thunder_ddp", "ThunderDDPStrategy", "all_reduce"),
+])
+def test_strategy_by_name_under_torchrun(tmp_path, name, cls, collective):
+    cmd = [
+        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+        "--master-port", str(free_port()), "-m", "tests.distributed.torchrun_job", str(tmp_path), name,
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(2)]
+    for r, res in enumerate(results):
+        assert (res["rank"], res["world_size"], res["backend"], res["strategy"]) == (r, 2, "gloo", cls)
+        assert res["mean_loss"] == pytest.approx(res["expected_loss"], rel=1e-5)
+        assert res["backward_collectives"].get(collective, 0) >= 1
+        assert res["decision"] == "case 1: raw module"

@@ -1,0 +1,46 @@
+"""A training script as a user would launch it with torchrun; writes what the test checks to OUT_DIR/rank-N.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import torch
+from lightning.fabric import Fabric
+
+import thunderviz  # noqa: F401 - registers the "thunder_fsdp" / "thunder_ddp" names
+from tests.distributed.scenarios import MLP, _collectives, loss_fn
+
+
+def main(out_dir: str, strategy: str) -> None:
+    torch.set_num_threads(1)
+    fabric = Fabric(accelerator="cpu", devices=int(os.environ["LOCAL_WORLD_SIZE"]), strategy=strategy)
+    fabric.launch()
+    torch.manual_seed(0)
+    model = fabric.setup(MLP())
+    x = MLP.batch(fabric.global_rank)
+    loss = loss_fn(model(x))
+    fabric.backward(loss)
+    torch.manual_seed(0)
+    ref = MLP()
+    expected = sum(loss_fn(ref(MLP.batch(r))) for r in range(fabric.world_size)) / fabric.world_size
+    import thunder
+
+    trace = thunder.last_backward_traces(model._forward_module)[-1]
+    result = {
+        "rank": fabric.global_rank,
+        "world_size": fabric.world_size,
+        "backend": torch.distributed.get_backend(),
+        "strategy": type(fabric.strategy).__name__,
+        "mean_loss": float(fabric.all_reduce(loss.detach())),
+        "expected_loss": float(expected),
+        "backward_collectives": _collectives(trace),
+        "decision": fabric.strategy.decisions[-1].case,
+    }
+    with open(os.path.join(out_dir, f"rank-{fabric.global_rank}.json"), "w") as f:
+        json.dump(result, f)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])
