@@ -127,7 +127,7 @@ class LocalCluster(RankCluster):
 
     def wait_for_engines(self, timeout: float = ENGINE_START_TIMEOUT_S) -> None:
         try:
-            self.client.wait_for_engines(self.n, timeout=timeout)
+            self.client.wait_for_engines(self.n, timeout=timeout, interactive=False)
         except Exception as exc:
             raise RankError(
                 f"{self.n} rank engines did not register within {timeout:.0f} s. Check that ipyparallel works here "

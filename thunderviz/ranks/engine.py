@@ -493,7 +493,9 @@ class RankEngine:
             if rank not in failures or failures[rank].kind in ("raised", "timeout", "interrupted"):
                 # the reply can overtake the last stream messages; wait briefly for the engine's idle status
                 ar.wait_for_output(timeout=1.0)
-        self._pump(ars, cursors, partial, captured, stream, final=True)
+        # A half line at the end of a cell is the cell's last output; during setup it is C++ output still on its
+        # way (gloo's banner), better dropped than cut in two.
+        self._pump(ars, cursors, partial, captured, stream, final=done_phase == "done")
         if interrupted_at is not None:
             for rank in ars:
                 failures.setdefault(rank, RankFailure(rank, "interrupted", "finished before the interrupt arrived"))
@@ -608,7 +610,7 @@ class RankEngine:
             self._set_phase(self.ranks, "collecting")
             code = {
                 r: ("_thunderviz_collected = _thunderviz_bootstrap.collect("
-                    f"globals(), _thunderviz_calls, keep_bundles={r == 0})\n")
+                    "globals(), _thunderviz_calls, keep_bundles=True)\n")
                 for r in self.ranks
             }
             problems = self._drive(self._submit(code), stream=False)

@@ -30,6 +30,7 @@ class RunReport:
     seconds: float
     decisions: list[dict[str, Any]] = field(default_factory=list)
     bundles: dict[str, Any] = field(default_factory=dict)
+    bundles_by_rank: dict[int, dict[str, Any]] = field(default_factory=dict)
     ledgers: dict[str, dict[int, Any]] = field(default_factory=dict)
     mismatches: dict[str, list[Any]] = field(default_factory=dict)
     memory: dict[int, dict[str, Any]] = field(default_factory=dict)
@@ -57,6 +58,8 @@ class RunReport:
         for rank in sorted(collected):
             data = collected[rank]
             report.memory[rank] = dict(data.get("memory", {}))
+            if data.get("bundles"):
+                report.bundles_by_rank[rank] = dict(data["bundles"])
             for name, ledger in data.get("ledgers", {}).items():
                 report.ledgers.setdefault(name, {})[rank] = ledger
             report.problems.extend(f"rank {rank}: {p}" for p in data.get("problems", []))
@@ -78,9 +81,11 @@ class RunReport:
     def to_html(self, *, standalone: bool = True) -> str:
         """The report as self-contained HTML (no scripts, no network): a page when ``standalone``."""
         parts = [f"<div class='thunderviz-report'><h3>{html.escape(self._title())}</h3>"]
-        parts.append(_decisions_html(self.decisions))
+        traces = _traces_html(self.bundles_by_rank, self.ledgers, self.decisions)
+        if traces is None or not self.bundles_by_rank:
+            parts.append(_decisions_html(self.decisions))  # otherwise the trace report carries the decisions
         parts.append(_memory_html(self.memory))
-        parts.append(_traces_html(self.bundles, self.ledgers, self.mismatches, self.decisions))
+        parts.append(traces or "")
         if self.problems:
             items = "".join(f"<li><pre>{html.escape(p)}</pre></li>" for p in self.problems)
             parts.append(f"<h4>Not shown</h4><ul>{items}</ul>")
@@ -130,14 +135,18 @@ def _memory_html(memory: dict[int, dict[str, Any]]) -> str:
     return "<h4>Memory per rank</h4>" + _table(["rank", "process RSS", "CUDA peak allocated"], rows)
 
 
-def _traces_html(bundles: dict[str, Any], ledgers: dict[str, dict[int, Any]], mismatches: dict[str, list[Any]],
-                 decisions: list[dict[str, Any]]) -> str:
-    if not bundles and not ledgers:
+def _traces_html(bundles_by_rank: dict[int, dict[str, Any]], ledgers: dict[str, dict[int, Any]],
+                 decisions: list[dict[str, Any]]) -> str | None:
+    """The trace section from ``thunderviz.render.html`` (graphs, per-rank ledgers, mismatches flagged)."""
+    if not bundles_by_rank:
+        if ledgers:
+            return None
         return "<h4>Traces</h4><p>No thunder-compiled object ran in this cell.</p>"
     try:
-        from thunderviz.render import html as render_html
+        from thunderviz.render.html import Report
     except ImportError as exc:
-        names = ", ".join(sorted(set(bundles) | set(ledgers)))
-        return (f"<h4>Traces</h4><p>Traces were captured for {html.escape(names)}, but the renderer is not "
-                f"available in this build ({html.escape(str(exc))}).</p>")
-    return render_html.report_section(bundles=bundles, ledgers=ledgers, mismatches=mismatches, decisions=decisions)
+        return (f"<h4>Traces</h4><p>Traces were captured, but the renderer is not available in this build "
+                f"({html.escape(str(exc))}).</p>")
+    bundles = [b for rank in sorted(bundles_by_rank) for b in bundles_by_rank[rank].values()]
+    # Report's notebook form is static (inline style, SVG or DOT text, no script): it survives nbconvert/GitHub.
+    return Report(bundles, decisions=decisions or None, title="traces")._repr_html_()

@@ -1,0 +1,25 @@
+"""A real IPython shell with ``%load_ext thunderviz``, shared by a test module (one rank pool per module)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from typing import Iterator
+
+import pytest
+
+os.environ.setdefault("THUNDERVIZ_TEST_SESSION", uuid.uuid4().hex)
+
+
+@pytest.fixture(scope="module")
+def shell() -> Iterator["InteractiveShell"]:  # noqa: F821
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "thunderviz")
+    try:
+        yield shell
+    finally:
+        magics = shell.magics_manager.registry.get("ThundervizMagics")
+        if magics is not None:
+            magics._stop()

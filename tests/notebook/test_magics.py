@@ -1,0 +1,120 @@
+"""The magics through a real ``InteractiveShell``, real engines and the real Thunder strategies."""
+
+from __future__ import annotations
+
+import psutil
+import pytest
+from IPython.core.error import UsageError
+
+from thunderviz.ranks import CellError, RunReport
+
+pytestmark = pytest.mark.timeout(400)
+
+MODEL_CELL = """
+from thunderviz.models import TinyGPT, make_batch
+torch.manual_seed(0)
+model = fabric.setup(TinyGPT(n_layer=1, d_model=32, n_head=2, block_size=16, vocab_size=64))
+x, y = make_batch(batch=2, block_size=16, vocab_size=64, seed=rank, device=device)
+loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+fabric.backward(loss)
+print("loss", round(loss.item(), 3))
+"""
+
+
+def _magics(shell):
+    return shell.magics_manager.registry["ThundervizMagics"]
+
+
+def _children() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def test_help_lists_the_flags(shell, capsys) -> None:
+    doc = _magics(shell).thunder_fsdp.__doc__
+    for flag in ("--nproc", "--backend", "--sharding", "--bucketing", "--no-jit", "--executors", "--timeout",
+                 "--name", "--output"):
+        assert flag in doc
+    assert "--sharding" not in _magics(shell).thunder_ddp.__doc__
+    shell.run_cell("%%thunder_fsdp?\n")
+    assert "--sharding {zero2,zero3}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("line", "fragment"),
+    [
+        ("--nproc 0", "--nproc must be at least 1"),
+        ("--nproc x", "--nproc takes a whole number of ranks"),
+        ("--nproc 2 --frobnicate", "unrecognized arguments: --frobnicate"),
+        ("--nproc 2 --sharding zero9", "invalid choice: 'zero9'"),
+        ("--nproc 2 --name 1bad", "--name must be a Python variable name"),
+        ("--nproc 2 --backend nccl", "Use --backend gloo"),
+    ],
+)
+def test_bad_flags_are_usage_errors_and_start_nothing(shell, line: str, fragment: str) -> None:
+    import torch
+
+    if "nccl" in line and torch.cuda.is_available():
+        pytest.skip("this host has CUDA")
+    before = _children()
+    with pytest.raises(UsageError, match=fragment):
+        shell.run_cell_magic("thunder_fsdp", line, "print('never runs')")
+    assert _children() - before == set()
+    assert _magics(shell).engine is None
+
+
+def test_fsdp_cell_streams_output_and_returns_a_report(shell, capsys) -> None:
+    report = shell.run_cell_magic("thunder_fsdp", "--nproc 2 --backend gloo --sharding zero3 --name fsdp_report",
+                                  MODEL_CELL)
+    out = capsys.readouterr().out
+    assert "[rank 0] loss" in out and "[rank 1] loss" in out
+    assert isinstance(report, RunReport) and shell.user_ns["fsdp_report"] is report
+    assert report.strategy == {"kind": "thunder_fsdp",
+                               "options": {"jit": True, "sharding_strategy": "ZERO3", "bucketing_strategy": "NONE"}}
+    assert report.decisions, "the strategy's decision log should come back"
+    assert {"target", "case", "action", "reason"} <= set(report.decisions[0])
+    assert sorted(report.memory) == [0, 1] and all(m["rss_bytes"] > 0 for m in report.memory.values())
+    page = report.to_html()
+    assert page.startswith("<!DOCTYPE html>") and "<script" not in report._repr_html_()
+    assert "Memory per rank" in page and report.decisions[0]["reason"][:20] in page
+
+
+def test_pool_is_reused_then_restarted_on_mismatch(shell, capsys) -> None:
+    magics = _magics(shell)
+    pids = {r: s["pid"] for r, s in magics.engine.status().items()}
+    report = shell.run_cell_magic("thunder_ddp", "--nproc 2 --backend gloo --output rank0", MODEL_CELL)
+    out = capsys.readouterr().out
+    assert {r: s["pid"] for r, s in magics.engine.status().items()} == pids  # same processes, new strategy
+    assert report.strategy["kind"] == "thunder_ddp"
+    assert "[rank 0] loss" in out and "[rank 1]" not in out
+    shell.run_line_magic("thunder_ranks", "status")
+    status_out = capsys.readouterr().out
+    assert "2 ranks, backend gloo" in status_out and f"pid {pids[1]}" in status_out
+
+    shell.run_cell_magic("thunder_ddp", "--nproc 1 --backend gloo --output none", "assert world_size == 1")
+    out = capsys.readouterr().out
+    assert "Restarting the rank pool" in out and "nproc=2" in out and "nproc=1" in out
+    assert magics.engine.world_size == 1
+
+
+def test_failing_cell_shows_rank_traceback_and_kernel_survives(shell, capsys) -> None:
+    result = shell.run_cell("%%thunder_ddp --nproc 1 --backend gloo\nraise RuntimeError('rank-side failure')\n")
+    assert isinstance(result.error_in_exec, CellError)
+    assert result.error_in_exec.rank == 0
+    shown = capsys.readouterr()
+    text = shown.out + shown.err
+    assert "rank 0 raised RuntimeError: rank-side failure" in text
+    assert "[rank 0] RuntimeError: rank-side failure" in text
+    ok = shell.run_cell("%%thunder_ddp --nproc 1 --backend gloo --output none\nvalue = 7\n")
+    assert ok.success
+
+
+def test_thunder_ranks_stop(shell, capsys) -> None:
+    magics = _magics(shell)
+    tag = magics.engine.cluster.tag
+    shell.run_line_magic("thunder_ranks", "stop")
+    assert magics.engine is None
+    from thunderviz.ranks.watchdog import tagged_processes
+
+    assert tagged_processes(tag) == []
+    shell.run_line_magic("thunder_ranks", "")
+    assert "No rank pool is running" in capsys.readouterr().out

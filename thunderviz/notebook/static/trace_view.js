@@ -1,0 +1,522 @@
+// thunderviz trace view (anywidget front end): lays out the kernel's DOT with a vendored Graphviz WASM build,
+// then handles zoom, pan, search, click-for-details, expand/collapse and the panels.
+//
+// Safety: every string that comes from user code (module and parameter names, source lines) reaches the page
+// through textContent or setAttribute, never innerHTML. Graphviz's SVG is parsed as XML (scripts never run in
+// a parsed document) and scrubbed of script/foreignObject elements, event attributes and non-local links
+// before it is adopted into the page.
+
+const GV_KEY = "__thunderviz_graphviz_wasm_1_29_2";
+
+// Layout runs in a Web Worker so a big expanded block (hundreds of ops, ~0.5 s of Graphviz) never blocks the
+// page; if a worker cannot be made (very old browser, strict CSP), it runs on the main thread instead.
+const WORKER_SRC = `
+let gv = null;
+self.onmessage = async (ev) => {
+  const { id, dot, libUrl } = ev.data;
+  try {
+    if (!gv) gv = import(libUrl).then((m) => m.Graphviz.load());
+    const svg = (await gv).layout(dot, "svg", "dot");
+    self.postMessage({ id, svg });
+  } catch (err) {
+    self.postMessage({ id, error: String((err && err.message) || err) });
+  }
+};`;
+
+function layoutService(model) {
+  // One library URL, one worker and one WASM instance per page, shared by every widget.
+  if (globalThis[GV_KEY]) return globalThis[GV_KEY];
+  const libUrl = URL.createObjectURL(new Blob([model.get("_graphviz_js")], { type: "text/javascript" }));
+  let worker = null;
+  try {
+    worker = new Worker(URL.createObjectURL(new Blob([WORKER_SRC], { type: "text/javascript" })), { type: "module" });
+  } catch (err) {
+    worker = null;
+  }
+  const pending = new Map();
+  let next = 0;
+  let mainThread = null;
+  const onMain = (dot) => {
+    if (!mainThread) mainThread = import(/* webpackIgnore: true */ libUrl).then((m) => m.Graphviz.load());
+    return mainThread.then((gv) => gv.layout(dot, "svg", "dot"));
+  };
+  if (worker) {
+    worker.onmessage = (ev) => {
+      const p = pending.get(ev.data.id);
+      pending.delete(ev.data.id);
+      if (!p) return;
+      if (ev.data.error) p.reject(new Error(ev.data.error));
+      else p.resolve(ev.data.svg);
+    };
+    worker.onerror = (ev) => {
+      ev.preventDefault();
+      worker = null;
+      for (const [, p] of pending) p.fallback();
+      pending.clear();
+    };
+  }
+  const service = {
+    where: () => (worker ? "worker" : "main thread"),
+    layout(dot) {
+      if (!worker) return onMain(dot);
+      return new Promise((resolve, reject) => {
+        const id = next++;
+        pending.set(id, { resolve, reject, fallback: () => onMain(dot).then(resolve, reject) });
+        worker.postMessage({ id, dot, libUrl });
+      });
+    },
+  };
+  globalThis[GV_KEY] = service;
+  return service;
+}
+
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null) continue;
+    if (k === "class") el.className = v;
+    else if (k === "text") el.textContent = String(v);
+    else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else el.setAttribute(k, String(v));
+  }
+  for (const c of children) {
+    if (c === null || c === undefined || c === false) continue;
+    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+function scrubSvg(svgText) {
+  const doc = new DOMParser().parseFromString(svgText, "image/svg+xml");
+  const svg = doc.documentElement;
+  if (!svg || svg.nodeName.toLowerCase() !== "svg") throw new Error("Graphviz returned no SVG");
+  for (const bad of svg.querySelectorAll("script, foreignObject, iframe")) bad.remove();
+  for (const el of [svg, ...svg.querySelectorAll("*")]) {
+    for (const a of [...el.attributes]) {
+      const n = a.name.toLowerCase();
+      if (n.startsWith("on")) el.removeAttribute(a.name);
+      else if ((n === "href" || n === "xlink:href") && !a.value.startsWith("#")) el.removeAttribute(a.name);
+    }
+  }
+  return document.importNode(svg, true);
+}
+
+function fmtBytes(n) {
+  if (n === null || n === undefined) return "";
+  let v = Number(n);
+  for (const u of ["B", "KiB", "MiB", "GiB"]) {
+    if (v < 1024 || u === "GiB") return u === "B" ? `${v} B` : `${v.toFixed(1)} ${u}`;
+    v /= 1024;
+  }
+  return `${n} B`;
+}
+
+const shapeText = (s) => (s === null || s === undefined ? "" : `[${s.join(", ")}]`);
+
+function table(headers, rows, rowAttrs) {
+  const thead = h("thead", {}, h("tr", {}, ...headers.map((x) => h("th", { text: x }))));
+  const tbody = h("tbody");
+  rows.forEach((r, i) => {
+    const tr = h("tr", rowAttrs ? rowAttrs(i) : {}, ...r.map((c) => h("td", { text: c ?? "" })));
+    tbody.append(tr);
+  });
+  return h("table", { class: "tv-table" }, thead, tbody);
+}
+
+class Pane {
+  constructor(view, index) {
+    this.view = view;
+    this.index = index;
+    this.title = h("div", { class: "tv-pane-title" });
+    this.box = h("div", { class: "tv-graph", "data-pane": index });
+    this.el = h("div", { class: "tv-pane" }, this.title, this.box);
+    this.dot = null;
+    this.svg = null;
+    this.base = null;
+    this.data = null;
+  }
+
+  async draw(data, gv) {
+    let ms = null;
+    if (data.dot !== this.dot) {
+      const t0 = performance.now();
+      const text = await gv.layout(data.dot);
+      if (this.view.generation !== this.generation) return null; // a newer state arrived meanwhile
+      const svg = scrubSvg(text);
+      const vb = svg.viewBox && svg.viewBox.baseVal;
+      this.base = vb && vb.width ? { x: vb.x, y: vb.y, w: vb.width, h: vb.height } : { x: 0, y: 0, w: 100, h: 100 };
+      svg.removeAttribute("width");
+      svg.removeAttribute("height");
+      svg.setAttribute("preserveAspectRatio", "xMidYMid meet");
+      svg.classList.add("tv-svg");
+      this.box.replaceChildren(svg);
+      this.svg = svg;
+      this.dot = data.dot;
+      ms = performance.now() - t0;
+    }
+    this.data = data;
+    this.title.textContent = `${data.title} \u2014 ${data.n_ops} ops, ${data.n_collectives} collectives, ${data.n_waits} waits`;
+    this.decorate();
+    this.applyView();
+    return ms;
+  }
+
+  nodeEl(id) {
+    return this.svg ? this.svg.querySelector(`[id="${CSS.escape(this.data.prefix + id)}"]`) : null;
+  }
+
+  decorate() {
+    if (!this.svg) return;
+    for (const [id, meta] of Object.entries(this.data.nodes)) {
+      const el = this.nodeEl(id);
+      if (!el) continue;
+      el.dataset.node = id;
+      el.dataset.kind = meta.kind;
+      el.classList.add(`tv-kind-${meta.kind}`);
+      el.classList.remove("tv-diff-add", "tv-diff-rem", "tv-diff-chg");
+      delete el.dataset.diff;
+    }
+    for (const [id, m] of Object.entries(this.data.marks || {})) {
+      const el = this.nodeEl(id);
+      if (!el) continue;
+      const cls = m["+"] >= Math.max(m["-"], m["~"]) ? "tv-diff-add" : m["-"] >= m["~"] ? "tv-diff-rem" : "tv-diff-chg";
+      el.classList.add(cls);
+      el.dataset.diff = `+${m["+"]} -${m["-"]} ~${m["~"]}`;
+    }
+  }
+
+  applyView() {
+    if (!this.svg || !this.base) return;
+    const { k, cx, cy } = this.view.viewport;
+    const w = this.base.w / k;
+    const hh = this.base.h / k;
+    const x = this.base.x + cx * this.base.w - w / 2;
+    const y = this.base.y + cy * this.base.h - hh / 2;
+    this.svg.setAttribute("viewBox", `${x} ${y} ${w} ${hh}`);
+  }
+
+  unitsPerPixel() {
+    const r = this.box.getBoundingClientRect();
+    const { k } = this.view.viewport;
+    return Math.max(this.base.w / k / Math.max(r.width, 1), this.base.h / k / Math.max(r.height, 1));
+  }
+}
+
+function render({ model, el }) {
+  const root = h("div", { class: "tv-root", "data-mode": model.get("mode") });
+  const tRender = performance.timeOrigin + performance.now();
+  root.dataset.tRender = String(tRender);
+  el.append(root);
+  const state = { generation: 0, viewport: { k: 1, cx: 0.5, cy: 0.5 }, panes: [], selected: null, selectedIndex: null, tab: "details" };
+
+  // ---------------------------------------------------------------- toolbar and layout
+  const traceSel = h("select", { class: "tv-trace", title: "trace" });
+  const search = h("input", { class: "tv-search", type: "search", placeholder: "search op / tensor / parameter", spellcheck: "false" });
+  const status = h("span", { class: "tv-status" });
+  const btn = (label, title, fn) => h("button", { class: "tv-btn", title, onclick: fn, text: label });
+  const toolbar = h("div", { class: "tv-toolbar" },
+    h("span", { class: "tv-title", text: model.get("title") }), traceSel, search,
+    btn("\u2212", "zoom out", () => zoom(1 / 1.4)), btn("+", "zoom in", () => zoom(1.4)),
+    btn("fit", "zoom to fit", () => { state.viewport = { k: 1, cx: 0.5, cy: 0.5 }; applyViews(); }),
+    btn("collapse all", "collapse every block", () => { model.set("expanded", []); model.save_changes(); }),
+    status);
+  const summary = h("div", { class: "tv-summary" });
+  const matchesBox = h("div", { class: "tv-matches" });
+  const panesBox = h("div", { class: "tv-panes" });
+  const tabs = h("div", { class: "tv-tabs" });
+  const panel = h("div", { class: "tv-panel" });
+  root.append(toolbar, summary, matchesBox, panesBox, tabs, panel);
+
+  const setStatus = (text, isError) => {
+    status.textContent = text;
+    status.classList.toggle("tv-error", !!isError);
+  };
+
+  function applyViews() { for (const p of state.panes) p.applyView(); }
+
+  function zoom(f, fx = 0.5, fy = 0.5) {
+    const v = state.viewport;
+    const k2 = Math.min(60, Math.max(0.2, v.k * f));
+    // Keep the point under (fx, fy) (fractions of the visible window) where it is.
+    v.cx += (fx - 0.5) * (1 / v.k - 1 / k2);
+    v.cy += (fy - 0.5) * (1 / v.k - 1 / k2);
+    v.k = k2;
+    applyViews();
+  }
+
+  // ---------------------------------------------------------------- drawing
+  async function drawPanes() {
+    const data = model.get("panes");
+    while (state.panes.length < data.length) {
+      const p = new Pane(state, state.panes.length);
+      state.panes.push(p);
+      panesBox.append(p.el);
+      attachPointer(p);
+    }
+    while (state.panes.length > data.length) state.panes.pop().el.remove();
+    for (const p of state.panes) p.box.style.height = `${model.get("height")}px`;
+    panesBox.classList.toggle("tv-two", data.length > 1);
+    setStatus("laying out\u2026");
+    const gv = layoutService(model);
+    const generation = ++state.generation;
+    for (const p of state.panes) p.generation = generation;
+    const t0 = performance.now();
+    const times = (await Promise.all(data.map((d, i) => state.panes[i].draw(d, gv)))).filter((x) => x !== null);
+    if (generation !== state.generation) return;
+    const nodes = data.reduce((n, p) => n + Object.keys(p.nodes).length, 0);
+    if (times.length) {
+      const total = times.reduce((a, b) => a + b, 0);
+      root.dataset.layoutMs = total.toFixed(1);
+      root.dataset.tDrawn = String(performance.timeOrigin + performance.now());
+      if (!root.dataset.tFirstDrawn) root.dataset.tFirstDrawn = root.dataset.tDrawn;
+      setStatus(`${nodes} nodes \u00b7 drawn in ${(performance.now() - t0).toFixed(0)} ms (${gv.where()})`);
+    } else {
+      setStatus(`${nodes} nodes`);
+    }
+    root.dataset.drawn = String(Number(root.dataset.drawn || 0) + 1);
+    markMatches();
+    showSelected();
+  }
+
+  function attachPointer(p) {
+    let down = null;
+    p.box.addEventListener("wheel", (ev) => {
+      ev.preventDefault();
+      const r = p.box.getBoundingClientRect();
+      zoom(Math.exp(-ev.deltaY * 0.0015), (ev.clientX - r.left) / r.width, (ev.clientY - r.top) / r.height);
+    }, { passive: false });
+    p.box.addEventListener("pointerdown", (ev) => {
+      down = { x: ev.clientX, y: ev.clientY, cx: state.viewport.cx, cy: state.viewport.cy, moved: false };
+    });
+    p.box.addEventListener("pointermove", (ev) => {
+      if (!down || !p.base) return;
+      const dx = ev.clientX - down.x, dy = ev.clientY - down.y;
+      if (Math.abs(dx) + Math.abs(dy) > 4) down.moved = true;
+      if (!down.moved) return;
+      const upp = p.unitsPerPixel();
+      state.viewport.cx = down.cx - (dx * upp) / p.base.w;
+      state.viewport.cy = down.cy - (dy * upp) / p.base.h;
+      applyViews();
+    });
+    p.box.addEventListener("pointerup", () => { setTimeout(() => { down = null; }, 0); });
+    p.box.addEventListener("click", (ev) => {
+      if (down && down.moved) return;
+      const g = ev.target.closest("g.node, g.cluster");
+      if (!g || !g.dataset.node) return;
+      select(p.index, g.dataset.node, null);
+    });
+    p.box.addEventListener("dblclick", (ev) => {
+      const g = ev.target.closest("g.node, g.cluster");
+      if (!g || !g.dataset.node) return;
+      const meta = p.data.nodes[g.dataset.node];
+      if (meta && meta.kind === "group") toggleGroup(meta.name);
+    });
+  }
+
+  function toggleGroup(name) {
+    const cur = model.get("expanded");
+    const next = cur.includes(name) ? cur.filter((x) => x !== name) : [...cur, name];
+    setStatus(cur.includes(name) ? `collapsing ${name}\u2026` : `expanding ${name}\u2026`);
+    model.set("expanded", next);
+    model.save_changes();
+  }
+
+  // ---------------------------------------------------------------- selection and details
+  function select(pane, node, index) {
+    state.selected = { pane, node };
+    state.selectedIndex = index;
+    model.set("selected", { pane, node });
+    model.save_changes();
+    showTab("details");
+    showSelected();
+  }
+
+  function showSelected() {
+    for (const p of state.panes) {
+      if (!p.svg) continue;
+      for (const e of p.svg.querySelectorAll(".tv-selected")) e.classList.remove("tv-selected");
+    }
+    const sel = state.selected;
+    if (!sel || !state.panes[sel.pane] || !state.panes[sel.pane].data) {
+      if (state.tab === "details") panel.replaceChildren(h("p", { class: "tv-hint", text: "Click a node for its details; double-click a block to open it." }));
+      return;
+    }
+    const p = state.panes[sel.pane];
+    const meta = p.data.nodes[sel.node];
+    const el = p.nodeEl(sel.node);
+    if (el) el.classList.add("tv-selected");
+    if (state.tab === "details") panel.replaceChildren(details(meta, p));
+  }
+
+  function ledgerRow(led) {
+    if (!led) return null;
+    const rows = [
+      ["kind", led.kind], ["tensor", led.tensor], ["shape", `${led.dtype || ""}${shapeText(led.shape)}`],
+      ["bytes (this rank)", led.bytes === null ? "" : `${fmtBytes(led.bytes)} (${led.bytes})`],
+      ["group size", led.group_size ?? ""], ["result shape", shapeText(led.out_shape)],
+      ["wait distance (ops)", led.distance ?? (led.kind === "wait" ? "" : "synchronous")],
+      ["ledger position", led.position], ["waits for", led.waits_for ?? ""],
+    ];
+    return h("div", { class: "tv-ledger-row" }, h("h5", { text: "Collectives ledger" }), table(["field", "value"], rows));
+  }
+
+  function opDetails(m) {
+    const box = h("div", { class: "tv-op", "data-index": m.index });
+    box.append(h("div", { class: "tv-op-head" }, h("b", { text: m.op }), ` \u00b7 op ${m.index} \u00b7 `, h("span", { text: m.module || m.group || "" })));
+    box.append(h("pre", { class: "tv-python", text: m.python || m.op }));
+    if (m.source) box.append(h("div", { class: "tv-source" }, h("span", { class: "tv-k", text: "source " }), h("code", { text: `${m.source.file}:${m.source.line}` }), h("pre", { text: m.source.code })));
+    else box.append(h("div", { class: "tv-source tv-hint", text: "no source line (thunder records them for forward ops only)" }));
+    const ts = [...m.inputs.map((x) => ["in", x]), ...m.outputs.map((x) => ["out", x])];
+    if (ts.length) box.append(table(["", "tensor", "shape", "dtype", "kind"], ts.map(([d, x]) => [d, x.name, shapeText(x.shape), x.dtype || "", x.kind])));
+    const led = ledgerRow(m.ledger);
+    if (led) box.append(led);
+    return box;
+  }
+
+  function details(meta, p) {
+    if (!meta) return h("p", { class: "tv-hint", text: "(no details)" });
+    const out = h("div", { class: "tv-details", "data-kind": meta.kind });
+    if (meta.kind === "group") {
+      const open = model.get("expanded").includes(meta.name);
+      out.append(h("div", { class: "tv-op-head" }, h("b", { text: meta.name }), ` \u00b7 ${meta.n_compute} compute ops (${meta.n_ops} with collectives) \u00b7 trace ops ${meta.first_index}\u2013${meta.last_index} `,
+        h("button", { class: "tv-btn", text: open ? "collapse block" : "expand block", onclick: () => toggleGroup(meta.name) })));
+      out.append(table(["op", "count"], Object.entries(meta.op_counts)));
+      if (Object.keys(meta.collectives).length) out.append(table(["collective", "count"], Object.entries(meta.collectives)));
+      if (meta.sources.length) out.append(h("h5", { text: "Source lines" }), h("pre", { text: meta.sources.join("\n") }));
+      return out;
+    }
+    if (meta.kind === "collectives") {
+      out.append(h("div", { class: "tv-op-head" }, h("b", { text: `${meta.group}: ${meta.ops.length} collectives and waits` })));
+      const rows = meta.ops.map((m) => {
+        const l = m.ledger || {};
+        return [m.index, m.kind === "wait" ? "wait" : (l.kind || m.op), l.tensor || "", `${l.dtype || ""}${shapeText(l.shape)}`, fmtBytes(l.bytes), l.group_size ?? "", l.distance ?? ""];
+      });
+      out.append(table(["op", "kind", "tensor", "shape", "bytes", "group", "wait distance"], rows, (i) => ({
+        class: "tv-coll-row" + (meta.ops[i].index === state.selectedIndex ? " tv-hit" : ""), "data-index": meta.ops[i].index,
+      })));
+      const chosen = meta.ops.find((m) => m.index === state.selectedIndex) || meta.ops[0];
+      const holder = h("div", { class: "tv-op-holder" }, opDetails(chosen));
+      out.append(holder);
+      out.addEventListener("click", (ev) => {
+        const tr = ev.target.closest("tr.tv-coll-row");
+        if (!tr) return;
+        const m = meta.ops.find((o) => String(o.index) === tr.dataset.index);
+        for (const r of out.querySelectorAll("tr.tv-hit")) r.classList.remove("tv-hit");
+        tr.classList.add("tv-hit");
+        state.selectedIndex = m.index;
+        holder.replaceChildren(opDetails(m));
+      });
+      return out;
+    }
+    out.append(opDetails(meta));
+    return out;
+  }
+
+  // ---------------------------------------------------------------- search
+  let searchTimer = null;
+  search.addEventListener("input", () => {
+    clearTimeout(searchTimer);
+    searchTimer = setTimeout(() => { model.set("search", search.value); model.save_changes(); }, 200);
+  });
+
+  function markMatches() {
+    for (const p of state.panes) {
+      if (!p.svg) continue;
+      for (const e of p.svg.querySelectorAll(".tv-match")) e.classList.remove("tv-match");
+    }
+    const hits = model.get("matches");
+    const q = model.get("search");
+    for (const m of hits) {
+      const p = state.panes[m.pane];
+      const e = p && p.nodeEl(m.node);
+      if (e) e.classList.add("tv-match");
+    }
+    if (!q) { matchesBox.replaceChildren(); return; }
+    const total = model.get("match_total");
+    const list = h("ol", { class: "tv-match-list" });
+    for (const m of hits.slice(0, 50)) {
+      const side = state.panes.length > 1 ? (m.pane === 0 ? "left: " : "right: ") : "";
+      list.append(h("li", { class: `tv-match-item tv-kind-${m.kind}`, "data-node": m.node, "data-index": m.index, "data-pane": m.pane,
+        onclick: () => select(m.pane, m.node, m.index) }, `${side}${m.label}`, h("span", { class: "tv-hint", text: ` \u00b7 ${m.group} \u00b7 op ${m.index}` })));
+    }
+    matchesBox.replaceChildren(h("div", { class: "tv-match-count", text: `${total} match${total === 1 ? "" : "es"} for \u201c${q}\u201d${total > 50 ? " (first 50 listed)" : ""}` }), list);
+  }
+
+  // ---------------------------------------------------------------- panels
+  const TAB_NAMES = { details: "Details", diff: "Diff", ledger: "Collectives ledger", decisions: "Decisions", memory: "Memory" };
+
+  function drawTabs() {
+    const panels = model.get("panels") || {};
+    const names = ["details", ...Object.keys(TAB_NAMES).filter((k) => k !== "details" && k in panels)];
+    tabs.replaceChildren(...names.map((n) => h("button", { class: "tv-tab" + (n === state.tab ? " tv-on" : ""), "data-tab": n, text: TAB_NAMES[n], onclick: () => showTab(n) })));
+  }
+
+  function showTab(name) {
+    state.tab = name;
+    drawTabs();
+    const panels = model.get("panels") || {};
+    if (name === "details") { showSelected(); return; }
+    if (name === "ledger") panel.replaceChildren(ledgerPanel(panels.ledger));
+    else if (name === "decisions") panel.replaceChildren(panels.decisions.length
+      ? table(["target", "case", "action", "reason"], panels.decisions.map((d) => [d.target, d.case, d.action, d.reason]))
+      : h("p", { class: "tv-hint", text: "No jit decisions were recorded for this object." }));
+    else if (name === "memory") {
+      const rows = panels.memory || [];
+      const keys = [...new Set(rows.flatMap((r) => Object.keys(r)))];
+      panel.replaceChildren(table(keys, rows.map((r) => keys.map((k) => (typeof r[k] === "number" && k.includes("peak") ? fmtBytes(r[k]) : r[k])))));
+    } else if (name === "diff") panel.replaceChildren(diffPanel(panels.diff));
+  }
+
+  function ledgerPanel(led) {
+    const box = h("div", { class: "tv-ledger" });
+    if (!led) return box;
+    for (const msg of led.mismatches) box.append(h("div", { class: "tv-mismatch", text: msg }));
+    if (!led.mismatches.length && led.ranks.length > 1) box.append(h("div", { class: "tv-ok", text: `Ranks ${led.ranks.join(", ")} issue the same ${led.rows.length} collectives.` }));
+    const bad = new Set(led.bad);
+    const headers = ["#", "trace", "kind", "tensor", ...led.ranks.map((r) => `rank ${r}`), "group", "wait distance"];
+    const rows = led.rows.map((cells, i) => {
+      const e = cells.find((c) => c) || {};
+      return [i + 1, e.trace, e.kind, e.tensor, ...cells.map((c) => (c ? `${c.dtype || ""}${shapeText(c.shape)} ${fmtBytes(c.bytes)}` : "\u2014")), e.group_size ?? "", e.distance ?? ""];
+    });
+    box.append(table(headers, rows, (i) => ({ class: bad.has(i) ? "tv-bad" : "" })));
+    return box;
+  }
+
+  function diffPanel(d) {
+    const box = h("div", { class: "tv-diff" });
+    if (!d) return box;
+    box.append(h("p", { text: `${d.total} differing rows, ${d.unchanged} ops aligned unchanged${d.total > d.rows.length ? ` (first ${d.rows.length} listed)` : ""}.` }));
+    box.append(table(["", "left", "right"], d.rows.map((r) => [r.tag, r.a, r.b]), (i) => ({ class: `tv-row-${{ "+": "add", "-": "rem", "~": "chg" }[d.rows[i].tag]}` })));
+    return box;
+  }
+
+  // ---------------------------------------------------------------- model wiring
+  function drawTraces() {
+    const cur = model.get("trace");
+    traceSel.replaceChildren(...model.get("traces").map((x) => { const o = h("option", { value: x, text: x }); o.selected = x === cur; return o; }));
+  }
+  traceSel.addEventListener("change", () => { model.set("trace", traceSel.value); model.save_changes(); });
+  const drawSummary = () => { summary.textContent = model.get("summary"); summary.hidden = !model.get("summary"); };
+
+  const redraw = () => drawPanes().catch((err) => { setStatus(`layout failed: ${err}`, true); console.error("thunderviz: layout failed", err); });
+  const onTrace = () => { drawTraces(); state.selected = null; state.viewport = { k: 1, cx: 0.5, cy: 0.5 }; };
+  model.on("change:panes", redraw);
+  model.on("change:matches", markMatches);
+  model.on("change:trace", onTrace);
+  model.on("change:traces", drawTraces);
+  model.on("change:summary", drawSummary);
+  model.on("change:panels", () => showTab(state.tab));
+  model.on("change:selected", () => {
+    const s = model.get("selected");
+    state.selected = s && s.node !== undefined ? { pane: s.pane, node: s.node } : null;
+    if (state.tab === "details") showSelected(); else showTab("details");
+  });
+  drawTraces();
+  drawSummary();
+  drawTabs();
+  search.value = model.get("search");
+  redraw();
+  return () => { clearTimeout(searchTimer); };
+}
+
+export default { render };

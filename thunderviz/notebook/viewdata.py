@@ -1,0 +1,322 @@
+"""What the trace widgets show, computed from plain trace objects: no IPython, no ipywidgets, no browser.
+
+The widgets are thin: every number, label, search hit, diff mark and ledger row a person sees is computed here
+from the trace model (``thunderviz.core``) and the DOT renderer (``thunderviz.render.graph``), so it can be tested
+in plain Python and reused by the static (nbconvert/GitHub) view. The browser only lays out the DOT and handles
+zoom, pan and clicks.
+
+``Subject`` is the one shape every accepted input is turned into: a saved trace file, a list of per-rank
+``TraceBundle`` objects, one bundle, one ``TraceSnapshot``, a ``render.html.Report`` or the rank engine's
+``RunReport``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from thunderviz.core.collectives import Ledger, find_mismatches, ledger_from_bundle
+from thunderviz.core.diff import TraceDiff, diff_traces
+from thunderviz.core.traces import TraceBundle, TraceSnapshot, load
+from thunderviz.render.graph import GraphView, graph_view, short_op_name
+
+__all__ = [
+    "Subject",
+    "diff_marks",
+    "memory_rows",
+    "pane_data",
+    "search_ops",
+    "subject_of",
+    "trace_choices",
+]
+
+#: Search results sent to the browser; more would only slow the list down, the count is reported in full.
+MAX_MATCHES = 200
+
+
+@dataclass
+class Subject:
+    """One jitted object as seen on every rank: what a trace view or one side of a comparison shows.
+
+    ``bundles`` maps rank -> bundle (the lowest rank is drawn); ``ledgers`` rank -> collectives ledger;
+    ``decisions`` are the strategies' jit decisions (``{"target", "case", "action", "reason"}``) when known;
+    ``memory`` rank -> extra measured memory (the rank engine's RSS/CUDA numbers) when known.
+    """
+
+    title: str
+    bundles: dict[int, TraceBundle]
+    ledgers: dict[int, Ledger] = field(default_factory=dict)
+    decisions: list[dict[str, Any]] = field(default_factory=list)
+    memory: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def primary(self) -> TraceBundle:
+        return self.bundles[min(self.bundles)]
+
+    def mismatches(self) -> list[str]:
+        """Cross-rank disagreement messages (empty when the ranks agree or only one rank is known)."""
+        if len(self.ledgers) < 2:
+            return []
+        return [m.message for m in find_mismatches(self.ledgers)]
+
+
+def _pick(named: Mapping[str, Any], name: str | None, what: str) -> str:
+    if name is not None:
+        if name not in named:
+            raise ValueError(f"{what}: no traced object named {name!r}; it has {sorted(named)!r}")
+        return name
+    if len(named) != 1:
+        raise ValueError(f"{what} holds {len(named)} traced objects ({sorted(named)!r}); pass name=... to pick one")
+    return next(iter(named))
+
+
+def _from_bundles(bundles: Sequence[TraceBundle], name: str | None, what: str) -> Subject:
+    by_name: dict[str, list[TraceBundle]] = {}
+    for b in bundles:
+        if not isinstance(b, TraceBundle):
+            raise TypeError(f"{what}: expected TraceBundle objects (capture() or load()), got {type(b).__name__}")
+        by_name.setdefault(b.name, []).append(b)
+    if not by_name:
+        raise ValueError(f"{what}: no traces in it")
+    chosen = _pick(by_name, name, what)
+    per_rank = {b.rank: b for b in by_name[chosen]}
+    return Subject(title=chosen, bundles=per_rank, ledgers={r: ledger_from_bundle(b) for r, b in per_rank.items()})
+
+
+def subject_of(obj: Any, name: str | None = None) -> Subject:
+    """Turn anything the widgets accept into a ``Subject``.
+
+    Accepts a ``Subject``, a ``TraceBundle``, a ``TraceSnapshot``, a path to a file written by
+    ``core.traces.save``, a list of bundles and/or paths (one per rank is usual), ``render.html.Report`` and the
+    rank engine's ``RunReport`` (anything with ``bundles``; a ``RunReport`` also brings its decisions, every
+    rank's ledger and memory). ``name`` picks one jitted object when the input holds several.
+    """
+    what = f"{type(obj).__name__} input"
+    if isinstance(obj, Subject):
+        return obj
+    if isinstance(obj, TraceSnapshot):
+        bundle = TraceBundle(name=obj.label or "trace", rank=0, world_size=1, forward=obj)
+        return Subject(title=bundle.name, bundles={0: bundle}, ledgers={0: ledger_from_bundle(bundle)})
+    if isinstance(obj, TraceBundle):
+        return _from_bundles([obj], name, what)
+    if isinstance(obj, (str, os.PathLike)):
+        return _from_bundles(load(obj), name, f"trace file {os.fspath(obj)!r}")
+    if isinstance(obj, (list, tuple)):
+        flat: list[TraceBundle] = []
+        for item in obj:
+            flat.extend(load(item) if isinstance(item, (str, os.PathLike)) else [item])
+        return _from_bundles(flat, name, "list input")
+    bundles = getattr(obj, "bundles", None)
+    if isinstance(bundles, Mapping):  # the rank engine's RunReport: rank 0's bundles by name + per-rank ledgers
+        chosen = _pick(bundles, name, what)
+        b = bundles[chosen]
+        b = b if isinstance(b, TraceBundle) else TraceBundle.from_dict(b)
+        raw_ledgers = (getattr(obj, "ledgers", None) or {}).get(chosen, {})
+        ledgers = {int(r): (lg if isinstance(lg, Ledger) else Ledger.from_dict(lg)) for r, lg in raw_ledgers.items()}
+        ledgers = ledgers or {b.rank: ledger_from_bundle(b)}
+        decisions = [dict(d) for d in (getattr(obj, "decisions", None) or [])]
+        memory = {int(r): dict(m) for r, m in (getattr(obj, "memory", None) or {}).items()}
+        return Subject(title=chosen, bundles={b.rank: b}, ledgers=ledgers, decisions=decisions, memory=memory)
+    if isinstance(bundles, Sequence):  # render.html.Report
+        subj = _from_bundles(list(bundles), name, what)
+        subj.decisions = [dict(d) for d in (getattr(obj, "decisions", None) or [])]
+        return subj
+    raise TypeError(
+        f"thunderviz widgets show traces; got {type(obj).__name__}. Pass a TraceBundle (thunderviz.core.traces."
+        "capture(jitted)), a list of them (one per rank), a saved trace file's path, or a run report."
+    )
+
+
+def trace_choices(bundle: TraceBundle) -> list[str]:
+    """Labels a view can switch between: ``forward``, ``backward``, then each captured stage."""
+    out = list(bundle.traces())
+    for s in bundle.stages:
+        if s.label not in out:
+            out.append(s.label)
+    return out
+
+
+def snapshot_of(bundle: TraceBundle, label: str) -> TraceSnapshot:
+    traces = bundle.traces()
+    if label in traces:
+        return traces[label]
+    for s in bundle.stages:
+        if s.label == label:
+            return s
+    raise ValueError(f"no trace {label!r} in {bundle.name!r}; choose from {trace_choices(bundle)!r}")
+
+
+def node_of_ops(gv: GraphView) -> dict[int, str]:
+    """Op index -> the id of the node that draws it (mirrors ``render.graph.graph_view``)."""
+    out: dict[int, str] = {}
+    for g in gv.groups:
+        for op in g.ops:
+            if g.id in gv.expanded:
+                out[op.index] = f"op{op.index}"
+            elif op.collective is not None:
+                out[op.index] = f"{g.id}c"
+            else:
+                out[op.index] = g.id
+    return out
+
+
+def _ledger_rows(ledger: Ledger | None, label: str) -> dict[int, dict[str, Any]]:
+    if ledger is None:
+        return {}
+    return {e.op_index: e.to_dict() for e in ledger.entries if e.trace == label}
+
+
+def _attach_ledger(meta: dict[str, Any], rows: Mapping[int, dict[str, Any]]) -> None:
+    if meta.get("kind") in ("collective", "wait") and meta.get("index") in rows:
+        meta["ledger"] = rows[meta["index"]]
+    for sub in meta.get("ops", ()):
+        _attach_ledger(sub, rows)
+
+
+def pane_data(
+    snapshot: TraceSnapshot,
+    *,
+    expanded: Iterable[str] = (),
+    ledger: Ledger | None = None,
+    title: str = "",
+    id_prefix: str = "",
+    marks: Mapping[int, str] | None = None,
+) -> dict[str, Any]:
+    """Everything one graph pane needs, as JSON: DOT, per-node details (with ledger rows), groups, diff marks.
+
+    ``expanded`` holds group *names* (not ids) so one list can open the same block in both panes of a
+    comparison; names this trace lacks are ignored. ``marks`` maps op index -> diff tag (``+``, ``-``, ``~``).
+    """
+    gv0 = graph_view(snapshot, title=title or snapshot.label, id_prefix=id_prefix)
+    names = {g.name for g in gv0.groups}
+    opened = [n for n in expanded if n in names]
+    gv = graph_view(snapshot, opened, title=title or snapshot.label, id_prefix=id_prefix) if opened else gv0
+    rows = _ledger_rows(ledger, snapshot.label)
+    nodes = gv.nodes
+    for meta in nodes.values():
+        _attach_ledger(meta, rows)
+    node_of = node_of_ops(gv)
+    node_marks: dict[str, dict[str, int]] = {}
+    for idx, tag in (marks or {}).items():
+        nid = node_of.get(idx)
+        if nid is not None:
+            counts = node_marks.setdefault(nid, {"+": 0, "-": 0, "~": 0})
+            counts[tag] += 1
+    return {
+        "title": title or snapshot.label,
+        "prefix": id_prefix,
+        "dot": gv.dot,
+        "nodes": nodes,
+        "groups": [{"id": g.id, "name": g.name, "n_ops": len(g.ops), "expanded": g.id in gv.expanded}
+                   for g in gv.groups],  # fmt: skip
+        "marks": node_marks,
+        "n_ops": len(snapshot.ops),
+        "n_collectives": sum(1 for op in snapshot.ops if op.is_collective),
+        "n_waits": sum(1 for op in snapshot.ops if op.is_wait),
+    }
+
+
+def search_ops(
+    snapshot: TraceSnapshot, query: str, *, expanded: Iterable[str] = (), limit: int = MAX_MATCHES
+) -> tuple[list[dict[str, Any]], int]:
+    """Ops whose name, tensor names (proxy or parameter names) or module contain ``query`` (case-insensitive).
+
+    Returns up to ``limit`` hits (``{"index", "node", "group", "op", "label", "kind"}``; ``node`` is the drawn node
+    that holds the op in the current expansion) and the total number of hits. Bookkeeping ops are skipped, as in
+    the graph.
+    """
+    q = query.strip().lower()
+    if not q:
+        return [], 0
+    gv = graph_view(snapshot, [n for n in expanded if n in {g.name for g in graph_view(snapshot).groups}])
+    node_of = node_of_ops(gv)
+    group_of = {op.index: g.name for g in gv.groups for op in g.ops}
+    pn = snapshot.param_names
+    hits: list[dict[str, Any]] = []
+    total = 0
+    for op in snapshot.ops:
+        if op.index not in node_of:
+            continue
+        tensors = [t.name for t in (*op.inputs, *op.outputs)]
+        names = tensors + [pn[t] for t in tensors if t in pn]
+        hay = [op.op.lower(), short_op_name(op.op).lower(), (op.module or "").lower()] + [n.lower() for n in names]
+        if not any(q in h for h in hay):
+            continue
+        total += 1
+        if len(hits) >= limit:
+            continue
+        shown = next((pn[t] for t in tensors if t in pn), None) or (op.module or "")
+        kind = "collective" if op.is_collective else "wait" if op.is_wait else "op"
+        hits.append({"index": op.index, "node": node_of[op.index], "group": group_of.get(op.index, ""),
+                     "op": short_op_name(op.op), "label": f"{short_op_name(op.op)} {shown}".strip(), "kind": kind})  # fmt: skip
+    return hits, total
+
+
+def diff_marks(diff: TraceDiff) -> tuple[dict[int, str], dict[int, str]]:
+    """Op index -> tag for each side of a diff: a's removed/changed ops, b's added/changed ops."""
+    a: dict[int, str] = {}
+    b: dict[int, str] = {}
+    for row in diff.rows:
+        if row.tag == "=":
+            continue
+        if row.a is not None:
+            a[row.a.index] = row.tag
+        if row.b is not None:
+            b[row.b.index] = row.tag
+    return a, b
+
+
+def compare_header(a: Subject, b: Subject, label: str, diff: TraceDiff) -> str:
+    """``gpt-ddp → gpt-fsdp (backward): +53 reduce_scatter, −53 all_reduce; other ops ...``"""
+    return f"{a.title} \u2192 {b.title} ({label}): {diff.summary}"
+
+
+def diff_for(a: Subject, b: Subject, label: str) -> TraceDiff:
+    return diff_traces(snapshot_of(a.primary, label), snapshot_of(b.primary, label))
+
+
+def ledger_table(subject: Subject) -> dict[str, Any]:
+    """Every rank's collectives (waits left out) side by side, and the mismatch messages."""
+    ranks = sorted(subject.ledgers)
+    per_rank = {r: subject.ledgers[r].collectives() for r in ranks}
+    n = max((len(v) for v in per_rank.values()), default=0)
+    rows = []
+    for i in range(n):
+        cells = []
+        for r in ranks:
+            e = per_rank[r][i] if i < len(per_rank[r]) else None
+            cells.append(None if e is None else e.to_dict())
+        rows.append(cells)
+    bad_positions = set()
+    for m in find_mismatches(subject.ledgers) if len(ranks) > 1 else []:
+        bad_positions.add(m.position)
+    return {
+        "ranks": ranks,
+        "rows": rows,
+        "bad": sorted(bad_positions),
+        "mismatches": subject.mismatches(),
+        "counts": {r: subject.ledgers[r].counts() for r in ranks},
+        "bytes": {r: subject.ledgers[r].total_bytes() for r in ranks},
+    }
+
+
+def memory_rows(subject: Subject) -> list[dict[str, Any]]:
+    """Per rank: thunder's estimated peak per trace plus whatever the rank engine measured."""
+    out = []
+    for r in sorted(set(subject.bundles) | set(subject.memory)):
+        b = subject.bundles.get(r)
+        row: dict[str, Any] = {"rank": r}
+        if b is not None:
+            row.update({f"est_peak_{k}": v for k, v in b.memory.items()})
+        for k, v in subject.memory.get(r, {}).items():
+            if isinstance(v, (int, float, str)) or v is None:
+                row[k] = v
+        out.append(row)
+    return out
+
+
+def op_counts(snapshot: TraceSnapshot) -> dict[str, int]:
+    """Non-bookkeeping ops by short name, most common first (for the static summary)."""
+    return dict(Counter(short_op_name(op.op) for op in snapshot.ops if not op.is_bookkeeping).most_common())

@@ -1,0 +1,354 @@
+"""Interactive trace widgets for JupyterLab: a trace view, a side-by-side comparison and a per-rank status line.
+
+Built on anywidget: all state is traitlets with ``sync=True`` and the front end is one ES module
+(``static/trace_view.js``) with a ``render({model, el})`` function. The kernel computes everything a person
+reads (DOT, node details, ledger rows, search hits, diff marks; see ``viewdata``) so it works, and is tested,
+from plain Python; the browser lays the DOT out with a vendored Graphviz WASM build (no ``dot`` binary, no CDN),
+and handles zoom, pan, clicks and the panels.
+
+Every widget also carries a static HTML picture (SVG from the ``dot`` binary when installed, otherwise the DOT
+source) in its display bundle, so nbconvert, GitHub and a notebook opened without a kernel still show the graph.
+JupyterLab prefers the live widget view over it.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterable
+
+import anywidget
+import traitlets as t
+
+from thunderviz.notebook import viewdata as vd
+from thunderviz.render.graph import dot_available, to_svg
+
+__all__ = ["CompareView", "RankStatus", "TraceView"]
+
+_STATIC = Path(__file__).parent / "static"
+_RANK_STATES = ("waiting", "running", "done", "failed", "interrupted")
+
+
+@lru_cache(maxsize=None)
+def _static(name: str) -> str:
+    return (_STATIC / name).read_text(encoding="utf-8")
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+class _GraphWidget(anywidget.AnyWidget):
+    """One or two graph panes over the same trace label, with search, expansion, selection and panels."""
+
+    _esm = t.Unicode().tag(sync=True)
+    _css = t.Unicode().tag(sync=True)
+    #: The vendored @hpcc-js/wasm-graphviz module; the front end imports it once per page (cached on globalThis).
+    _graphviz_js = t.Unicode().tag(sync=True)
+
+    mode = t.Unicode("trace").tag(sync=True)
+    title = t.Unicode("").tag(sync=True)
+    summary = t.Unicode("").tag(sync=True)
+    traces = t.List(t.Unicode()).tag(sync=True)
+    trace = t.Unicode("").tag(sync=True)
+    expanded = t.List(t.Unicode()).tag(sync=True)
+    panes = t.List(t.Dict()).tag(sync=True)
+    search = t.Unicode("").tag(sync=True)
+    matches = t.List(t.Dict()).tag(sync=True)
+    match_total = t.Int(0).tag(sync=True)
+    selected = t.Dict().tag(sync=True)
+    panels = t.Dict().tag(sync=True)
+    height = t.Int(520).tag(sync=True)
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(_esm=_static("trace_view.js"), _css=_static("trace_view.css"),
+                         _graphviz_js=_static("graphviz-wasm.js"), **kwargs)  # fmt: skip
+
+    # ------------------------------------------------------------------ subclasses fill these in
+
+    def _pane_specs(self) -> list[tuple[vd.Subject, dict[int, str] | None]]:
+        raise NotImplementedError
+
+    def _on_trace_changed(self) -> None:
+        """Hook for state that depends on the trace label (the comparison's summary)."""
+
+    # ------------------------------------------------------------------ state
+
+    @t.validate("trace")
+    def _check_trace(self, proposal: dict[str, Any]) -> str:
+        value = proposal["value"]
+        if self.traces and value not in self.traces:
+            raise t.TraitError(f"trace={value!r}: this view has {self.traces!r}")
+        return value
+
+    @t.observe("trace")
+    def _trace_changed(self, _change: dict[str, Any]) -> None:
+        self.selected = {}
+        self._on_trace_changed()
+        self._refresh()
+
+    @t.observe("expanded")
+    def _expanded_changed(self, _change: dict[str, Any]) -> None:
+        self._refresh()
+
+    @t.observe("search")
+    def _search_changed(self, _change: dict[str, Any]) -> None:
+        self._run_search()
+
+    def _refresh(self) -> None:
+        panes = []
+        specs = self._pane_specs()
+        for i, (subject, marks) in enumerate(specs):
+            snap = vd.snapshot_of(subject.primary, self.trace)
+            ledger = subject.ledgers.get(subject.primary.rank)
+            prefix = f"p{i}-" if len(specs) > 1 else ""
+            panes.append(vd.pane_data(snap, expanded=self.expanded, ledger=ledger, title=f"{subject.title} \u00b7 {self.trace}",
+                                      id_prefix=prefix, marks=marks))  # fmt: skip
+        self.panes = panes
+        self._run_search()
+
+    def _run_search(self) -> None:
+        hits: list[dict[str, Any]] = []
+        total = 0
+        for i, (subject, _marks) in enumerate(self._pane_specs()):
+            found, n = vd.search_ops(vd.snapshot_of(subject.primary, self.trace), self.search, expanded=self.expanded)
+            hits.extend({**h, "pane": i} for h in found)
+            total += n
+        self.matches = hits[: vd.MAX_MATCHES]
+        self.match_total = total
+
+    # ------------------------------------------------------------------ Python API
+
+    def expand(self, *groups: str) -> None:
+        """Open groups (by name, e.g. ``"blocks.0"``) into their ops, as a double-click in the graph does."""
+        known = {g["name"] for p in self.panes for g in p["groups"]}
+        unknown = [g for g in groups if g not in known]
+        if unknown:
+            raise ValueError(f"expand({', '.join(map(repr, unknown))}): no such group; groups: {sorted(known)!r}")
+        self.expanded = list(dict.fromkeys([*self.expanded, *groups]))
+
+    def collapse(self, *groups: str) -> None:
+        """Close groups again; with no argument, close all."""
+        self.expanded = [] if not groups else [g for g in self.expanded if g not in groups]
+
+    def select(self, node: str, pane: int = 0) -> dict[str, Any]:
+        """Select a node as a click does; returns its details."""
+        if not 0 <= pane < len(self.panes) or node not in self.panes[pane]["nodes"]:
+            ids = sorted(self.panes[pane]["nodes"]) if 0 <= pane < len(self.panes) else []
+            raise ValueError(f"select({node!r}, pane={pane}): no such node; nodes: {ids[:20]!r}")
+        self.selected = {"pane": pane, "node": node}
+        return self.details
+
+    @property
+    def details(self) -> dict[str, Any]:
+        """What the details box shows for the selected node (empty when nothing is selected)."""
+        sel = self.selected
+        if not sel:
+            return {}
+        return self.panes[sel["pane"]]["nodes"].get(sel["node"], {})
+
+    def node_ids(self, pane: int = 0) -> list[str]:
+        return list(self.panes[pane]["nodes"])
+
+    # ------------------------------------------------------------------ display
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        data = super()._repr_mimebundle_(**kwargs)
+        if isinstance(data, tuple):
+            data = data[0]
+        data = dict(data or {})
+        data["text/plain"] = repr(self)
+        data["text/html"] = self.to_html()
+        return data
+
+    def to_html(self) -> str:
+        """The static picture: title, summary, each pane's graph (SVG, or DOT without Graphviz) and the panels."""
+        parts = [f"<div class='thunderviz-static'><h4>{_e(self.title)}</h4>"]
+        if self.summary:
+            parts.append(f"<p><b>{_e(self.summary)}</b></p>")
+        use_svg = dot_available()
+        cells = []
+        for p in self.panes:
+            cells.append(f"<td style='vertical-align:top'><div><b>{_e(p['title'])}</b> ({p['n_ops']} ops, "
+                         f"{p['n_collectives']} collectives)</div>{_graph_html(p['dot'], use_svg)}</td>")  # fmt: skip
+        parts.append(f"<table><tr>{''.join(cells)}</tr></table>")
+        parts.append(_panels_html(self.panels))
+        parts.append("<p style='color:#5b6b7c'>Static picture from when the cell ran; open the notebook in "
+                     "JupyterLab with a kernel for zoom, search, details and expanding blocks.</p></div>")  # fmt: skip
+        return "\n".join(parts)
+
+
+def _graph_html(dot: str, use_svg: bool) -> str:
+    if use_svg:
+        try:
+            return f"<div style='max-width:100%;overflow:auto'>{to_svg(dot, timeout=30)}</div>"
+        except RuntimeError as e:
+            return f"<p>(no SVG: {_e(e)})</p><pre>{_e(dot)}</pre>"
+    return ("<p>Graphviz <code>dot</code> is not installed here, so the static picture is the DOT source:</p>"
+            f"<pre style='max-height:300px;overflow:auto'>{_e(dot)}</pre>")  # fmt: skip
+
+
+def _table(headers: list[str], rows: Iterable[Iterable[Any]]) -> str:
+    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{_e('' if c is None else c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _panels_html(panels: dict[str, Any]) -> str:
+    out = []
+    ledger = panels.get("ledger")
+    if ledger:
+        for msg in ledger.get("mismatches", []):
+            out.append(f"<p style='color:#b3261e'><b>{_e(msg)}</b></p>")
+        rows = [[r, ", ".join(f"{n} {k}" for k, n in ledger["counts"][r].items()), ledger["bytes"][r]]
+                for r in ledger["ranks"]]  # fmt: skip
+        out.append("<h5>Collectives per rank</h5>" + _table(["rank", "collectives", "bytes sent"], rows))
+    if panels.get("decisions"):
+        rows = [[d.get("target", ""), d.get("case", ""), d.get("action", ""), d.get("reason", "")]
+                for d in panels["decisions"]]  # fmt: skip
+        out.append("<h5>Decisions</h5>" + _table(["target", "case", "action", "reason"], rows))
+    if panels.get("memory"):
+        keys = sorted({k for r in panels["memory"] for k in r} - {"rank"})
+        out.append("<h5>Memory per rank</h5>" + _table(["rank", *keys], [[r["rank"], *(r.get(k) for k in keys)]
+                                                                         for r in panels["memory"]]))  # fmt: skip
+    if panels.get("diff"):
+        rows = [[r["tag"], r["a"], r["b"]] for r in panels["diff"]["rows"][:60]]
+        out.append("<h5>Structural diff (first rows)</h5>" + _table(["", "a", "b"], rows))
+    return "\n".join(out)
+
+
+class TraceView(_GraphWidget):
+    """One jitted object's trace as a collapsed, clickable graph, with its ledger, decisions and memory panels.
+
+    Args:
+        source: a ``TraceBundle``, a list of per-rank bundles, a saved trace file's path, a ``TraceSnapshot``,
+            a ``render.html.Report`` or the rank engine's ``RunReport`` (see ``viewdata.subject_of``).
+        name: which jitted object, when ``source`` holds several.
+        trace: ``"forward"`` (default), ``"backward"`` or a stage label.
+    """
+
+    def __init__(self, source: Any, *, name: str | None = None, trace: str = "forward", **kwargs: Any) -> None:
+        self._subject = vd.subject_of(source, name)
+        choices = vd.trace_choices(self._subject.primary)
+        if trace not in choices:
+            raise ValueError(f"TraceView(trace={trace!r}): {self._subject.title!r} has {choices!r}")
+        super().__init__(**kwargs)
+        b = self._subject.primary
+        with self.hold_trait_notifications():
+            self.title = f"{self._subject.title}: rank {b.rank} of {b.world_size}"
+            self.traces = choices
+            self.panels = {"ledger": vd.ledger_table(self._subject), "decisions": self._subject.decisions,
+                           "memory": vd.memory_rows(self._subject)}  # fmt: skip
+        self.trace = trace
+
+    @property
+    def subject(self) -> vd.Subject:
+        return self._subject
+
+    def _pane_specs(self) -> list[tuple[vd.Subject, dict[int, str] | None]]:
+        return [(self._subject, None)]
+
+    def __repr__(self) -> str:
+        p = self.panes[0] if self.panes else {"n_ops": 0, "n_collectives": 0}
+        return (f"TraceView({self._subject.title!r}, trace={self.trace!r}: {p['n_ops']} ops, "
+                f"{p['n_collectives']} collectives, {len(self._subject.bundles)} rank(s))")  # fmt: skip
+
+
+class CompareView(_GraphWidget):
+    """Two traces side by side over the same label, synced zoom, the structural diff marked on both graphs.
+
+    Marks: on the left, nodes holding ops that are gone or changed in the right; on the right, nodes holding
+    added or changed ops. The one-line summary (``TraceDiff.summary``) is on top. Build it with
+    ``thunderviz.notebook.compare.compare``.
+    """
+
+    def __init__(self, a: vd.Subject, b: vd.Subject, *, trace: str | None = None, **kwargs: Any) -> None:
+        self._a, self._b = a, b
+        shared = [x for x in vd.trace_choices(a.primary) if x in vd.trace_choices(b.primary)]
+        if not shared:
+            raise ValueError(f"compare: {a.title!r} and {b.title!r} share no trace label to compare")
+        trace = trace or shared[0]
+        if trace not in shared:
+            raise ValueError(f"compare(trace={trace!r}): both sides have {shared!r}")
+        self._diffs: dict[str, Any] = {}
+        self._marks: tuple[dict[int, str], dict[int, str]] = ({}, {})
+        super().__init__(mode="compare", **kwargs)
+        with self.hold_trait_notifications():
+            self.title = f"{a.title} vs {b.title}"
+            self.traces = shared
+        self.trace = trace
+        if not self.panes:
+            self._trace_changed({})
+
+    @property
+    def diff(self) -> Any:
+        """The ``core.diff.TraceDiff`` for the current trace label."""
+        return self._diff_for(self.trace)
+
+    def _diff_for(self, label: str) -> Any:
+        if label not in self._diffs:
+            self._diffs[label] = vd.diff_for(self._a, self._b, label)
+        return self._diffs[label]
+
+    def _on_trace_changed(self) -> None:
+        d = self._diff_for(self.trace)
+        self._marks = vd.diff_marks(d)
+        self.summary = vd.compare_header(self._a, self._b, self.trace, d)
+        rows = [{"tag": r.tag, "a": d.describe(r.a, "a") if r.a is not None else "",
+                 "b": d.describe(r.b, "b") if r.b is not None else ""} for r in d.rows if r.tag != "="]  # fmt: skip
+        self.panels = {
+            "diff": {"rows": rows[:500], "total": len(rows), "delta": d.collective_delta(), "unchanged": d.unchanged},
+            "memory": [{"side": s.title, **m} for s in (self._a, self._b) for m in vd.memory_rows(s)],
+        }
+
+    def _pane_specs(self) -> list[tuple[vd.Subject, dict[int, str] | None]]:
+        return [(self._a, self._marks[0]), (self._b, self._marks[1])]
+
+    def __repr__(self) -> str:
+        return f"CompareView({self._a.title!r} vs {self._b.title!r}, trace={self.trace!r}: {self.summary.split(': ', 1)[-1]})"
+
+
+class RankStatus(anywidget.AnyWidget):
+    """Live per-rank status of a running cell: one chip per rank (waiting, running, done, failed, interrupted).
+
+    Trait updates are sent on IOPub as they happen, so a cell that is still running (the rank engine's magics)
+    can call ``set_status`` and the chips change while it runs.
+    """
+
+    _esm = t.Unicode().tag(sync=True)
+    _css = t.Unicode().tag(sync=True)
+    ranks = t.List(t.Dict()).tag(sync=True)
+    label = t.Unicode("").tag(sync=True)
+
+    def __init__(self, world_size: int, label: str = "", **kwargs: Any) -> None:
+        if world_size < 1:
+            raise ValueError(f"RankStatus(world_size={world_size}): need at least one rank")
+        super().__init__(_esm=_static("rank_status.js"), _css=_static("trace_view.css"), label=label, **kwargs)
+        self._t0 = time.monotonic()
+        self.ranks = [{"rank": r, "state": "waiting", "detail": "", "seconds": 0.0} for r in range(world_size)]
+
+    def set_status(self, rank: int, state: str, detail: str = "") -> None:
+        """Update one rank; ``state`` is one of waiting, running, done, failed, interrupted."""
+        if state not in _RANK_STATES:
+            raise ValueError(f"set_status(state={state!r}): use one of {_RANK_STATES!r}")
+        if not 0 <= rank < len(self.ranks):
+            raise ValueError(f"set_status(rank={rank}): ranks are 0..{len(self.ranks) - 1}")
+        rows = [dict(r) for r in self.ranks]
+        rows[rank].update(state=state, detail=detail, seconds=round(time.monotonic() - self._t0, 2))
+        self.ranks = rows
+
+    def __repr__(self) -> str:
+        states = ", ".join(f"{r['rank']}:{r['state']}" for r in self.ranks)
+        return f"RankStatus({states})"
+
+    def _repr_mimebundle_(self, **kwargs: Any) -> Any:
+        data = super()._repr_mimebundle_(**kwargs)
+        if isinstance(data, tuple):
+            data = data[0]
+        data = dict(data or {})
+        data["text/plain"] = repr(self)
+        rows = [[r["rank"], r["state"], r["detail"], r["seconds"]] for r in self.ranks]
+        data["text/html"] = f"<div>{_e(self.label)}</div>" + _table(["rank", "state", "detail", "seconds"], rows)
+        return data
