@@ -1,0 +1,82 @@
+"""Real traces of the small GPT (4 blocks, d=128) on 2 gloo ranks, under thunderviz's FSDP and DDP strategies.
+
+The widget tests, the browser test and the render bench all need the trace the issue names (the 1,451-op FSDP
+backward) plus a second run to compare with. Producing them takes real rank processes (about a minute on 2 CPU
+cores), so ``gpt_trace_files`` runs them once per pytest session and hands out the saved JSON files, which is
+also how a person would keep two runs around to compare.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = ["capture_gpt_on_rank", "gpt_trace_files", "write_gpt_traces"]
+
+
+def capture_gpt_on_rank(rank: int, world_size: int, out_dir: str, kinds: tuple[str, ...]) -> dict[str, Any]:
+    """One training step of TinyGPT under each strategy in ``kinds``; saves ``<kind>-rank<r>.json`` per rank."""
+    import torch
+    from lightning.fabric import Fabric
+
+    from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
+    from thunderviz.core.traces import capture, save
+    from thunderviz.models import TinyGPT, make_batch
+
+    paths: dict[str, str] = {}
+    decisions: dict[str, Any] = {}
+    for kind in kinds:
+        strategy = ThunderFSDPStrategy() if kind == "fsdp" else ThunderDDPStrategy()
+        fabric = Fabric(accelerator="cpu", devices=world_size, strategy=strategy)
+        fabric.launch()
+        torch.manual_seed(0)
+        model = fabric.setup_module(TinyGPT(n_layer=4, d_model=128))
+        x, y = make_batch(seed=rank)
+        logits = model(x)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        fabric.backward(loss)
+        bundle = capture(strategy.thunder_modules[-1][1], name=f"gpt-{kind}", rank=rank, stages=False)
+        path = Path(out_dir) / f"{kind}-rank{rank}.json"
+        save(bundle, path)
+        paths[kind] = str(path)
+        decisions[kind] = [d.to_dict() for d in getattr(strategy, "decisions", [])]
+    return {"paths": paths, "decisions": decisions}
+
+
+def write_gpt_traces(out_dir: str | Path, kinds: tuple[str, ...] = ("fsdp", "ddp"), nproc: int = 2) -> dict[str, list[str]]:
+    """Run the ranks; return ``{kind: [rank0.json, rank1.json, ...]}``."""
+    from thunderviz.launch import run_ranks
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    per_rank = run_ranks(capture_gpt_on_rank, str(out), tuple(kinds), nproc=nproc, timeout=600)
+    return {k: [r["paths"][k] for r in per_rank] for k in kinds}
+
+
+@functools.lru_cache(maxsize=1)
+def gpt_trace_files() -> dict[str, list[str]]:
+    """``write_gpt_traces`` once per process, into a fresh temporary folder.
+
+    ``THUNDERVIZ_GPT_TRACES=<folder>`` reuses files an earlier ``python -m tests.widgets.gpt_traces <folder>``
+    wrote (saves two minutes while working on the widgets; CI never sets it, so it always tests fresh traces).
+    """
+    reuse = os.environ.get("THUNDERVIZ_GPT_TRACES")
+    if reuse:
+        files = {k: [str(Path(reuse) / f"{k}-rank{r}.json") for r in range(2)] for k in ("fsdp", "ddp")}
+        missing = [f for fs in files.values() for f in fs if not Path(f).exists()]
+        if missing:
+            raise FileNotFoundError(f"THUNDERVIZ_GPT_TRACES={reuse!r}: missing {missing}")
+        return files
+    return write_gpt_traces(tempfile.mkdtemp(prefix="thunderviz-gpt-traces-"))
+
+
+if __name__ == "__main__":
+    import sys
+    import time
+
+    t0 = time.perf_counter()
+    print(write_gpt_traces(sys.argv[1] if len(sys.argv) > 1 else "test-output/gpt-traces"))
+    print(f"{time.perf_counter() - t0:.1f} s")
