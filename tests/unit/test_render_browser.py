@@ -1,0 +1,47 @@
+"""The exported HTML in a real browser with the network off: it renders, asks for nothing, and clicks work."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from tests.unit import trace_fixtures as tf
+from thunderviz.render.graph import dot_available
+from thunderviz.render.html import render_html
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None or not dot_available(), reason="needs Debian chromium and the Graphviz `dot` binary"
+)
+
+
+def test_offline_report_renders_and_a_click_opens_the_blocks_ops(tmp_path):
+    playwright = pytest.importorskip("playwright.sync_api")
+    path = tmp_path / "report.html"
+    path.write_text(render_html([tf.gpt().bundle], svg=True))
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                  "--no-first-run", "--disable-sync"],  # fmt: skip
+        )
+        try:
+            page = browser.new_context(offline=True).new_page()
+            errors: list[str] = []
+            urls: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("request", lambda r: urls.append(r.url))
+            page.goto(path.as_uri())
+            assert page.locator("svg").count() == 2  # forward and backward
+            block = page.locator("g.node", has_text="blocks.1").first
+            node_id = block.get_attribute("id")
+            details = page.locator(f"#details-{node_id}")
+            assert details.evaluate("d => d.open") is False
+            block.click()
+            assert details.evaluate("d => d.open") is True
+            assert details.locator("tr").count() > 50  # the block's ops, one row each
+            assert errors == [] and [u for u in urls if not u.startswith("file:")] == []
+        finally:
+            browser.close()
