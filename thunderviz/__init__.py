@@ -1,8 +1,9 @@
 """thunderviz: Fabric strategies that decide well when to ``thunder.jit`` and where to shard, and a notebook
 layer that shows what Thunder did on every rank.
 
-Importing the package registers the ``"thunder_fsdp"`` and ``"thunder_ddp"`` Fabric strategy names. The notebook layer (IPython magics, widgets) is imported only by ``load_ipython_extension``, so importing
-``thunderviz`` in a training script never pulls in IPython.
+Importing the package registers the ``"thunder_fsdp"`` and ``"thunder_ddp"`` Fabric strategy names; the strategy
+classes (and thunder) load on first use. The notebook layer (IPython magics, widgets) is imported only by
+``load_ipython_extension``, so importing ``thunderviz`` in a training script never pulls in IPython.
 """
 
 from __future__ import annotations
@@ -16,8 +17,7 @@ from thunderviz.errors import (
     TraceFormatError,
     UnsupportedThunderError,
 )
-
-from thunderviz.strategies import ThunderDDPStrategy, ThunderFSDPStrategy
+from thunderviz.strategies.registry import register_strategy_names
 
 __version__ = "0.1.0"
 
@@ -31,6 +31,18 @@ __all__ = [
     "UnsupportedThunderError",
     "load_ipython_extension",
 ]
+
+
+register_strategy_names()
+
+
+def __getattr__(name: str) -> Any:
+    # The strategies import thunder (seconds); load them when first used, not on ``import thunderviz``.
+    if name in ("ThunderDDPStrategy", "ThunderFSDPStrategy"):
+        import thunderviz.strategies
+
+        return getattr(thunderviz.strategies, name)
+    raise AttributeError(f"module 'thunderviz' has no attribute {name!r}")
 
 
 def load_ipython_extension(ipython: Any) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SEED_SCENARIOS", "Scenario", "run_demo", "run_scenarios_on_rank"]
+__all__ = ["SEED_SCENARIOS", "Scenario", "run_demo", "run_scenarios_on_rank", "write_report"]
 
 
 @dataclass(frozen=True)
@@ -82,21 +82,28 @@ def run_scenarios_on_rank(rank: int, world: int, scenarios: Sequence[Scenario]) 
 
 def run_demo(out_dir: Path | str = "demo-output", *, nproc: int = 2, echo: Any = print) -> Path:
     """Run the seed scenarios on ``nproc`` CPU ranks, print the story, write ``report.html``; return its path."""
+    from thunderviz.launch import run_ranks
+
+    echo(f"thunderviz demo: {len(SEED_SCENARIOS)} scenarios on {nproc} CPU ranks (gloo), tiny GPT")
+    per_rank = run_ranks(run_scenarios_on_rank, list(SEED_SCENARIOS), nproc=nproc, timeout=1800)
+    return write_report(per_rank, out_dir, echo=echo)
+
+
+def write_report(per_rank: Sequence[dict[str, Any]], out_dir: Path | str, *, echo: Any = print) -> Path:
+    """Print each decision and rank 0's collectives, check the ranks agree, and write the offline report."""
     from thunderviz.core.collectives import find_mismatches, ledger_from_bundle
     from thunderviz.core.traces import TraceBundle, save
-    from thunderviz.launch import run_ranks
     from thunderviz.render.html import render_html
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    echo(f"thunderviz demo: {len(SEED_SCENARIOS)} scenarios on {nproc} CPU ranks (gloo), tiny GPT")
-    per_rank = run_ranks(run_scenarios_on_rank, list(SEED_SCENARIOS), nproc=nproc, timeout=1200)
+    nproc = len(per_rank)
     bundles = [TraceBundle.from_dict(b) for r in per_rank for b in r["bundles"]]
     decisions = per_rank[0]["decisions"]
     problems = 0
     for i, (sc, decision) in enumerate(zip(SEED_SCENARIOS, decisions)):
         ledgers = {r: ledger_from_bundle(TraceBundle.from_dict(per_rank[r]["bundles"][i])) for r in range(nproc)}
-        counts = ", ".join(f"{n} {k}" for k, n in sorted(ledgers[0].counts.items())) or "none"
+        counts = ", ".join(f"{n} {k}" for k, n in sorted(ledgers[0].counts().items())) or "none"
         mismatches = find_mismatches(ledgers)
         problems += len(mismatches)
         echo(f"\n[{sc.name}] {decision['case']} -> {decision['action']}")

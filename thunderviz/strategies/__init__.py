@@ -1,24 +1,23 @@
-"""Fabric strategies for Lightning Thunder; importing this registers ``"thunder_fsdp"`` and ``"thunder_ddp"``."""
+"""Fabric strategies for Lightning Thunder. The classes (and thunder) load on first attribute access."""
 
 from __future__ import annotations
 
-from lightning.fabric.strategies import STRATEGY_REGISTRY
+from typing import Any
 
-from thunderviz.strategies.base import ThunderParallelStrategy
-from thunderviz.strategies.ddp import ThunderDDPStrategy
-from thunderviz.strategies.fsdp import ThunderFSDPStrategy
+from thunderviz.strategies.registry import register_strategy_names
 
-__all__ = ["ThunderDDPStrategy", "ThunderFSDPStrategy", "ThunderParallelStrategy", "register_strategies"]
+__all__ = ["ThunderDDPStrategy", "ThunderFSDPStrategy", "ThunderParallelStrategy", "register_strategy_names"]
 
-
-def register_strategies() -> list[str]:
-    """Make the strategies available by name to ``Fabric(strategy=...)``; returns the registered names."""
-    before = set(STRATEGY_REGISTRY.available_strategies())
-    ThunderFSDPStrategy.register_strategies(STRATEGY_REGISTRY)
-    ThunderDDPStrategy.register_strategies(STRATEGY_REGISTRY)
-    return sorted(set(STRATEGY_REGISTRY.available_strategies()) - before) or sorted(
-        n for n in STRATEGY_REGISTRY.available_strategies() if n.startswith("thunder_")
-    )
+_LAZY = {
+    "ThunderDDPStrategy": "thunderviz.strategies.ddp",
+    "ThunderFSDPStrategy": "thunderviz.strategies.fsdp",
+    "ThunderParallelStrategy": "thunderviz.strategies.base",
+}
 
 
-register_strategies()
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'thunderviz.strategies' has no attribute {name!r}")

@@ -10,6 +10,7 @@ from torch import nn
 from typing_extensions import override
 
 from thunderviz.core import thunder_hooks as hooks
+from thunderviz.strategies.registry import register_strategy_names
 from thunderviz.strategies.base import ThunderParallelStrategy, _ReplicatedBackwardSyncControl
 
 __all__ = ["ThunderDDPStrategy"]
@@ -54,6 +55,4 @@ class ThunderDDPStrategy(ThunderParallelStrategy):
     @classmethod
     @override
     def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
-        strategy_registry.register(
-            "thunder_ddp", cls, description="Lightning Thunder DDP with thunderviz's jit decisions", override=True
-        )
+        register_strategy_names(strategy_registry, only_class="ThunderDDPStrategy")

@@ -9,6 +9,7 @@ from torch import nn
 from typing_extensions import override
 
 from thunderviz.core import thunder_hooks as hooks
+from thunderviz.strategies.registry import register_strategy_names
 from thunderviz.strategies.base import ThunderParallelStrategy
 
 __all__ = ["ThunderFSDPStrategy"]
@@ -73,13 +74,4 @@ class ThunderFSDPStrategy(ThunderParallelStrategy):
     @classmethod
     @override
     def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
-        strategy_registry.register(
-            "thunder_fsdp", cls, description="Lightning Thunder FSDP with thunderviz's jit decisions", override=True
-        )
-        strategy_registry.register(
-            "thunder_fsdp_zero3",
-            cls,
-            description="Lightning Thunder FSDP, ZERO3 requested (traced as ZERO2 by thunder 0.2.6)",
-            sharding_strategy="ZERO3",
-            override=True,
-        )
+        register_strategy_names(strategy_registry, only_class="ThunderFSDPStrategy")
