@@ -21,7 +21,6 @@ Functions traced without a module have no parameter names; their ops are grouped
 from __future__ import annotations
 
 import os
-import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -165,7 +164,3 @@ def _carry_from(forward: TraceSnapshot, backward: TraceSnapshot) -> None:
             op.module = mods[-1]
     _fill_gaps(backward)
 
-
-def natural_key(s: str) -> list[object]:
-    """Sort ``blocks.10`` after ``blocks.9``."""
-    return [int(x) if x.isdigit() else x for x in re.split(r"(\d+)", s)]

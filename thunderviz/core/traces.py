@@ -428,8 +428,9 @@ def _tensor_ref(p: Any) -> TensorRef:
 
     if isinstance(p, (TensorProxy, FutureTensorProxy)):
         kind = "future" if isinstance(p, FutureTensorProxy) else "tensor"
+        device = p.device.device_str() if hasattr(p.device, "device_str") else str(p.device)
         return TensorRef(name=p.name, kind=kind, shape=tuple(int(d) for d in p.shape),
-                         dtype=_dtype_name(p.dtype), device=str(getattr(p.device, "device_str", lambda: p.device)()))  # fmt: skip
+                         dtype=_dtype_name(p.dtype), device=device)  # fmt: skip
     if isinstance(p, CollectionProxy):
         return TensorRef(name=p.name, kind="collection")
     if isinstance(p, NumberProxy):

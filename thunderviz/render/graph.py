@@ -18,7 +18,7 @@ import shutil
 import subprocess
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Collection, Iterable
+from typing import Any, Collection
 
 from thunderviz.core.module_paths import top_group
 from thunderviz.core.traces import OpRecord, TraceSnapshot
@@ -28,6 +28,7 @@ __all__ = [
     "GraphView",
     "dot_available",
     "dot_escape",
+    "format_bytes",
     "graph_view",
     "group_ops",
     "node_metadata",
@@ -124,11 +125,15 @@ def _resolve_expand(groups: list[Group], expand: Collection[str] | None) -> froz
     return frozenset(g.id for g in groups if g.id in wanted or g.name in wanted)
 
 
-def _fmt_bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
+def format_bytes(n: int | None) -> str:
+    """``774.5 KiB``; ``n/a`` when unknown."""
+    if n is None:
+        return "n/a"
+    v = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if v < 1024 or unit == "TiB":
+            return f"{int(v)} B" if unit == "B" else f"{v:.1f} {unit}"
+        v /= 1024
     return f"{n} B"
 
 
@@ -222,7 +227,7 @@ def graph_view(
         if g.collectives or g.waits:
             text, nbytes = _coll_summary(g)
             if nbytes:
-                text += f"\n{_fmt_bytes(nbytes)}"
+                text += f"\n{format_bytes(nbytes)}"
             cid = f"{g.id}c"
             lines.append(f'  {cid} [id="{id_prefix}{cid}", label="{dot_escape(text)}", '
                          f'tooltip="{dot_escape(g.name)}: collectives", {_COLLECTIVE_STYLE}];')  # fmt: skip
@@ -322,6 +327,3 @@ def to_svg(dot: str, *, timeout: float = 60.0) -> str:
     start = svg.find("<svg")
     return svg[start:] if start >= 0 else svg
 
-
-def iter_group_names(snapshot: TraceSnapshot) -> Iterable[str]:
-    return (g.name for g in group_ops(snapshot))

@@ -7,22 +7,21 @@ text on demand"), each rank's collectives ledger, and the structural diff betwee
 (DDP then FSDP, ZERO2 then ZERO3). Clicking a block in the SVG opens its table (a few lines of inline script;
 without script the tables are still there).
 
-Everything from user code passes through ``html.escape``; JSON in the page is escaped so ``</script>`` inside a
-string cannot close the script element.
+Everything from user code passes through ``html.escape`` (text and attributes); the only script is our own
+constant click handler, and nothing is loaded from elsewhere.
 """
 
 from __future__ import annotations
 
 import html
-import json
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 from thunderviz.core.collectives import Ledger, find_mismatches, ledger_from_bundle
 from thunderviz.core.diff import TraceDiff, diff_traces
 from thunderviz.core.traces import TraceBundle, TraceSnapshot
-from thunderviz.render.graph import Group, dot_available, graph_view, short_op_name, to_svg
+from thunderviz.render.graph import Group, dot_available, format_bytes, graph_view, short_op_name, to_svg
 
 __all__ = ["Report", "render_html", "render_report_body"]
 
@@ -55,22 +54,6 @@ document.addEventListener('click', function (ev) {
 
 def _e(x: Any) -> str:
     return html.escape(str(x), quote=True)
-
-
-def _json_for_script(obj: Any) -> str:
-    """JSON safe inside <script type=application/json>: no '<', '>' or '&' can end the element."""
-    return json.dumps(obj).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-
-
-def _fmt_bytes(n: int | None) -> str:
-    if n is None:
-        return "n/a"
-    v = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if v < 1024 or unit == "TiB":
-            return f"{int(v)} B" if unit == "B" else f"{v:.1f} {unit}"
-        v /= 1024
-    return f"{n} B"
 
 
 def _shape(s: Any) -> str:
@@ -183,8 +166,8 @@ def _overview(by_name: Mapping[str, list[TraceBundle]]) -> str:
             rows.append(
                 f"<tr><td>{_e(name)}</td><td class='num'>{b.rank}</td><td class='num'>{b.world_size}</td>"
                 f"<td class='num'>{len(b.forward)}</td><td class='num'>{'' if b.backward is None else len(b.backward)}</td>"
-                f"<td class='num'>{_fmt_bytes(b.forward.peak_memory_bytes)}</td>"
-                f"<td class='num'>{'' if b.backward is None else _fmt_bytes(b.backward.peak_memory_bytes)}</td>"
+                f"<td class='num'>{format_bytes(b.forward.peak_memory_bytes)}</td>"
+                f"<td class='num'>{'' if b.backward is None else format_bytes(b.backward.peak_memory_bytes)}</td>"
                 f"<td>{_e(coll)}</td></tr>"
             )
     return (
@@ -300,14 +283,14 @@ def _ledger_table(ledger: Ledger) -> str:
         rows.append(
             f"<tr{cls}><td class='num'>{e.position}</td><td>{_e(e.trace)}</td><td>{_e(e.kind)}</td>"
             f"<td class='mono'>{_e(e.tensor)}</td><td class='mono'>{_e(_shape(e.shape))}</td><td>{_e(e.dtype or '')}</td>"
-            f"<td class='num'>{_fmt_bytes(e.bytes) if e.bytes is not None else ''}</td>"
+            f"<td class='num'>{format_bytes(e.bytes) if e.bytes is not None else ''}</td>"
             f"<td class='num'>{'' if e.group_size is None else e.group_size}</td>"
             f"<td class='num'>{'' if e.distance is None else e.distance}</td></tr>"
         )
     counts = ", ".join(f"{n} {k}" for k, n in ledger.counts().items()) or "no collectives"
     return (
         f"<details><summary>Collectives ledger, rank {ledger.rank}: {_e(counts)}, "
-        f"{_fmt_bytes(ledger.total_bytes())} sent</summary>"
+        f"{format_bytes(ledger.total_bytes())} sent</summary>"
         "<table><tr><th>#</th><th>trace</th><th>kind</th><th>tensor</th><th>shape</th><th>dtype</th><th>bytes</th>"
         "<th>group</th><th>ops to wait</th></tr>" + "".join(rows) + "</table></details>"
     )
@@ -329,7 +312,3 @@ def _diff_section(by_name: Mapping[str, list[TraceBundle]]) -> str:
             )
     return "\n".join(out)
 
-
-def bundles_json(bundles: Iterable[TraceBundle]) -> str:
-    """The bundles as JSON that can sit inside a ``<script type="application/json">`` element."""
-    return _json_for_script([b.to_dict() for b in bundles])
