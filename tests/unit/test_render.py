@@ -46,6 +46,9 @@ def test_expanding_a_group_shows_its_ops_and_keeps_others_collapsed():
     assert {f"op{op.index}" for op in block.ops} <= ids
     assert block.id not in ids and {g.id for g in collapsed.groups if g is not block} <= ids
     assert f"subgraph cluster_{block.id}" in view.dot
+    assert all(view.node_of[op.index] == f"op{op.index}" for op in block.ops)
+    other = next(g for g in collapsed.groups if g is not block)
+    assert {view.node_of[op.index] for op in other.ops} == {other.id}
     op_meta = view.nodes[f"op{block.ops[0].index}"]
     assert op_meta["group"] == "blocks.0" and op_meta["python"]
     assert to_dot(snap, expand={block.id}) == view.dot  # ids work as well as names

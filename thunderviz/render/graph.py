@@ -74,6 +74,9 @@ class GraphView:
     nodes: dict[str, dict[str, Any]]
     groups: list[Group]
     expanded: frozenset[str]
+    #: op index -> id of the node that draws it (its own, its group's, or its group's collectives node), so a
+    #: front end can mark diff results or ledger rows without re-deriving the layout rules.
+    node_of: dict[int, str] = field(default_factory=dict)
 
 
 def short_op_name(op: str) -> str:
@@ -246,7 +249,7 @@ def graph_view(
         tip = f"{n} tensor{'s' if n != 1 else ''}"
         lines.append(f'  {a} -> {b} [penwidth={width:.1f}, tooltip="{tip}"];')
     lines.append("}")
-    return GraphView(dot="\n".join(lines) + "\n", nodes=nodes, groups=groups, expanded=opened)
+    return GraphView(dot="\n".join(lines) + "\n", nodes=nodes, groups=groups, expanded=opened, node_of=node_of)
 
 
 def _tensor_meta(t: Any, pn: dict[str, str]) -> dict[str, Any]:
