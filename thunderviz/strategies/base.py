@@ -165,7 +165,7 @@ class ThunderParallelStrategy(DDPStrategy):
         for note in self._notes:
             if note not in _warned:
                 _warned.add(note)
-                warnings.warn(f"{type(self).__name__}: {note}.", UserWarning, stacklevel=3)
+                warnings.warn(f"{type(self).__name__}: {note}.", UserWarning, stacklevel=4)
 
     @override
     def setup_module_and_optimizers(
