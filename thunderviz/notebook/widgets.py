@@ -116,8 +116,9 @@ class _GraphWidget(anywidget.AnyWidget):
             found, n = vd.search_ops(vd.snapshot_of(subject.primary, self.trace), self.search, expanded=self.expanded)
             hits.extend({**h, "pane": i} for h in found)
             total += n
-        self.matches = hits[: vd.MAX_MATCHES]
-        self.match_total = total
+        with self.hold_sync():  # one message, so the browser never shows a new list with an old count
+            self.match_total = total
+            self.matches = hits[: vd.MAX_MATCHES]
 
     # ------------------------------------------------------------------ Python API
 

@@ -2,7 +2,7 @@
 // then handles zoom, pan, search, click-for-details, expand/collapse and the panels.
 //
 // Safety: every string that comes from user code (module and parameter names, source lines) reaches the page
-// through textContent or setAttribute, never innerHTML. Graphviz's SVG is parsed as XML (scripts never run in
+// through textContent or setAttribute, never through an HTML parser. Graphviz's SVG is parsed as XML (scripts never run in
 // a parsed document) and scrubbed of script/foreignObject elements, event attributes and non-local links
 // before it is adopted into the page.
 
@@ -502,6 +502,7 @@ function render({ model, el }) {
   const onTrace = () => { drawTraces(); state.selected = null; state.viewport = { k: 1, cx: 0.5, cy: 0.5 }; };
   model.on("change:panes", redraw);
   model.on("change:matches", markMatches);
+  model.on("change:match_total", markMatches);
   model.on("change:trace", onTrace);
   model.on("change:traces", drawTraces);
   model.on("change:summary", drawSummary);

@@ -1,0 +1,265 @@
+"""The trace widgets in a real JupyterLab, driven in a real Chromium: run all cells, then read the DOM.
+
+One JupyterLab server (127.0.0.1, random port, a token), one page, one notebook (a copy of
+``widgets_tour.ipynb``, because autosave writes outputs back), real traces from real 2-rank FSDP and DDP runs of
+the small GPT. The expected values (collective nodes, the parameter's all_gather, the diff summary) are computed
+in this process from the same trace files with the widget classes, so the DOM is checked against the model, not
+against numbers typed into the test. Screenshots go to ``test-output/browser/`` (not committed).
+
+Needs Debian's ``chromium`` at /usr/bin/chromium (never a downloaded browser); skipped with that reason otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from tests.widgets.gpt_traces import gpt_trace_files
+
+CHROMIUM = "/usr/bin/chromium"
+HERE = Path(__file__).parent
+REPO = HERE.parent.parent
+SHOTS = REPO / "test-output" / "browser"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--no-first-run", "--disable-sync", "--disable-dev-shm-usage"]  # fmt: skip
+
+pytestmark = [
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"needs Debian's chromium at {CHROMIUM} (apt-get install -y chromium)"),
+    pytest.mark.timeout(420),
+]
+
+
+def _free_port() -> int:
+    from thunderviz.launch import free_port
+
+    return free_port()
+
+
+def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"jupyter lab exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.3)
+    raise RuntimeError(f"jupyter lab did not answer {url} in {timeout} s:\n{log.read_text()[-3000:]}")
+
+
+class Lab:
+    """What the tests read: the page, console errors, timings and the expected values from the model."""
+
+    def __init__(self, page: Any, errors: list[str], expected: dict[str, Any], timings: dict[str, float]) -> None:
+        self.page = page
+        self.errors = errors
+        self.expected = expected
+        self.timings = timings
+
+    def shot(self, name: str, root: Any) -> Path:
+        """Screenshot of one widget (the whole element, scrolled into view) for a person to look at."""
+        SHOTS.mkdir(parents=True, exist_ok=True)
+        path = SHOTS / f"{name}.png"
+        root.screenshot(path=str(path))
+        return path
+
+
+def _expected(files: dict[str, list[str]]) -> dict[str, Any]:
+    """The values the DOM must show, computed with the same widget classes from the same trace files."""
+    from thunderviz.notebook.compare import compare
+    from thunderviz.notebook.widgets import TraceView
+
+    view = TraceView(files["fsdp"], trace="backward")
+    pane = view.panes[0]
+    collective_nodes = sorted(k for k, m in pane["nodes"].items() if m["kind"] == "collectives")
+    fwd = TraceView(files["fsdp"], trace="forward")
+    fwd.search = "blocks.1.mlp_fc.weight"
+    ag = [m for m in fwd.matches if m["op"] == "all_gather"]
+    assert len(ag) == 1, fwd.matches  # the model itself must find it, or the browser check means nothing
+    cmp = compare(files["ddp"], files["fsdp"], trace="backward")
+    return {"collective_nodes": collective_nodes, "groups": [g["name"] for g in pane["groups"]],
+            "all_gather": ag[0], "summary": cmp.summary, "delta": cmp.diff.collective_delta()}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
+    from playwright.sync_api import sync_playwright
+
+    t_start = time.monotonic()
+    files = gpt_trace_files()
+    t_traces = time.monotonic()
+    expected = _expected(files)
+    root = tmp_path_factory.mktemp("lab")
+    shutil.copy(HERE / "widgets_tour.ipynb", root / "tour.ipynb")
+    port, token = _free_port(), secrets.token_hex(16)
+    env = dict(os.environ, THUNDERVIZ_WIDGET_TRACES=json.dumps(files), JUPYTER_CONFIG_DIR=str(root / ".cfg"),
+               JUPYTER_RUNTIME_DIR=str(root / ".runtime"),
+               PYTHONWARNINGS="ignore::DeprecationWarning")  # fmt: skip
+    log = root / "lab.log"
+    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
+           f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
+           "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+           f"--LabApp.workspaces_dir={root / '.ws'}", f"--LabApp.user_settings_dir={root / '.settings'}",
+           "--LabApp.extension_manager=readonly"]  # fmt: skip
+    if os.geteuid() == 0:  # CI containers run as root; the server refuses without this
+        cmd.append("--allow-root")
+    # No "get notified about Jupyter news?" toast over the widgets (and no fetch of news from the network).
+    notif = root / ".settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
+    notif.parent.mkdir(parents=True)
+    notif.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
+    with open(log, "w") as logf:
+        server = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env, cwd=root)
+    errors: list[str] = []
+    timings: dict[str, float] = {"traces_s": t_traces - t_start}
+    try:
+        _wait_http(f"http://127.0.0.1:{port}/api/status?token={token}", server, log)
+        timings["server_s"] = time.monotonic() - t_traces
+        with sync_playwright() as pw:
+            ctx = pw.chromium.launch_persistent_context(
+                str(root / ".chromium"), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
+                viewport={"width": 1500, "height": 1000},
+            )  # fmt: skip
+            page = ctx.pages[0] if ctx.pages else ctx.new_page()
+            page.on("console", lambda m: errors.append(f"console.{m.type}: {m.text}") if m.type == "error" else None)
+            page.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
+            # Long main-thread tasks, to report (not assert) whether expanding a block freezes the page.
+            page.add_init_script("window.__longtasks = []; new PerformanceObserver((l) => { for (const e of "
+                                 "l.getEntries()) window.__longtasks.push([e.startTime, e.duration]); })"
+                                 ".observe({entryTypes: ['longtask']});")  # fmt: skip
+            t0 = time.monotonic()
+            page.goto(f"http://127.0.0.1:{port}/lab/tree/tour.ipynb?token={token}")
+            # The kernel status in the status bar reads "Python 3 (ipykernel) | Idle" once the kernel is up.
+            page.wait_for_function("(document.querySelector('#jp-main-statusbar') || {}).textContent"
+                                   "?.includes('| Idle')", timeout=90_000)  # fmt: skip
+            timings["lab_open_s"] = time.monotonic() - t0
+            t0 = time.monotonic()
+            page.evaluate("window.jupyterapp.commands.execute('runmenu:run-all')")
+            page.locator(".tv-root[data-mode=trace][data-drawn]").first.wait_for(timeout=120_000)
+            page.locator(".tv-root[data-mode=compare][data-drawn]").first.wait_for(timeout=60_000)
+            page.locator(".tv-rank[data-state=done]").nth(1).wait_for(timeout=60_000)
+            timings["run_all_s"] = time.monotonic() - t0
+            yield Lab(page, errors, expected, timings)
+            ctx.close()
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+        timings["total_s"] = time.monotonic() - t_start
+        print("\nbrowser timings (s):", json.dumps({k: round(v, 2) for k, v in timings.items()}))
+
+
+def _trace_root(lab: Lab) -> Any:
+    return lab.page.locator(".tv-root[data-mode=trace]").first
+
+
+def test_graph_drawn_with_expected_collective_nodes(lab: Lab) -> None:
+    root = _trace_root(lab)
+    root.scroll_into_view_if_needed()
+    drawn = root.locator("svg g.node.tv-kind-collectives")
+    ids = sorted(drawn.evaluate_all("els => els.map(e => e.dataset.node)"))
+    assert ids == lab.expected["collective_nodes"]
+    groups = root.locator("svg g.node.tv-kind-group").evaluate_all("els => els.map(e => e.textContent)")
+    for name in lab.expected["groups"]:
+        assert any(name in g for g in groups), (name, groups)
+    # Cell end -> graph visible, from the kernel's clock (printed by the cell) and the page's (same machine).
+    out = lab.page.locator(".jp-OutputArea-output", has_text="cell_end_epoch_ms=").first.text_content()
+    cell_end = float(re.search(r"cell_end_epoch_ms=([0-9.]+)", out).group(1))
+    drawn_at = float(root.get_attribute("data-t-first-drawn"))
+    lab.timings["cell_end_to_graph_ms"] = drawn_at - cell_end
+    lab.timings["first_layout_ms"] = float(root.get_attribute("data-layout-ms"))
+    print(f"\ncell end -> backward graph visible: {drawn_at - cell_end:.0f} ms "
+          f"(layout {root.get_attribute('data-layout-ms')} ms)")  # fmt: skip
+    lab.shot("01-trace-view-backward", root)
+
+
+def test_click_collective_shows_details(lab: Lab) -> None:
+    root = _trace_root(lab)
+    node = root.locator("svg g.node.tv-kind-collectives").first
+    node.click()
+    details = root.locator(".tv-details[data-kind=collectives]")
+    details.wait_for(timeout=10_000)
+    text = details.text_content()
+    assert "reduce_scatter" in text and "grad of " in text, text[:500]
+    # The chosen op's full trace line and its ledger row (bytes, group, wait distance).
+    assert "group size" in details.locator(".tv-ledger-row").text_content()
+    assert root.locator("svg g.tv-selected").count() == 1
+    lab.shot("02-collective-details", root)
+
+
+def test_search_finds_parameter_all_gather(lab: Lab) -> None:
+    root = _trace_root(lab)
+    root.locator("select.tv-trace").select_option("forward")
+    root.locator(".tv-pane-title", has_text="forward").wait_for(timeout=20_000)
+    root.locator("input.tv-search").fill("blocks.1.mlp_fc.weight")
+    exp = lab.expected["all_gather"]
+    item = root.locator(".tv-match-item", has_text="all_gather blocks.1.mlp_fc.weight")
+    item.wait_for(timeout=20_000)
+    assert root.locator(f"svg g.node.tv-match[data-node={exp['node']}]").count() == 1
+    item.click()
+    hit = root.locator(f".tv-details tr.tv-hit[data-index='{exp['index']}']")
+    hit.wait_for(timeout=10_000)
+    assert "blocks.1.mlp_fc.weight" in hit.text_content()
+    lab.shot("03-search-all-gather", root)
+
+
+def test_expand_block_stays_responsive(lab: Lab) -> None:
+    root = _trace_root(lab)
+    root.locator("input.tv-search").fill("")
+    root.locator("select.tv-trace").select_option("backward")
+    root.locator(".tv-pane-title", has_text="backward").wait_for(timeout=20_000)
+    before = int(root.get_attribute("data-drawn"))
+    lab.page.evaluate("window.__longtasks = []")
+    group = root.locator("svg g.node.tv-kind-group", has_text="blocks.0").first
+    t0 = time.monotonic()
+    group.dblclick()
+    root.locator("svg g.node.tv-kind-op").nth(50).wait_for(timeout=30_000)
+    lab.timings["expand_block_ms"] = (time.monotonic() - t0) * 1000
+    assert int(root.get_attribute("data-drawn")) > before
+    assert root.locator("svg g.cluster").count() == 1
+    longest = lab.page.evaluate("Math.max(0, ...window.__longtasks.map(t => t[1]))")
+    lab.timings["expand_longest_task_ms"] = longest
+    print(f"\nexpand blocks.0: {lab.timings['expand_block_ms']:.0f} ms to drawn, longest main-thread task {longest:.0f} ms")
+    lab.shot("04-expanded-block", root)
+
+
+def test_compare_summary_and_diff_marks(lab: Lab) -> None:
+    root = lab.page.locator(".tv-root[data-mode=compare]").first
+    root.scroll_into_view_if_needed()
+    summary = root.locator(".tv-summary").text_content()
+    assert summary == lab.expected["summary"]
+    assert lab.expected["delta"] == {"all_reduce": -53, "reduce_scatter": 53}
+    assert "+53 reduce_scatter" in summary and "\u221253 all_reduce" in summary
+    panes = root.locator(".tv-graph")
+    assert panes.count() == 2
+    assert panes.nth(1).locator("g.tv-diff-add").count() > 0
+    assert panes.nth(0).locator("g.tv-diff-rem, g.tv-diff-chg").count() > 0
+    # Synced zoom: zooming once changes both panes' view by the same factor.
+    vb = lambda: [p.locator("svg").get_attribute("viewBox") for p in panes.all()]  # noqa: E731
+    before = vb()
+    root.locator("button[title='zoom in']").click()
+    after = vb()
+    ratios = [float(b.split()[2]) / float(a.split()[2]) for a, b in zip(before, after)]
+    assert ratios[0] == pytest.approx(1 / 1.4, rel=1e-3) and ratios[1] == pytest.approx(1 / 1.4, rel=1e-3), ratios
+    lab.shot("05-compare-ddp-vs-fsdp", root)
+
+
+def test_rank_status_and_no_console_errors(lab: Lab) -> None:
+    chips = lab.page.locator(".tv-rank").evaluate_all("els => els.map(e => e.dataset.state)")
+    assert chips[-2:] == ["done", "done"]
+    assert lab.errors == [], "\n".join(lab.errors)
+    print("\nbrowser timings:", json.dumps({k: round(v, 2) for k, v in lab.timings.items()}))

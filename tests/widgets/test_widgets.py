@@ -1,0 +1,310 @@
+"""The trace widgets from plain Python: real traces in, synced state out, no browser.
+
+Traces are real: a 2-rank thunder FSDP and DDP run of a 1-block GPT (``tests.distributed.trace_scenarios``,
+shared with the trace-model tests) and single-process jitted models (``tests.unit.trace_fixtures``), including
+one whose source line and name carry markup. The comm is the real ``comm`` package's base class with
+``publish_msg`` recording what would go over the wire: the transport seam, not a mock of the widget.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+import traitlets
+
+from tests.distributed.trace_scenarios import two_rank_run
+from tests.unit import trace_fixtures as tf
+from thunderviz.core.collectives import ledger_from_bundle
+from thunderviz.core.diff import diff_traces
+from thunderviz.core.traces import TraceBundle
+from thunderviz.notebook import viewdata as vd
+from thunderviz.notebook.compare import compare
+from thunderviz.notebook.widgets import CompareView, RankStatus, TraceView
+from thunderviz.render.graph import dot_available, group_ops
+
+pytestmark = pytest.mark.timeout(600)
+
+
+# ---------------------------------------------------------------------------------------------- fixtures
+
+
+class RecordingComm:
+    """Stand-in for the kernel's comm: records every message a widget publishes."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        import comm.base_comm
+
+        class _Comm(comm.base_comm.BaseComm):
+            def publish_msg(inner, msg_type: str, data: Any = None, metadata: Any = None, buffers: Any = None, **keys: Any) -> None:
+                self.sent.append((msg_type, data))
+
+        self.sent: list[tuple[str, Any]] = []
+        self.comm = _Comm(**kwargs)
+
+    def updates(self) -> list[dict[str, Any]]:
+        return [d["state"] for t, d in self.sent if t == "comm_msg" and d and d.get("method") == "update"]
+
+
+@pytest.fixture
+def wire(monkeypatch: pytest.MonkeyPatch) -> list[RecordingComm]:
+    import comm
+
+    made: list[RecordingComm] = []
+
+    def create(**kwargs: Any) -> Any:
+        rec = RecordingComm(**kwargs)
+        made.append(rec)
+        return rec.comm
+
+    monkeypatch.setattr(comm, "create_comm", create)
+    return made
+
+
+@pytest.fixture(scope="module")
+def ranks() -> list[Any]:
+    return two_rank_run()
+
+
+@pytest.fixture(scope="module")
+def fsdp(ranks: list[Any]) -> list[TraceBundle]:
+    return [r.fsdp for r in ranks]
+
+
+@pytest.fixture(scope="module")
+def ddp(ranks: list[Any]) -> list[TraceBundle]:
+    return [r.ddp for r in ranks]
+
+
+def _from_browser(w: Any, **state: Any) -> None:
+    """Apply a state update exactly as ipywidgets does when the front end sends one."""
+    w._handle_msg({"content": {"data": {"method": "update", "state": state, "buffer_paths": []}}, "buffers": []})
+
+
+# ---------------------------------------------------------------------------------------------- trace view
+
+
+def test_trace_view_state_from_per_rank_bundles(fsdp: list[TraceBundle]) -> None:
+    w = TraceView(fsdp)
+    fwd = fsdp[0].forward
+    assert w.trace == "forward" and w.traces[:2] == ["forward", "backward"]
+    pane = w.panes[0]
+    assert pane["n_ops"] == len(fwd.ops)
+    assert pane["n_collectives"] == sum(1 for op in fwd.ops if op.is_collective) > 0
+    groups = group_ops(fwd)
+    assert [g["name"] for g in pane["groups"]] == [g.name for g in groups]
+    # Collapsed: one node per group, plus one collectives node per group that communicates.
+    expect_nodes = {g.id for g in groups} | {f"{g.id}c" for g in groups if g.collectives or g.waits}
+    assert set(pane["nodes"]) == expect_nodes
+    for nid in expect_nodes:
+        assert f'{nid} [id="{nid}"' in pane["dot"]
+    led = w.panels["ledger"]
+    assert led["ranks"] == [0, 1] and led["mismatches"] == [] and led["bad"] == []
+    assert len(led["rows"]) == len(ledger_from_bundle(fsdp[0]).collectives())
+    json.dumps(w.get_state(), allow_nan=False)  # what goes over the comm must be plain JSON
+
+
+def test_trace_switch_recomputes_and_rejects_unknown(fsdp: list[TraceBundle]) -> None:
+    w = TraceView(fsdp, trace="forward")
+    fwd_dot = w.panes[0]["dot"]
+    w.trace = "backward"
+    assert w.panes[0]["n_ops"] == len(fsdp[0].backward.ops)
+    assert w.panes[0]["dot"] != fwd_dot and "backward" in w.panes[0]["title"]
+    with pytest.raises(traitlets.TraitError, match="this view has"):
+        w.trace = "sideways"
+    with pytest.raises(ValueError, match="has \\['forward', 'backward'"):
+        TraceView(fsdp, trace="sideways")
+
+
+def test_expand_from_browser_syncs_new_graph_back(fsdp: list[TraceBundle], wire: list[RecordingComm]) -> None:
+    w = TraceView(fsdp, trace="backward")
+    rec = wire[-1]
+    block = next(g for g in group_ops(fsdp[0].backward) if g.name.startswith("blocks."))
+    rec.sent.clear()
+    _from_browser(w, expanded=[block.name])
+    assert w.expanded == [block.name]
+    pane = w.panes[0]
+    assert {g["name"] for g in pane["groups"] if g["expanded"]} == {block.name}
+    assert {f"op{op.index}" for op in block.ops} <= set(pane["nodes"])
+    assert f"cluster_{block.id}" in pane["dot"]
+    # The recomputed panes went back to the browser, and not the expansion it sent us (it has that already).
+    sent = rec.updates()
+    assert any("panes" in s and s["panes"][0]["dot"] == pane["dot"] for s in sent)
+    assert not any("expanded" in s for s in sent)
+    w.collapse()
+    assert w.expanded == [] and not any(g["expanded"] for g in w.panes[0]["groups"])
+    with pytest.raises(ValueError, match="no such group"):
+        w.expand("blocks.99")
+
+
+def test_search_finds_a_parameters_all_gather(fsdp: list[TraceBundle], wire: list[RecordingComm]) -> None:
+    w = TraceView(fsdp, trace="forward")
+    fwd = fsdp[0].forward
+    param = "blocks.0.mlp_fc.weight"
+    assert param in fwd.param_names.values()
+    _from_browser(w, search=param)
+    ag = [m for m in w.matches if m["op"] == "all_gather"]
+    assert len(ag) == 1 and param in ag[0]["label"]
+    op = fwd.ops[ag[0]["index"]]
+    assert op.collective == "all_gather" and fwd.param_names[op.inputs[0].name] == param
+    gid = next(g.id for g in group_ops(fwd) if any(o.index == op.index for o in g.ops))
+    assert ag[0]["node"] == f"{gid}c"  # collapsed: the block's collectives node holds it
+    assert json.loads(json.dumps(wire[-1].updates()[-1]))["matches"] == w.matches
+    w.expand(ag[0]["group"])
+    assert next(m for m in w.matches if m["op"] == "all_gather")["node"] == f"op{op.index}"
+    w.search = ""
+    assert w.matches == [] and w.match_total == 0
+    w.trace = "backward"
+    w.search = "reduce_scatter"
+    assert w.match_total == sum(1 for o in fsdp[0].backward.ops if o.collective == "reduce_scatter") > 0
+
+
+def test_selected_collective_details_carry_ledger_rows(fsdp: list[TraceBundle]) -> None:
+    w = TraceView(fsdp, trace="backward")
+    nid = next(k for k, m in w.panes[0]["nodes"].items() if m["kind"] == "collectives")
+    _from_browser(w, selected={"pane": 0, "node": nid})
+    d = w.details
+    assert d["kind"] == "collectives" and d["ops"]
+    ledger = {(e.trace, e.op_index): e for e in ledger_from_bundle(fsdp[0]).entries}
+    for m in d["ops"]:
+        e = ledger[("backward", m["index"])]
+        assert m["ledger"]["kind"] == e.kind and m["ledger"]["bytes"] == e.bytes
+        if m["kind"] == "collective":
+            assert m["ledger"]["group_size"] == 2 and m["ledger"]["tensor"].startswith("grad of ")
+            assert isinstance(m["ledger"]["distance"], int)
+        assert m["python"]  # the full trace line
+    first = group_ops(fsdp[0].backward)[0]
+    g = w.select(first.id)
+    assert g["kind"] == "group" and g["name"] == first.name and g["n_ops"] == len(first.ops)
+    assert w.selected == {"pane": 0, "node": first.id}
+    with pytest.raises(ValueError, match="no such node"):
+        w.select("nope")
+
+
+def test_forward_op_details_have_source_line() -> None:
+    w = TraceView(tf.gpt().bundle)
+    name = w.panes[0]["groups"][0]["name"]
+    w.expand(name)
+    ops = [m for m in w.panes[0]["nodes"].values() if m["kind"] == "op" and m["source"]]
+    assert ops, "forward ops carry the user's source line"
+    assert all(m["source"]["file"].endswith(".py") and m["source"]["line"] > 0 for m in ops)
+    assert any(m["outputs"] and m["outputs"][0]["shape"] for m in ops)
+
+
+def test_ledger_panel_shows_cross_rank_mismatch(fsdp: list[TraceBundle], ddp: list[TraceBundle]) -> None:
+    # Rank 1 ran DDP while rank 0 ran FSDP: real traces, really different collectives.
+    r1 = TraceBundle.from_dict({**ddp[1].to_dict(), "name": fsdp[0].name})
+    w = TraceView([fsdp[0], r1])
+    led = w.panels["ledger"]
+    assert len(led["mismatches"]) == 1 and "Ranks 0 and 1 disagree at collective 1" in led["mismatches"][0]
+    assert led["bad"] == [0]
+    assert "Ranks 0 and 1 disagree" in w.to_html()
+
+
+# ---------------------------------------------------------------------------------------------- comparison
+
+
+def test_compare_ddp_vs_fsdp_summary_marks_and_sync(ddp: list[TraceBundle], fsdp: list[TraceBundle]) -> None:
+    c = compare(ddp, fsdp)
+    assert isinstance(c, CompareView) and c.trace == "forward"
+    d = diff_traces(ddp[0].forward, fsdp[0].forward)
+    n_params = len(fsdp[0].forward.param_names)
+    assert d.collective_delta()["all_gather"] == n_params > 0
+    assert c.summary == f"{ddp[0].name} \u2192 {fsdp[0].name} (forward): {d.summary}"
+    left, right = c.panes
+    assert sum(m["+"] for m in right["marks"].values()) == len(d.added)
+    assert sum(m["-"] for m in left["marks"].values()) == len(d.removed)
+    assert sum(m["~"] for m in right["marks"].values()) == sum(m["~"] for m in left["marks"].values()) == len(d.changed)
+    assert left["prefix"] == "p0-" and right["prefix"] == "p1-" and 'id="p1-g0"' in right["dot"]
+    c.trace = "backward"
+    assert "reduce_scatter" in c.summary and "all_reduce" in c.summary
+    assert c.diff.collective_delta().get("reduce_scatter", 0) > 0
+    assert c.panels["diff"]["total"] == sum(1 for r in c.diff.rows if r.tag != "=")
+    # One expansion list opens the same block on both sides.
+    name = next(g["name"] for g in right["groups"] if g["name"].startswith("blocks."))
+    c.expand(name)
+    assert all(any(g["expanded"] for g in p["groups"] if g["name"] == name) for p in c.panes)
+
+
+def test_compare_saved_files_by_name(ranks: list[Any]) -> None:
+    path = ranks[0].path  # one file per rank, holding both the FSDP and the DDP bundle
+    with pytest.raises(ValueError, match="pass name="):
+        compare(path, path)
+    c = compare([r.path for r in ranks], [r.path for r in ranks], name=("gpt-ddp", "gpt-fsdp"), trace="backward")
+    assert c.title == "gpt-ddp vs gpt-fsdp"
+    assert "+" in c.summary and "reduce_scatter" in c.summary
+    with pytest.raises(ValueError, match="no traced object named 'nope'"):
+        compare(path, path, name="nope")
+    with pytest.raises(TypeError, match="thunderviz widgets show traces"):
+        compare(object(), path)
+
+
+# ---------------------------------------------------------------------------------------------- static view, safety
+
+
+def test_static_html_and_text_repr_escape_user_markup() -> None:
+    w = TraceView(tf.evil().bundle)
+    w.expand(w.panes[0]["groups"][0]["name"])
+    bundle = w._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert bundle["text/plain"] == repr(w) and "0x" not in repr(w)
+    page = bundle["text/html"]
+    assert tf.EVIL not in page and "<script" not in page.lower()
+    assert "&lt;script&gt;" in page
+    assert ("<svg" in page) == dot_available()
+    assert ("<pre" in page) != dot_available()
+    # The markup is data in the synced state; the front end only ever uses textContent for it.
+    assert tf.EVIL in json.dumps(w.panes)
+
+
+def test_front_end_never_injects_html() -> None:
+    from thunderviz.notebook.widgets import _static
+
+    for name in ("trace_view.js", "rank_status.js"):
+        js = _static(name)
+        for sink in ("innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval(", "new Function"):
+            assert sink not in js, f"{name} uses {sink}"
+        assert "https://" not in js and "http://" not in js, f"{name} fetches something from the network"
+    assert "export{" in _static("graphviz-wasm.js")[-400:]  # the vendored module is the ES build
+
+
+def test_repr_is_stable_for_nbval(fsdp: list[TraceBundle]) -> None:
+    a, b = TraceView(fsdp), TraceView(fsdp)
+    assert repr(a) == repr(b) == (f"TraceView({fsdp[0].name!r}, trace='forward': {len(fsdp[0].forward.ops)} ops, "
+                                  f"{a.panes[0]['n_collectives']} collectives, 2 rank(s))")  # fmt: skip
+
+
+def test_rank_status_updates_and_validates(wire: list[RecordingComm]) -> None:
+    s = RankStatus(2, label="cell 3")
+    s.set_status(1, "running", "step 1")
+    assert [r["state"] for r in s.ranks] == ["waiting", "running"]
+    assert wire[-1].updates()[-1]["ranks"][1]["detail"] == "step 1"
+    s.set_status(1, "failed", "<b>boom</b>")
+    assert "&lt;b&gt;boom&lt;/b&gt;" in s._repr_mimebundle_()["text/html"]
+    assert repr(s) == "RankStatus(0:waiting, 1:failed)"
+    with pytest.raises(ValueError, match="use one of"):
+        s.set_status(0, "sleeping")
+    with pytest.raises(ValueError, match="ranks are 0..1"):
+        s.set_status(2, "done")
+
+
+def test_subject_of_rejects_and_accepts(fsdp: list[TraceBundle]) -> None:
+    snap_subject = vd.subject_of(fsdp[0].backward)
+    assert snap_subject.primary.forward is fsdp[0].backward
+    with pytest.raises(TypeError, match="expected TraceBundle"):
+        vd.subject_of([fsdp[0], 3])
+    from thunderviz.render.html import Report
+
+    subj = vd.subject_of(Report(fsdp, decisions=[{"target": "m", "case": "raw", "action": "jit", "reason": "r"}]))
+    assert sorted(subj.bundles) == [0, 1] and subj.decisions[0]["action"] == "jit"
+
+
+def test_notebook_layer_data_code_needs_no_widget_libraries() -> None:
+    code = ("import sys, thunderviz.notebook.viewdata; "
+            "bad = [m for m in ('ipywidgets', 'anywidget', 'IPython') if m in sys.modules]; print(bad)")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
