@@ -73,9 +73,35 @@ def test_fsdp_cell_streams_output_and_returns_a_report(shell, capsys) -> None:
     assert report.decisions, "the strategy's decision log should come back"
     assert {"target", "case", "action", "reason"} <= set(report.decisions[0])
     assert sorted(report.memory) == [0, 1] and all(m["rss_bytes"] > 0 for m in report.memory.values())
+    # traces for the model set up in this cell came back from both ranks, with ledgers that agree
+    assert report.problems == []
+    assert sorted(report.bundles_by_rank) == [0, 1] and list(report.bundles) == list(report.bundles_by_rank[0])
+    name = next(iter(report.bundles))
+    assert sorted(report.ledgers[name]) == [0, 1] and report.mismatches[name] == []
     page = report.to_html()
     assert page.startswith("<!DOCTYPE html>") and "<script" not in report._repr_html_()
     assert "Memory per rank" in page and report.decisions[0]["reason"][:20] in page
+
+
+FUNCTION_CELL = """
+from thunderviz.models import TinyGPT, make_batch
+def loss_fn(m, x, y):
+    return torch.nn.functional.cross_entropy(m(x).flatten(0, 1), y.flatten())
+jitted_loss = thunder.jit(loss_fn)
+model = fabric.setup(TinyGPT(n_layer=1, d_model=32, n_head=2, block_size=16, vocab_size=64))
+x, y = make_batch(batch=2, block_size=16, vocab_size=64, seed=rank, device=device)
+fabric.backward(jitted_loss(model, x, y))
+"""
+
+
+def test_no_jit_reports_the_users_jitted_function(shell) -> None:
+    report = shell.run_cell_magic("thunder_fsdp", "--nproc 2 --backend gloo --no-jit --output none", FUNCTION_CELL)
+    assert report.strategy["options"]["jit"] is False
+    assert "jitted_loss" in report.bundles, report.problems
+    assert sorted(report.ledgers["jitted_loss"]) == [0, 1] and report.mismatches["jitted_loss"] == []
+    # a cell that calls nothing jitted captures nothing again
+    quiet = shell.run_cell_magic("thunder_fsdp", "--nproc 2 --backend gloo --no-jit --output none", "z = 1")
+    assert quiet.bundles == {} and quiet.decisions == []
 
 
 def test_pool_is_reused_then_restarted_on_mismatch(shell, capsys) -> None:

@@ -194,7 +194,11 @@ def pane_data(
     opened = [n for n in expanded if n in names]
     gv = graph_view(snapshot, opened, title=title or snapshot.label, id_prefix=id_prefix) if opened else gv0
     rows = _ledger_rows(ledger, snapshot.label)
-    nodes = gv.nodes
+    nodes = dict(gv.nodes)
+    for g in gv.groups:
+        if g.id in gv.expanded:  # the open block's frame: clicking it offers to collapse it again
+            nodes[g.id] = {"kind": "cluster", "id": g.id, "name": g.name, "n_ops": len(g.ops),
+                           "n_compute": len(g.compute)}  # fmt: skip
     for meta in nodes.values():
         _attach_ledger(meta, rows)
     node_of = node_of_ops(gv)

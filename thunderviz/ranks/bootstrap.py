@@ -156,14 +156,30 @@ def _jitted_objects(ns: dict[str, Any]) -> dict[str, Any]:
     return found
 
 
-def snapshot_jitted_calls(ns: dict[str, Any]) -> dict[int, int]:
-    """Call counts of every jitted object in the namespace, so ``collect`` can tell which ran in this cell."""
+def _strategy_modules(ns: dict[str, Any]) -> list[tuple[str, Any]]:
+    fabric = ns.get("fabric")
+    strategy = getattr(fabric, "strategy", None) if fabric is not None else None
+    return list(getattr(strategy, "thunder_modules", None) or [])
+
+
+def _calls(obj: Any) -> int:
     import thunder
 
-    counts = {}
-    for obj in _jitted_objects(ns).values():
+    try:
         stats = thunder.compile_stats(obj)
-        counts[id(obj)] = int(getattr(stats, "calls", 0) or 0) if stats is not None else 0
+    except Exception:
+        return 0
+    return int(getattr(stats, "calls", 0) or 0) if stats is not None else 0
+
+
+def snapshot_jitted_calls(ns: dict[str, Any]) -> dict[int, int]:
+    """Call counts of every jitted object (namespace and strategy), so ``collect`` can tell what ran this cell."""
+    fabric = ns.get("fabric")
+    strategy = getattr(fabric, "strategy", None) if fabric is not None else None
+    ns["_thunderviz_decisions_before"] = len(getattr(strategy, "decisions", None) or [])
+    counts = {id(obj): _calls(obj) for obj in _jitted_objects(ns).values()}
+    for _, module in _strategy_modules(ns):
+        counts[id(module)] = _calls(module)
     return counts
 
 
@@ -180,25 +196,35 @@ def _memory(info: RankInfo) -> dict[str, Any]:
 
 
 def _targets(ns: dict[str, Any], calls_before: dict[int, int]) -> list[tuple[str, Any]]:
-    """Objects set up through the strategy (cases 1 and 3) plus jitted functions called in this cell (case 2)."""
+    """What this cell set up through the strategy (cases 1 and 3) or called (those, and case 2's jitted
+    functions); objects from earlier cells that did not run again are not re-captured.
+
+    Objects are told apart by their compile data: Fabric's wrapper forwards attribute lookups to the
+    ThunderModule inside, so ``model`` and the strategy's module are one compiled object, captured once.
+    """
     import thunder
 
     targets: list[tuple[str, Any]] = []
     seen: set[int] = set()
-    fabric = ns.get("fabric")
-    strategy = getattr(fabric, "strategy", None) if fabric is not None else None
-    for name, module in list(getattr(strategy, "thunder_modules", None) or []):
-        if id(module) not in seen:
-            seen.add(id(module))
+
+    def key(obj: Any) -> int:
+        data = thunder.compile_data(obj)
+        return id(data) if data is not None else id(obj)
+
+    for name, module in _strategy_modules(ns):
+        if key(module) in seen:
+            continue
+        if id(module) not in calls_before or _calls(module) > calls_before[id(module)]:
+            seen.add(key(module))
             targets.append((name, module))
     for name, obj in _jitted_objects(ns).items():
-        if id(obj) in seen:
+        if key(obj) in seen:
             continue
         stats = thunder.compile_stats(obj)
         if stats is None or stats.last_traces is None:
             continue
-        if int(getattr(stats, "calls", 0) or 0) > calls_before.get(id(obj), 0):
-            seen.add(id(obj))
+        if _calls(obj) > calls_before.get(id(obj), 0):
+            seen.add(key(obj))
             targets.append((name, obj))
     return targets
 
@@ -220,7 +246,8 @@ def collect(ns: dict[str, Any], calls_before: dict[int, int], *, keep_bundles: b
     }
     fabric = ns.get("fabric")
     strategy = getattr(fabric, "strategy", None) if fabric is not None else None
-    for decision in list(getattr(strategy, "decisions", None) or []):
+    # only this cell's decisions: the log of a Fabric reused across cells keeps growing
+    for decision in list(getattr(strategy, "decisions", None) or [])[ns.get("_thunderviz_decisions_before", 0):]:
         try:
             result["decisions"].append(decision.to_dict())
         except Exception as exc:
@@ -263,3 +290,32 @@ def check_process_group(timeout_s: float) -> bool:
         return True
     except Exception:
         return False
+
+
+def _interactive(func: Any) -> Any:
+    """Mark ``func`` to run with the rank's user namespace as its globals (ipyparallel's ``interactive``)."""
+    func.__module__ = "__main__"
+    return func
+
+
+@_interactive
+def prepare_cell(spec: Any) -> None:
+    """Before a cell: configure ``fabric`` for ``spec`` and snapshot call counts (one round trip)."""
+    import thunderviz.ranks.bootstrap as bootstrap
+
+    namespace = globals()
+    bootstrap.configure_fabric(namespace, spec)
+    namespace["_thunderviz_calls"] = bootstrap.snapshot_jitted_calls(namespace)
+
+
+@_interactive
+def finish_cell(collect_report: bool) -> Any:
+    """Queued right behind the cell: gather the report data, and snapshot for the next cell (no extra round trip)."""
+    import thunderviz.ranks.bootstrap as bootstrap
+
+    namespace = globals()
+    result = None
+    if collect_report:
+        result = bootstrap.collect(namespace, namespace.get("_thunderviz_calls", {}), keep_bundles=True)
+    namespace["_thunderviz_calls"] = bootstrap.snapshot_jitted_calls(namespace)
+    return result

@@ -212,6 +212,7 @@ class RankEngine:
         self.restart_reason: str | None = None
         self._rendezvous_dir: str | None = None
         self._fabric_spec: dict[str, Any] | None = None
+        self._needs_snapshot = True
         self._output_filter: Callable[[int], bool] = lambda rank: True
 
     # ----------------------------------------------------------------- construction
@@ -345,6 +346,7 @@ class RankEngine:
             self.restart_reason = "setting up the ranks failed"
             raise self._cell_error(failures, what="Setting up the ranks")
         self._fabric_spec = None
+        self._needs_snapshot = True
 
     # ----------------------------------------------------------------- running
 
@@ -398,7 +400,8 @@ class RankEngine:
             self.cluster.signal_engines(sig, engine_ids)
 
     def _drive(self, ars: dict[int, Any], *, deadline_s: float | None = None, stream: bool = True,
-               captured: dict[int, list[str]] | None = None, done_phase: str | None = None) -> dict[int, RankFailure]:
+               captured: dict[int, list[str]] | None = None, done_phase: str | None = None,
+               values: dict[int, Any] | None = None) -> dict[int, RankFailure]:
         """Wait for every rank's result while streaming output; resolve stragglers after a failure or Ctrl-C.
 
         Returns the failures by rank (empty when all succeeded). Kills mark the pool for a restart.
@@ -424,7 +427,9 @@ class RankEngine:
                     if ar.ready():
                         settled.add(rank)
                         try:
-                            ar.get(0)
+                            value = ar.get(0)
+                            if values is not None:
+                                values[rank] = value
                             if done_phase:
                                 self._set_phase([rank], done_phase)
                             first_ok_at = first_ok_at or time.monotonic()
@@ -483,7 +488,8 @@ class RankEngine:
                         self._set_phase([rank], "failed")
                     self.restart_reason = f"rank(s) {', '.join(map(str, pending))} had to be killed"
                     break
-                time.sleep(POLL_S)
+                # returns as soon as that rank's reply is in; other ranks are checked on the next pass
+                ars[pending[0]].wait(POLL_S)
             except KeyboardInterrupt:
                 if interrupted_at is None:
                     interrupted_at = time.monotonic()
@@ -587,39 +593,45 @@ class RankEngine:
             raise RankUsageError(f"source must be a string of Python code, got {type(source).__name__}")
         self._ensure_ready()
         self._output_filter = {"all": lambda r: True, "rank0": lambda r: r == 0, "none": lambda r: False}[output]
+        from thunderviz.ranks import bootstrap
+
         captured: dict[int, list[str]] = {}
         started = time.monotonic()
         spec = strategy.to_dict() if strategy is not None else None
-        prologue = (
-            f"_thunderviz_bootstrap.configure_fabric(globals(), {spec!r})\n"
-            "_thunderviz_calls = _thunderviz_bootstrap.snapshot_jitted_calls(globals())\n"
-        )
-        self._set_phase(self.ranks, "configuring")
-        failures = self._drive(self._submit(prologue), stream=True, captured=captured)
-        if failures:
-            self._after_failure(failures)
-            raise self._cell_error(failures, what="Configuring fabric")
+        client = self.cluster.client
+        if spec is not None and spec != self._fabric_spec or self._needs_snapshot:
+            # Only when the strategy changes (or after a failure): otherwise the previous cell's tail already
+            # took the snapshot, and the warm round trip stays one message per rank.
+            self._set_phase(self.ranks, "configuring")
+            prepared = {r: client[self.rank_to_engine[r]].apply_async(bootstrap.prepare_cell, spec)
+                        for r in self.ranks}
+            failures = self._drive(prepared, stream=True, captured=captured)
+            if failures:
+                self._needs_snapshot = True
+                self._after_failure(failures)
+                raise self._cell_error(failures, what="Configuring fabric")
+            self._fabric_spec = spec
+            self._needs_snapshot = False
         self._set_phase(self.ranks, "running")
-        failures = self._drive(self._submit(source), stream=True, captured=captured, done_phase="done")
+        cell = self._submit(source)
+        # Queued behind the cell on each engine: runs as soon as the cell ends, without waiting for the kernel.
+        tails = {r: client[self.rank_to_engine[r]].apply_async(bootstrap.finish_cell, collect) for r in self.ranks}
+        failures = self._drive(cell, stream=True, captured=captured, done_phase="done")
         elapsed = time.monotonic() - started
         if failures:
+            self._needs_snapshot = True
             self._after_failure(failures)
             raise self._cell_error(failures)
-        collected: dict[int, dict[str, Any]] = {}
         if collect:
             self._set_phase(self.ranks, "collecting")
-            code = {
-                r: ("_thunderviz_collected = _thunderviz_bootstrap.collect("
-                    "globals(), _thunderviz_calls, keep_bundles=True)\n")
-                for r in self.ranks
-            }
-            problems = self._drive(self._submit(code), stream=False)
-            if problems:
-                self._after_failure(problems)
-                raise self._cell_error(problems, what="Collecting traces after the cell")
-            client = self.cluster.client
-            for rank in self.ranks:
-                collected[rank] = client[self.rank_to_engine[rank]].pull("_thunderviz_collected", block=True)
+        values: dict[int, Any] = {}
+        problems = self._drive(tails, stream=False, values=values)
+        if problems:
+            self._needs_snapshot = True
+            self._after_failure(problems)
+            raise self._cell_error(problems, what="Collecting traces after the cell")
+        collected = {r: v for r, v in values.items() if v is not None}
+        if collect:
             self._set_phase(self.ranks, "done")
         return RunReport.from_ranks(
             collected,

@@ -207,7 +207,7 @@ function render({ model, el }) {
   const tRender = performance.timeOrigin + performance.now();
   root.dataset.tRender = String(tRender);
   el.append(root);
-  const state = { generation: 0, viewport: { k: 1, cx: 0.5, cy: 0.5 }, panes: [], selected: null, selectedIndex: null, tab: "details" };
+  const state = { generation: 0, lastExpanded: [...model.get("expanded")], viewport: { k: 1, cx: 0.5, cy: 0.5 }, panes: [], selected: null, selectedIndex: null, tab: "details" };
 
   // ---------------------------------------------------------------- toolbar and layout
   const traceSel = h("select", { class: "tv-trace", title: "trace" });
@@ -273,6 +273,9 @@ function render({ model, el }) {
     } else {
       setStatus(`${nodes} nodes`);
     }
+    const opened = model.get("expanded").filter((x) => !state.lastExpanded.includes(x));
+    state.lastExpanded = [...model.get("expanded")];
+    if (opened.length) focusGroup(opened[opened.length - 1]);
     root.dataset.drawn = String(Number(root.dataset.drawn || 0) + 1);
     markMatches();
     showSelected();
@@ -309,7 +312,7 @@ function render({ model, el }) {
       const g = ev.target.closest("g.node, g.cluster");
       if (!g || !g.dataset.node) return;
       const meta = p.data.nodes[g.dataset.node];
-      if (meta && meta.kind === "group") toggleGroup(meta.name);
+      if (meta && (meta.kind === "group" || meta.kind === "cluster")) toggleGroup(meta.name);
     });
   }
 
@@ -319,6 +322,26 @@ function render({ model, el }) {
     setStatus(cur.includes(name) ? `collapsing ${name}\u2026` : `expanding ${name}\u2026`);
     model.set("expanded", next);
     model.save_changes();
+  }
+
+  function focusGroup(name) {
+    // Zoom so the block just opened fills the pane's width, its first ops at the top: at "fit", a block of
+    // a few hundred ops would be too small to read.
+    for (const p of state.panes) {
+      const g = (p.data.groups || []).find((x) => x.name === name);
+      const el = g && p.nodeEl(g.id);
+      if (!el || !p.base) continue;
+      const bb = el.getBBox();
+      const m = p.svg.getScreenCTM().inverse().multiply(el.getScreenCTM());
+      const x0 = m.a * bb.x + m.e, y0 = m.d * bb.y + m.f, bw = m.a * bb.width;
+      const r = p.box.getBoundingClientRect();
+      const fit = Math.min(r.width / p.base.w, r.height / p.base.h);
+      const k = Math.min(60, Math.max(1, r.width / (1.15 * bw * fit)));
+      const s = k * fit;
+      state.viewport = { k, cx: (x0 + bw / 2 - p.base.x) / p.base.w, cy: (y0 - 10 + r.height / s / 2 - p.base.y) / p.base.h };
+      applyViews();
+      return;
+    }
   }
 
   // ---------------------------------------------------------------- selection and details
@@ -343,6 +366,11 @@ function render({ model, el }) {
     }
     const p = state.panes[sel.pane];
     const meta = p.data.nodes[sel.node];
+    if (!meta) {
+      state.selected = null;
+      if (state.tab === "details") panel.replaceChildren(h("p", { class: "tv-hint", text: "Click a node for its details; double-click a block to open it." }));
+      return;
+    }
     const el = p.nodeEl(sel.node);
     if (el) el.classList.add("tv-selected");
     if (state.tab === "details") panel.replaceChildren(details(meta, p));
@@ -376,6 +404,11 @@ function render({ model, el }) {
   function details(meta, p) {
     if (!meta) return h("p", { class: "tv-hint", text: "(no details)" });
     const out = h("div", { class: "tv-details", "data-kind": meta.kind });
+    if (meta.kind === "cluster") {
+      out.append(h("div", { class: "tv-op-head" }, h("b", { text: meta.name }), ` \u00b7 open: ${meta.n_compute} compute ops `,
+        h("button", { class: "tv-btn", text: "collapse block", onclick: () => toggleGroup(meta.name) })));
+      return out;
+    }
     if (meta.kind === "group") {
       const open = model.get("expanded").includes(meta.name);
       out.append(h("div", { class: "tv-op-head" }, h("b", { text: meta.name }), ` \u00b7 ${meta.n_compute} compute ops (${meta.n_ops} with collectives) \u00b7 trace ops ${meta.first_index}\u2013${meta.last_index} `,
