@@ -366,21 +366,16 @@ def snapshot_trace(
 
     bsyms = list(trace.bound_symbols)
     kinds = _collective_kinds()
-    index_of = {id(b): i for i, b in enumerate(bsyms)}
-    ops = [_op_record(i, b, kinds) for i, b in enumerate(bsyms)]
+    # flat_proxy_args flattens the arguments on every access: read it once per op.
+    ins = [_unique(b.flat_proxy_args) for b in bsyms]
+    ops = [_op_record(i, b, kinds, ins[i]) for i, b in enumerate(bsyms)]
 
-    prod = thunder_producers(trace)
+    # Producers by op index (thunder's map), so edges need no id() bookkeeping.
+    prod = thunder_producers(trace, _map_to_numbers=True)
     edges: list[tuple[int, int, str]] = []
-    for j, b in enumerate(bsyms):
-        seen: set[str] = set()
-        for p in b.flat_proxy_args:
-            if p.name in seen:
-                continue
-            seen.add(p.name)
-            src = prod.get(p, None)
-            if src is None:
-                continue
-            i = index_of.get(id(src))
+    for j in range(len(bsyms)):
+        for p in ins[j]:
+            i = prod.get(p, None)
             if i is not None and i != j:
                 edges.append((i, j, p.name))
 
@@ -395,7 +390,7 @@ def snapshot_trace(
                          param_names=pn, peak_memory_bytes=peak)  # fmt: skip
 
 
-def _op_record(index: int, bsym: Any, kinds: Mapping[Any, str]) -> OpRecord:
+def _op_record(index: int, bsym: Any, kinds: Mapping[Any, str], inputs: list[Any]) -> OpRecord:
     collective = kinds.get(bsym.sym.id)
     if collective is None and bsym.sym.name in ("wait", "all_gather", "reduce_scatter", "all_reduce", "broadcast"):
         # Distributed prims before the torch executor claims them (earlier stages) have the same names.
@@ -407,7 +402,7 @@ def _op_record(index: int, bsym: Any, kinds: Mapping[Any, str]) -> OpRecord:
         python = ""
     return OpRecord(
         index=index, op=str(bsym.sym.name), symbol_id=str(bsym.sym.id),
-        inputs=tuple(_tensor_ref(p) for p in _unique(bsym.flat_proxy_args)),
+        inputs=tuple(_tensor_ref(p) for p in inputs),
         outputs=tuple(_tensor_ref(p) for p in _unique(bsym.flat_proxy_outs)),
         source=_source_ref(bsym), python=python, collective=collective, group_size=group_size,
     )  # fmt: skip
