@@ -77,7 +77,7 @@ class Report:
     title: str = "thunderviz report"
     svg: bool | None = None
     diff: bool = True
-    _body: str | None = field(default=None, repr=False)
+    _body: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def body(self) -> str:
         if self._body is None:
