@@ -6,6 +6,7 @@ median of per-round ratios is reported.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 from collections.abc import Callable
@@ -57,3 +58,15 @@ def report(title: str, times: dict[str, list[float]], numerator: str, denominato
         f" (min {min(ratios):.3f}, max {max(ratios):.3f}); target {target}"
     )
     return "\n".join(lines)
+
+
+def main(bench: Callable[..., str], description: str | None) -> None:
+    """Command line shared by the strategy benchmarks: run ``bench`` on 2 ranks for FSDP, then DDP."""
+    from thunderviz.launch import run_ranks
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=3)
+    args = parser.parse_args()
+    for kind in ("fsdp", "ddp"):
+        print(run_ranks(bench, kind, args.warmup, args.rounds, timeout=1800)[0], flush=True)

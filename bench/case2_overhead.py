@@ -8,15 +8,12 @@ interleaved. Target: case 2 / case 1 <= 1.05.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
-
-from thunderviz.launch import run_ranks  # noqa: E402
 
 
 def _bench(rank: int, world: int, kind: str, warmup: int, rounds: int) -> str:
@@ -56,14 +53,7 @@ def _bench(rank: int, world: int, kind: str, warmup: int, rounds: int) -> str:
                   "case 1 (strategy jits the module)", "<= 1.05")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--warmup", type=int, default=3)
-    args = parser.parse_args()
-    for kind in ("fsdp", "ddp"):
-        print(run_ranks(_bench, kind, args.warmup, args.rounds, timeout=1200)[0], flush=True)
-
-
 if __name__ == "__main__":
-    main()
+    from _steps import main
+
+    main(_bench, __doc__)

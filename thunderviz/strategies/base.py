@@ -21,7 +21,6 @@ import torch.distributed as tdist
 from lightning.fabric.strategies import DDPStrategy
 from lightning.fabric.strategies.strategy import _BackwardSyncControl
 from lightning.fabric.utilities.distributed import _distributed_is_initialized
-from lightning.fabric.utilities.rank_zero import rank_zero_warn
 from torch import nn
 from torch.optim import Optimizer
 from typing_extensions import override
