@@ -57,6 +57,10 @@ def test_ops_are_attributed_to_modules_in_forward_and_backward():
     for snap in (b.forward, b.backward):
         work = [op for op in snap.ops if not op.is_bookkeeping]
         assert {top_group(op.module) for op in work} == expected, snap.label
+    # A layer norm's statistics are computed from the residual stream before its weight is read; they belong
+    # to the block (or ln_f) whose norm it is, not to the block that produced the stream.
+    var_means = [top_group(op.module) for op in b.forward.ops if op.op == "var_mean"]
+    assert var_means == ["blocks.0", "blocks.0", "blocks.1", "blocks.1", "ln_f"]
     fwd_linears = [op for op in b.forward.ops if op.op == "linear"]
     reads = [b.forward.param_names.get(op.inputs[1].name, "") for op in fwd_linears]
     assert [op.module for op in fwd_linears] == [r.rsplit(".", 1)[0] for r in reads]

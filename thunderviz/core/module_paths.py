@@ -85,11 +85,13 @@ def _assign_by_dataflow(
     """``carried`` names were computed in forward and saved: a backward op that reads only those (a layer norm's
     saved mean) says nothing about where it sits in backward, so it takes its consumer's module instead."""
     last_touch: dict[str, int] = {}
+    strong: set[int] = set()
     for op in snap.ops:
         ins = [t.name for t in op.inputs if t.kind in _TENSOR_KINDS]
         from_params = [origin[n] for n in ins if n in origin]
         if from_params:
             mod = from_params[-1]
+            strong.add(op.index)
             if len(from_params) == len(ins) and len(set(from_params)) == 1:
                 for t in op.outputs:
                     origin[t.name] = mod
@@ -102,9 +104,37 @@ def _assign_by_dataflow(
         if mod is not None:
             for t in op.outputs:
                 active.setdefault(t.name, mod)
+    _pull_into_consumers(snap, strong)
     if returns:
         _claim_gradient_chains(snap, returns)
     _fill_gaps(snap)
+
+
+def _pull_into_consumers(snap: TraceSnapshot, strong: set[int]) -> None:
+    """Move an op whose only users sit in another block into that block, unless it reads a parameter-reading
+    op of its own module.
+
+    A layer norm computes its statistics (var_mean, sub, rsqrt) from the residual stream before it reads its
+    weight: by inputs alone those ops belong to the previous block, by purpose to the next. The residual add
+    that closes a block reads that block's projection directly, so it stays.
+    """
+    producer = snap.producers()
+    consumers = snap.consumers()
+    for op in reversed(snap.ops):
+        if op.index in strong or op.module is None or op.is_bookkeeping:
+            continue
+        users = {snap.ops[c].module for c in consumers.get(op.index, []) if not snap.ops[c].is_bookkeeping}
+        if len(users) != 1:
+            continue
+        (target,) = users
+        if target is None or top_group(target) == top_group(op.module):
+            continue
+        anchored = any(
+            (j := producer.get(t.name)) is not None and j in strong and snap.ops[j].module == op.module
+            for t in op.inputs
+        )
+        if not anchored:
+            op.module = target
 
 
 def _claim_gradient_chains(snap: TraceSnapshot, returns: dict[str, str]) -> None:

@@ -96,10 +96,11 @@ def _clip(text: str, n: int = _MAX_LABEL) -> str:
 
 
 def group_ops(snapshot: TraceSnapshot, *, include_bookkeeping: bool = False) -> list[Group]:
-    """Split the trace's ops into collapsed groups, ordered by their first compute op.
+    """Split the trace's ops into collapsed groups, ordered by the median position of their compute ops.
 
     Not by their first op: FSDP issues every all_gather at the top of the forward trace, in parameter-name
-    order, which would put ``wte`` after ``blocks.3``.
+    order, and thunder hoists a few cheap ops (a mask's ``arange``, a weight's ``unsqueeze``) far ahead of
+    their block; the median is where the block's work actually happens.
     """
     by_name: dict[str, list[OpRecord]] = {}
     for op in snapshot.ops:
@@ -107,10 +108,11 @@ def group_ops(snapshot: TraceSnapshot, *, include_bookkeeping: bool = False) -> 
             continue
         by_name.setdefault(top_group(op.module), []).append(op)
 
-    def first_compute(ops: list[OpRecord]) -> int:
-        return next((op.index for op in ops if op.collective is None), ops[0].index)
+    def position(ops: list[OpRecord]) -> float:
+        idx = [op.index for op in ops if op.collective is None] or [op.index for op in ops]
+        return idx[len(idx) // 2]
 
-    names = sorted(by_name, key=lambda n: first_compute(by_name[n]))
+    names = sorted(by_name, key=lambda n: position(by_name[n]))
     return [Group(id=f"g{i}", name=n, ops=by_name[n]) for i, n in enumerate(names)]
 
 
