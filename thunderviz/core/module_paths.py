@@ -12,7 +12,9 @@ flow and the names of the module's tensors (``t_blocks_0_attn_qkv_weight``). So:
 3. in the backward trace, the ops that exist only to produce a parameter's gradient (matmul, sum,
    reduce_scatter, wait) belong to that parameter's module: the gradient's position in the backward's return
    matches the parameter's position in the forward's arguments;
-4. ops still unattributed (unpacks, constants) take their first consumer's module, then their predecessor's.
+4. an op whose only users sit in another block moves there, unless it reads its own module's parameter-reading
+   ops (a layer norm's statistics belong to the norm's block; the residual add closing a block stays);
+5. ops still unattributed (unpacks, constants) take their first consumer's module, then their predecessor's.
 
 Functions traced without a module have no parameter names; their ops are grouped by source line instead
 (``@file.py:12``).
