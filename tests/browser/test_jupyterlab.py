@@ -209,7 +209,14 @@ def test_search_finds_parameter_all_gather(lab: Lab) -> None:
     exp = lab.expected["all_gather"]
     item = root.locator(".tv-match-item", has_text="all_gather blocks.1.mlp_fc.weight")
     item.wait_for(timeout=20_000)
-    assert root.locator(f"svg g.node.tv-match[data-node={exp['node']}]").count() == 1
+    # The list and the marks come from the same update, but a redraw may still be landing: poll briefly.
+    marked: list[str] = []
+    for _ in range(50):
+        marked = root.locator("svg g.node.tv-match").evaluate_all("els => els.map(e => e.dataset.node)")
+        if marked == [exp["node"]]:
+            break
+        time.sleep(0.1)
+    assert marked == [exp["node"]], (marked, root.locator(".tv-pane-title").text_content())
     item.click()
     hit = root.locator(f".tv-details tr.tv-hit[data-index='{exp['index']}']")
     hit.wait_for(timeout=10_000)
