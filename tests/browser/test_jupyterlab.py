@@ -25,7 +25,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.widgets.gpt_traces import gpt_trace_files
+from tests.widgets.gpt_traces import decisions_for, gpt_trace_files
 
 CHROMIUM = "/usr/bin/chromium"
 HERE = Path(__file__).parent
@@ -85,13 +85,16 @@ def _expected(files: dict[str, list[str]]) -> dict[str, Any]:
     view = TraceView(files["fsdp"], trace="backward")
     pane = view.panes[0]
     collective_nodes = sorted(k for k, m in pane["nodes"].items() if m["kind"] == "collectives")
+    ledger_rows = len(view.panels["ledger"]["rows"])
     fwd = TraceView(files["fsdp"], trace="forward")
     fwd.search = "blocks.1.mlp_fc.weight"
     ag = [m for m in fwd.matches if m["op"] == "all_gather"]
     assert len(ag) == 1, fwd.matches  # the model itself must find it, or the browser check means nothing
     cmp = compare(files["ddp"], files["fsdp"], trace="backward")
+    decisions = decisions_for(files["fsdp"][0])
+    assert decisions, "the FSDP run logged no jit decision"
     return {"collective_nodes": collective_nodes, "groups": [g["name"] for g in pane["groups"]],
-            "all_gather": ag[0], "summary": cmp.summary, "delta": cmp.diff.collective_delta()}  # fmt: skip
+            "all_gather": ag[0], "summary": cmp.summary, "decisions": decisions, "ledger_rows": ledger_rows, "delta": cmp.diff.collective_delta()}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +108,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     root = tmp_path_factory.mktemp("lab")
     shutil.copy(HERE / "widgets_tour.ipynb", root / "tour.ipynb")
     port, token = _free_port(), secrets.token_hex(16)
+    pypath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)  # the tour imports tests.*
     env = dict(os.environ, THUNDERVIZ_WIDGET_TRACES=json.dumps(files), JUPYTER_CONFIG_DIR=str(root / ".cfg"),
+               PYTHONPATH=pypath,
                JUPYTER_RUNTIME_DIR=str(root / ".runtime"),
                PYTHONWARNINGS="ignore::DeprecationWarning")  # fmt: skip
     log = root / "lab.log"
@@ -130,7 +135,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         with sync_playwright() as pw:
             ctx = pw.chromium.launch_persistent_context(
                 str(root / ".chromium"), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
-                viewport={"width": 1500, "height": 1000},
+                viewport={"width": 1500, "height": 1400},
             )  # fmt: skip
             page = ctx.pages[0] if ctx.pages else ctx.new_page()
             page.on("console", lambda m: errors.append(f"console.{m.type}: {m.text}") if m.type == "error" else None)
@@ -244,6 +249,23 @@ def test_expand_block_stays_responsive(lab: Lab) -> None:
     lab.shot("04-expanded-block", root)
 
 
+def test_panels_show_decisions_ledger_and_memory(lab: Lab) -> None:
+    root = _trace_root(lab)
+    root.locator("button.tv-tab[data-tab=decisions]").click()
+    text = root.locator(".tv-panel").text_content()
+    for d in lab.expected["decisions"]:
+        assert d["action"] in text and d["reason"][:40] in text, (d, text[:400])
+    root.locator("button.tv-tab[data-tab=ledger]").click()
+    ledger = root.locator(".tv-panel .tv-ledger")
+    assert "Ranks 0, 1 issue the same" in ledger.locator(".tv-ok").text_content()
+    assert ledger.locator("tbody tr").count() == lab.expected["ledger_rows"]
+    root.locator("button.tv-tab[data-tab=memory]").click()
+    assert root.locator(".tv-panel tbody tr").count() == 2  # one row per rank
+    lab.shot("05-panels-memory", root)
+    root.locator("button.tv-tab[data-tab=ledger]").click()
+    lab.shot("06-panels-ledger", root)
+
+
 def test_compare_summary_and_diff_marks(lab: Lab) -> None:
     root = lab.page.locator(".tv-root[data-mode=compare]").first
     root.scroll_into_view_if_needed()
@@ -262,7 +284,7 @@ def test_compare_summary_and_diff_marks(lab: Lab) -> None:
     after = vb()
     ratios = [float(b.split()[2]) / float(a.split()[2]) for a, b in zip(before, after)]
     assert ratios[0] == pytest.approx(1 / 1.4, rel=1e-3) and ratios[1] == pytest.approx(1 / 1.4, rel=1e-3), ratios
-    lab.shot("05-compare-ddp-vs-fsdp", root)
+    lab.shot("07-compare-ddp-vs-fsdp", root)
 
 
 def test_rank_status_and_no_console_errors(lab: Lab) -> None:

@@ -9,12 +9,13 @@ also how a person would keep two runs around to compare.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["capture_gpt_on_rank", "gpt_trace_files", "write_gpt_traces"]
+__all__ = ["capture_gpt_on_rank", "decisions_for", "gpt_trace_files", "write_gpt_traces"]
 
 
 def capture_gpt_on_rank(rank: int, world_size: int, out_dir: str, kinds: tuple[str, ...]) -> dict[str, Any]:
@@ -53,7 +54,16 @@ def write_gpt_traces(out_dir: str | Path, kinds: tuple[str, ...] = ("fsdp", "ddp
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     per_rank = run_ranks(capture_gpt_on_rank, str(out), tuple(kinds), nproc=nproc, timeout=600)
+    for k in kinds:  # the strategies' decision logs, which trace files do not hold
+        (out / f"{k}-decisions.json").write_text(json.dumps(per_rank[0]["decisions"][k]), encoding="utf-8")
     return {k: [r["paths"][k] for r in per_rank] for k in kinds}
+
+
+def decisions_for(trace_file: str | Path) -> list[dict[str, Any]]:
+    """The decision log saved next to a trace file by ``write_gpt_traces`` (``[]`` for older folders)."""
+    p = Path(trace_file)
+    d = p.with_name(p.name.split("-rank")[0] + "-decisions.json")
+    return json.loads(d.read_text(encoding="utf-8")) if d.exists() else []
 
 
 @functools.lru_cache(maxsize=1)

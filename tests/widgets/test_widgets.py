@@ -113,6 +113,10 @@ def test_trace_switch_recomputes_and_rejects_unknown(fsdp: list[TraceBundle]) ->
     w.trace = "backward"
     assert w.panes[0]["n_ops"] == len(fsdp[0].backward.ops)
     assert w.panes[0]["dot"] != fwd_dot and "backward" in w.panes[0]["title"]
+    stages = fsdp[0].stages
+    assert stages and w.traces[2:] == list(dict.fromkeys(st.label for st in stages))
+    w.trace = stages[0].label  # a stage of the forward pipeline, before the distributed passes
+    assert w.panes[0]["n_ops"] == len(stages[0].ops) and stages[0].label in w.panes[0]["title"]
     with pytest.raises(traitlets.TraitError, match="this view has"):
         w.trace = "sideways"
     with pytest.raises(ValueError, match="has \\['forward', 'backward'"):
@@ -269,6 +273,13 @@ def test_front_end_never_injects_html() -> None:
             assert sink not in js, f"{name} uses {sink}"
         assert "https://" not in js and "http://" not in js, f"{name} fetches something from the network"
     assert "export{" in _static("graphviz-wasm.js")[-400:]  # the vendored module is the ES build
+    import hashlib
+    import re
+    from pathlib import Path
+
+    static = Path(__file__).resolve().parents[2] / "thunderviz" / "notebook" / "static"
+    pinned = re.search(r"sha256 `([0-9a-f]{64})`", (static / "VENDORED.md").read_text()).group(1)
+    assert hashlib.sha256((static / "graphviz-wasm.js").read_bytes()).hexdigest() == pinned
 
 
 def test_repr_is_stable_for_nbval(fsdp: list[TraceBundle]) -> None:
@@ -308,3 +319,32 @@ def test_notebook_layer_data_code_needs_no_widget_libraries() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_trace_view_of_a_rank_engine_report(fsdp: list[TraceBundle], ddp: list[TraceBundle]) -> None:
+    import psutil
+
+    from thunderviz.ranks.report import RunReport
+
+    # What the rank engine's bootstrap.collect returns per rank, built from real per-rank bundles.
+    decision = {"target": "TinyGPT", "case": "raw module", "action": "jit + fsdp", "reason": "a raw nn.Module"}
+    collected = {
+        r: {"decisions": [decision], "bundles": {"gpt": fsdp[r]} if r == 0 else {},
+            "ledgers": {"gpt": ledger_from_bundle(fsdp[r])}, "memory": {"rss_bytes": psutil.Process().memory_info().rss},
+            "problems": []}
+        for r in (0, 1)
+    }  # fmt: skip
+    report = RunReport.from_ranks(collected, outputs={0: "", 1: ""}, world_size=2, backend="gloo",
+                                  strategy={"kind": "fsdp"}, seconds=1.0)  # fmt: skip
+    w = TraceView(report, trace="backward")
+    assert w.subject.title == "gpt" and sorted(w.subject.ledgers) == [0, 1]
+    assert w.panels["decisions"] == [decision]
+    assert [row["rank"] for row in w.panels["memory"]] == [0, 1]
+    assert all(row["rss_bytes"] > 0 for row in w.panels["memory"])
+    assert w.panels["ledger"]["mismatches"] == []
+    # Explicit decisions (saved trace files carry none) land in the same panel.
+    w2 = TraceView(fsdp, decisions=[decision])
+    assert w2.panels["decisions"] == [decision]
+    # A RunReport on both sides of a comparison.
+    c = compare(report, ddp, name=("gpt", None), trace="backward")
+    assert c.diff.collective_delta() == {k: -v for k, v in compare(ddp, fsdp, trace="backward").diff.collective_delta().items()}

@@ -17,7 +17,7 @@ import html
 import time
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import anywidget
 import traitlets as t
@@ -228,10 +228,15 @@ class TraceView(_GraphWidget):
             a ``render.html.Report`` or the rank engine's ``RunReport`` (see ``viewdata.subject_of``).
         name: which jitted object, when ``source`` holds several.
         trace: ``"forward"`` (default), ``"backward"`` or a stage label.
+        decisions: the strategy's decision log (``[d.to_dict() for d in strategy.decisions]``) when ``source``
+            does not carry it (saved trace files do not; the rank engine's report does).
     """
 
-    def __init__(self, source: Any, *, name: str | None = None, trace: str = "forward", **kwargs: Any) -> None:
+    def __init__(self, source: Any, *, name: str | None = None, trace: str = "forward",
+                 decisions: Iterable[Mapping[str, Any]] | None = None, **kwargs: Any) -> None:  # fmt: skip
         self._subject = vd.subject_of(source, name)
+        if decisions is not None:
+            self._subject.decisions = [dict(d) for d in decisions]
         choices = vd.trace_choices(self._subject.primary)
         if trace not in choices:
             raise ValueError(f"TraceView(trace={trace!r}): {self._subject.title!r} has {choices!r}")
