@@ -29,6 +29,7 @@ __all__ = [
     "ThundervizError",
     "TraceFormatError",
     "UnsupportedThunderError",
+    "compare",
     "load_ipython_extension",
 ]
 
@@ -42,6 +43,10 @@ def __getattr__(name: str) -> Any:
         import thunderviz.strategies
 
         return getattr(thunderviz.strategies, name)
+    if name == "compare":  # a widget: IPython/ipywidgets load only when it is asked for
+        from thunderviz.notebook.compare import compare
+
+        return compare
     raise AttributeError(f"module 'thunderviz' has no attribute {name!r}")
 
 
