@@ -74,7 +74,8 @@ def run_scenarios_on_rank(rank: int, world: int, scenarios: Sequence[Scenario]) 
         fabric.backward(loss)
         optimizer.step()
         traced = step_fn if step_fn is not None else strategy.thunder_modules[-1][1]
-        out["decisions"].append({"scenario": sc.name, **strategy.decisions[-1].to_dict()})
+        decision = strategy.decisions[-1].to_dict()
+        out["decisions"].append({**decision, "target": f"{sc.name} ({decision['target']})"})
         out["bundles"].append(capture(traced, name=sc.name, rank=rank, stages=False).to_dict())
         out.setdefault("losses", []).append(float(fabric.all_reduce(loss.detach())))
     return out
