@@ -140,10 +140,16 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             page = ctx.pages[0] if ctx.pages else ctx.new_page()
             page.on("console", lambda m: errors.append(f"console.{m.type}: {m.text}") if m.type == "error" else None)
             page.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
+            page.on("dialog", lambda d: (errors.append(f"dialog: {d.message}"), d.dismiss()))
             # Long main-thread tasks, to report (not assert) whether expanding a block freezes the page.
             page.add_init_script("window.__longtasks = []; new PerformanceObserver((l) => { for (const e of "
                                  "l.getEntries()) window.__longtasks.push([e.startTime, e.duration]); })"
                                  ".observe({entryTypes: ['longtask']});")  # fmt: skip
+            # Every rank chip ever drawn, to see the states a running cell went through (not just the last).
+            page.add_init_script("window.__rankStates = []; new MutationObserver((ms) => { for (const m of ms) "
+                                 "for (const n of m.addedNodes) if (n.classList && n.classList.contains('tv-rank')) "
+                                 "window.__rankStates.push([n.dataset.rank, n.dataset.state]); })"
+                                 ".observe(document, {childList: true, subtree: true});")  # fmt: skip
             t0 = time.monotonic()
             page.goto(f"http://127.0.0.1:{port}/lab/tree/tour.ipynb?token={token}")
             # The kernel status in the status bar reads "Python 3 (ipykernel) | Idle" once the kernel is up.
@@ -155,6 +161,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             page.locator(".tv-root[data-mode=trace][data-drawn]").first.wait_for(timeout=120_000)
             page.locator(".tv-root[data-mode=compare][data-drawn]").first.wait_for(timeout=60_000)
             page.locator(".tv-rank[data-state=done]").nth(1).wait_for(timeout=60_000)
+            page.locator(".tv-root[data-mode=trace][data-drawn]").nth(1).wait_for(timeout=120_000)
             timings["run_all_s"] = time.monotonic() - t0
             yield Lab(page, errors, expected, timings)
             ctx.close()
@@ -287,8 +294,29 @@ def test_compare_summary_and_diff_marks(lab: Lab) -> None:
     lab.shot("07-compare-ddp-vs-fsdp", root)
 
 
+def test_markup_from_user_code_stays_text(lab: Lab) -> None:
+    from tests.unit.trace_fixtures import EVIL
+
+    root = lab.page.locator(".tv-root[data-mode=trace]").nth(1)
+    root.scroll_into_view_if_needed()
+    assert EVIL in root.locator(".tv-title").text_content()
+    op = root.locator("svg g.node.tv-kind-op", has_text="where").first  # relu, from the line that carries the markup
+    op.click()
+    source = root.locator(".tv-source pre").first
+    source.wait_for(timeout=10_000)
+    assert EVIL in source.text_content()  # shown as the literal characters ...
+    assert root.locator("script, iframe, foreignObject").count() == 0  # ... and never became elements
+    assert not [e for e in lab.errors if e.startswith("dialog")]
+    lab.shot("08-markup-stays-text", root)
+
+
 def test_rank_status_and_no_console_errors(lab: Lab) -> None:
     chips = lab.page.locator(".tv-rank").evaluate_all("els => els.map(e => e.dataset.state)")
     assert chips[-2:] == ["done", "done"]
+    # The chips changed while the cell was still running: each rank was seen running before done.
+    seen = [tuple(x) for x in lab.page.evaluate("window.__rankStates")]
+    for r in ("0", "1"):
+        states = [st for rank, st in seen if rank == r]
+        assert "running" in states and states.index("running") < states.index("done"), seen
     assert lab.errors == [], "\n".join(lab.errors)
     print("\nbrowser timings:", json.dumps({k: round(v, 2) for k, v in lab.timings.items()}))
