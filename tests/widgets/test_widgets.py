@@ -223,6 +223,9 @@ def test_compare_ddp_vs_fsdp_summary_marks_and_sync(ddp: list[TraceBundle], fsdp
     assert sum(m["-"] for m in left["marks"].values()) == len(d.removed)
     assert sum(m["~"] for m in right["marks"].values()) == sum(m["~"] for m in left["marks"].values()) == len(d.changed)
     assert left["prefix"] == "p0-" and right["prefix"] == "p1-" and 'id="p1-g0"' in right["dot"]
+    page = c._repr_mimebundle_()["text/html"]  # the static picture: summary on top, both graphs
+    assert page.index(d.summary.split(";")[0]) < page.index(f"<b>{left['title']}</b>") < page.index(f"<b>{right['title']}</b>")
+    assert page.count("<svg") == 2 if dot_available() else page.count("digraph trace") == 2
     c.trace = "backward"
     assert "reduce_scatter" in c.summary and "all_reduce" in c.summary
     assert c.diff.collective_delta().get("reduce_scatter", 0) > 0
@@ -298,6 +301,8 @@ def test_rank_status_updates_and_validates(wire: list[RecordingComm]) -> None:
     assert repr(s) == "RankStatus(0:waiting, 1:failed)"
     with pytest.raises(ValueError, match="use one of"):
         s.set_status(0, "sleeping")
+    s.update({0: "collecting", 1: "done"})  # as the rank engine's on_status callback calls it
+    assert [r["state"] for r in s.ranks] == ["collecting", "done"]
     with pytest.raises(ValueError, match="ranks are 0..1"):
         s.set_status(2, "done")
 

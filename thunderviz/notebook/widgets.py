@@ -28,7 +28,9 @@ from thunderviz.render.graph import dot_available, to_svg
 __all__ = ["CompareView", "RankStatus", "TraceView"]
 
 _STATIC = Path(__file__).parent / "static"
-_RANK_STATES = ("waiting", "running", "done", "failed", "interrupted")
+#: The rank engine's phases (``ranks.engine``: starting ... done/failed/stopped) plus waiting and interrupted.
+_RANK_STATES = ("waiting", "starting", "importing", "configuring", "running", "collecting", "done", "failed",
+                "stopped", "interrupted")  # fmt: skip
 
 
 @lru_cache(maxsize=None)
@@ -317,7 +319,8 @@ class CompareView(_GraphWidget):
 
 
 class RankStatus(anywidget.AnyWidget):
-    """Live per-rank status of a running cell: one chip per rank (waiting, running, done, failed, interrupted).
+    """Live per-rank status of a running cell: one chip per rank (the rank engine's phases: starting, importing,
+    configuring, running, collecting, done, failed, stopped; plus waiting and interrupted).
 
     Trait updates are sent on IOPub as they happen, so a cell that is still running (the rank engine's magics)
     can call ``set_status`` and the chips change while it runs.
@@ -335,8 +338,15 @@ class RankStatus(anywidget.AnyWidget):
         self._t0 = time.monotonic()
         self.ranks = [{"rank": r, "state": "waiting", "detail": "", "seconds": 0.0} for r in range(world_size)]
 
+    def update(self, phases: Mapping[int, str]) -> None:
+        """Set several ranks at once; the signature of the rank engine's ``on_status`` callback, so
+        ``engine.on_status = status.update`` drives the chips while a cell runs."""
+        for rank, phase in sorted(phases.items()):
+            if self.ranks[rank]["state"] != phase:
+                self.set_status(rank, phase)
+
     def set_status(self, rank: int, state: str, detail: str = "") -> None:
-        """Update one rank; ``state`` is one of waiting, running, done, failed, interrupted."""
+        """Update one rank; ``state`` is one of ``_RANK_STATES`` (the engine's phases, waiting, interrupted)."""
         if state not in _RANK_STATES:
             raise ValueError(f"set_status(state={state!r}): use one of {_RANK_STATES!r}")
         if not 0 <= rank < len(self.ranks):
