@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -84,7 +85,7 @@ for _ in range(iters):
         shell.run_cell_magic("thunder_fsdp", "--nproc 2 --backend gloo --output none", code)
         ours.append(time.perf_counter() - start)
         start = time.perf_counter()
-        shell.run_cell_magic("px", "", code)
+        shell.run_cell_magic("px", "--block", code)
         px.append(time.perf_counter() - start)
 cluster.stop_cluster_sync()
 shell.run_line_magic("thunder_ranks", "stop")
@@ -110,7 +111,10 @@ def cold_magic() -> float:
 def cold_torchrun(script: str) -> float:
     torchrun = str(Path(sys.executable).with_name("torchrun"))
     start = time.perf_counter()
-    out = subprocess.run([torchrun, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", "0",
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = subprocess.run([torchrun, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
                           script], capture_output=True, text=True, env={**ENV, "OMP_NUM_THREADS": "1"},
                          cwd=str(ROOT), timeout=600)
     elapsed = time.perf_counter() - start

@@ -213,6 +213,8 @@ class RankEngine:
         self._rendezvous_dir: str | None = None
         self._fabric_spec: dict[str, Any] | None = None
         self._needs_snapshot = True
+        self._views: dict[int, Any] = {}
+        self._views_client: Any = None
         self._output_filter: Callable[[int], bool] = lambda rank: True
 
     # ----------------------------------------------------------------- construction
@@ -347,8 +349,20 @@ class RankEngine:
             raise self._cell_error(failures, what="Setting up the ranks")
         self._fabric_spec = None
         self._needs_snapshot = True
+        self._views = {}
 
     # ----------------------------------------------------------------- running
+
+    def _view(self, rank: int) -> Any:
+        """One DirectView per rank, built once per client (building one costs more than a message)."""
+        client = self.cluster.client
+        if self._views_client is not client:
+            self._views = {}
+            self._views_client = client
+        view = self._views.get(rank)
+        if view is None:
+            view = self._views[rank] = client[self.rank_to_engine[rank]]
+        return view
 
     def _submit(self, code_by_rank: dict[int, str] | str, ranks: list[int] | None = None) -> dict[int, Any]:
         client = self.cluster.client
@@ -356,7 +370,7 @@ class RankEngine:
         results = {}
         for rank in ranks:
             code = code_by_rank if isinstance(code_by_rank, str) else code_by_rank[rank]
-            results[rank] = client[self.rank_to_engine[rank]].execute(code, block=False, silent=False)
+            results[rank] = self._view(rank).execute(code, block=False, silent=False)
         return results
 
     def _pump(self, ars: dict[int, Any], cursors: dict[tuple[int, str], int], partial: dict[tuple[int, str], str],
@@ -552,7 +566,7 @@ class RankEngine:
             return
         client = self.cluster.client
         for rank in self.ranks:
-            if not client[self.rank_to_engine[rank]].pull("_thunderviz_pg_ok", block=True):
+            if not self._view(rank).pull("_thunderviz_pg_ok", block=True):
                 self.restart_reason = "the process group did not answer a barrier after the failure"
                 return
 
@@ -603,7 +617,7 @@ class RankEngine:
             # Only when the strategy changes (or after a failure): otherwise the previous cell's tail already
             # took the snapshot, and the warm round trip stays one message per rank.
             self._set_phase(self.ranks, "configuring")
-            prepared = {r: client[self.rank_to_engine[r]].apply_async(bootstrap.prepare_cell, spec)
+            prepared = {r: self._view(r).apply_async(bootstrap.prepare_cell, spec)
                         for r in self.ranks}
             failures = self._drive(prepared, stream=True, captured=captured)
             if failures:
@@ -615,14 +629,14 @@ class RankEngine:
         self._set_phase(self.ranks, "running")
         cell = self._submit(source)
         # Queued behind the cell on each engine: runs as soon as the cell ends, without waiting for the kernel.
-        tails = {r: client[self.rank_to_engine[r]].apply_async(bootstrap.finish_cell, collect) for r in self.ranks}
+        tails = {r: self._view(r).apply_async(bootstrap.finish_cell, collect) for r in self.ranks}
         failures = self._drive(cell, stream=True, captured=captured, done_phase="done")
         elapsed = time.monotonic() - started
         if failures:
             self._needs_snapshot = True
             self._after_failure(failures)
             raise self._cell_error(failures)
-        if collect:
+        if collect and not all(t.ready() for t in tails.values()):
             self._set_phase(self.ranks, "collecting")
         values: dict[int, Any] = {}
         problems = self._drive(tails, stream=False, values=values)
@@ -644,7 +658,7 @@ class RankEngine:
 
     def pull(self, name: str, rank: int = 0) -> Any:
         """The value of ``name`` in ``rank``'s namespace (pickled across)."""
-        return self.cluster.client[self.rank_to_engine[rank]].pull(name, block=True)
+        return self._view(rank).pull(name, block=True)
 
     # ----------------------------------------------------------------- control
 

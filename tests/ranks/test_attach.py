@@ -1,0 +1,59 @@
+"""Attaching to a cluster someone else started with ``ipcluster`` (the multi-node path), here on one host."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from thunderviz.ranks import RankEngine
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.timeout(300)
+def test_attach_to_an_ipcluster_maps_ranks_and_never_stops_it(tmp_path: Path) -> None:
+    ipcluster = str(Path(sys.executable).with_name("ipcluster"))
+    cluster_id = f"tv-attach-{uuid.uuid4().hex[:6]}"
+    env = {**os.environ, "IPYTHONDIR": str(tmp_path / "ipython"),
+           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+    common = [f"--cluster-id={cluster_id}"]
+    subprocess.run([ipcluster, "start", "-n", "2", "--daemonize", "--ip=127.0.0.1", *common,
+                    "--IPController.ip=127.0.0.1", "--HeartMonitor.period=500"], env=env, check=True,
+                   cwd=str(ROOT), capture_output=True, timeout=120)
+    old = os.environ.get("IPYTHONDIR")
+    os.environ["IPYTHONDIR"] = env["IPYTHONDIR"]
+    engine = None
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                engine = RankEngine.attach(cluster_id=cluster_id, backend="gloo", timeout=20,
+                                           on_output=lambda *a: None)
+                if engine.world_size == 2:
+                    break
+            except Exception:
+                if time.monotonic() > deadline:
+                    raise
+            time.sleep(1.0)
+        engine.run("t = torch.tensor([float(rank)])\ntorch.distributed.all_reduce(t)\n"
+                   "import os\nenv = (os.environ['RANK'], os.environ['WORLD_SIZE'], os.environ['MASTER_ADDR'])",
+                   collect=False)
+        assert engine.pull("t", 1).tolist() == [1.0]
+        assert [engine.pull("env", r)[:2] for r in (0, 1)] == [("0", "2"), ("1", "2")]
+        assert engine.pull("env", 1)[2] == engine.rank_hosts[0]  # rank 0's host, not loopback
+        engine.stop()  # detaches only
+        again = RankEngine.attach(cluster_id=cluster_id, backend="gloo", timeout=20, on_output=lambda *a: None)
+        assert again.world_size == 2
+        again.stop()
+    finally:
+        if old is None:
+            os.environ.pop("IPYTHONDIR", None)
+        else:
+            os.environ["IPYTHONDIR"] = old
+        subprocess.run([ipcluster, "stop", *common], env=env, cwd=str(ROOT), capture_output=True, timeout=60)
