@@ -353,3 +353,10 @@ def test_trace_view_of_a_rank_engine_report(fsdp: list[TraceBundle], ddp: list[T
     # A RunReport on both sides of a comparison.
     c = compare(report, ddp, name=("gpt", None), trace="backward")
     assert c.diff.collective_delta() == {k: -v for k, v in compare(ddp, fsdp, trace="backward").diff.collective_delta().items()}
+
+
+def test_public_compare_is_the_notebook_compare() -> None:
+    import thunderviz
+    from thunderviz.notebook import compare as compare_module
+
+    assert thunderviz.compare is compare_module.compare
