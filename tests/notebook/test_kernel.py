@@ -1,0 +1,84 @@
+"""The extension inside a real Jupyter kernel (jupyter_client): Ctrl-C reaches every rank, and a SIGKILLed kernel
+leaves no rank, controller or helper process behind (the issue's bound: 10 s)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from thunderviz.ranks.watchdog import tagged_processes
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _execute(kc, code: str, timeout: float = 240) -> tuple[dict, str]:
+    msg_id = kc.execute(code)
+    text = []
+    deadline = time.monotonic() + timeout
+    while True:
+        msg = kc.get_iopub_msg(timeout=max(1.0, deadline - time.monotonic()))
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "stream":
+            text.append(msg["content"]["text"])
+        elif msg["msg_type"] == "error":
+            text.append("\n".join(msg["content"]["traceback"]))
+        elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            break
+    reply = kc.get_shell_msg(timeout=30)
+    return reply["content"], "".join(text)
+
+
+@pytest.mark.timeout(400)
+def test_interrupt_and_sigkill_in_a_real_kernel() -> None:
+    from jupyter_client import KernelManager
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel(env=env, cwd=str(ROOT))
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=60)
+        reply, _ = _execute(kc, "%load_ext thunderviz")
+        assert reply["status"] == "ok"
+        reply, out = _execute(kc, "%%thunder_ddp --nproc 2 --backend gloo\nprint('ready on', rank)\nkept = rank\n")
+        assert reply["status"] == "ok", out
+        assert "[rank 0] ready on 0" in out and "[rank 1] ready on 1" in out
+
+        # Ctrl-C while both ranks run Python: the kernel forwards it, both stop, state is kept.
+        msg_id = kc.execute("%%thunder_ddp --nproc 2 --backend gloo\nimport time\nfor _ in range(1200):\n"
+                            "    time.sleep(0.05)\n")
+        time.sleep(4.0)
+        interrupted_at = time.monotonic()
+        km.interrupt_kernel()
+        reply = kc.get_shell_msg(timeout=60)
+        stopped_in = time.monotonic() - interrupted_at
+        print(f"\n[fault latency] kernel interrupt -> cell stopped in {stopped_in:.2f} s")
+        assert reply["parent_header"]["msg_id"] == msg_id
+        assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "RanksInterrupted"
+        assert stopped_in < 10
+        reply, out = _execute(kc, "%%thunder_ddp --nproc 2 --backend gloo\nprint('still', kept)\n")
+        assert reply["status"] == "ok" and "[rank 1] still 1" in out, out
+
+        reply, out = _execute(kc, "magics = get_ipython().magics_manager.registry['ThundervizMagics']\n"
+                                  "print(magics.engine.cluster.tag)")
+        tag = out.strip().splitlines()[-1]
+        assert tag.startswith("tv-") and len(tagged_processes(tag)) >= 5
+
+        # SIGKILL the kernel: no cleanup code runs in it; the watchdog must take everything down.
+        os.kill(km.provisioner.process.pid, signal.SIGKILL)
+        killed_at = time.monotonic()
+        while tagged_processes(tag) and time.monotonic() - killed_at < 10:
+            time.sleep(0.1)
+        elapsed = time.monotonic() - killed_at
+        print(f"[fault latency] kernel SIGKILL -> all cluster processes gone in {elapsed:.2f} s")
+        assert tagged_processes(tag) == []
+    finally:
+        kc.stop_channels()
+        if km.has_kernel:
+            km.shutdown_kernel(now=True)
