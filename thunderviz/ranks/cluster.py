@@ -31,6 +31,15 @@ HEARTBEAT_MS = 500
 ENGINE_START_TIMEOUT_S = 120.0
 
 
+# Engines import torch and thunder (about 3 s) before they register, so the import overlaps the controller's
+# start-up instead of following it; measured by bench/notebook_latency.py (cold first report).
+_ENGINE_CMD = [
+    sys.executable, "-c",
+    # a broken torch must not keep the engine from registering: init_rank reports the import error per rank
+    "try:\n    import torch, thunder\nexcept Exception:\n    pass\nfrom ipyparallel.engine.app import main\nmain()",
+]
+
+
 def _package_root() -> str:
     """The directory holding the ``thunderviz`` package, so engines import the same code as the kernel."""
     return str(Path(__file__).resolve().parents[2])
@@ -121,7 +130,7 @@ class LocalCluster(RankCluster):
 
     async def _start(self) -> Any:
         await self._cluster.start_controller(environment=dict(self._environment))
-        await self._cluster.start_engines(self.n, environment=dict(self._environment))
+        await self._cluster.start_engines(self.n, environment=dict(self._environment), engine_cmd=_ENGINE_CMD)
         client = await self._cluster.connect_client()
         return client
 
