@@ -19,6 +19,7 @@ def test_demo_runs_the_tutorial_and_writes_one_offline_report(tmp_path: Path) ->
     # every report the tutorial named, in one page
     for name in ("zero2", "zero3", "user_jit", "user_fn", "ddp", "after"):
         assert f"<h2>{name}</h2>" in page
+    assert page.count("<section>") == 6  # named reports only (not IPython's _, __ output history)
     assert "jitted_loss" in page and "TinyGPT" in page
     # offline: nothing is fetched from the network
     assert not re.search(r"""(src|href)=["']?https?://""", page)

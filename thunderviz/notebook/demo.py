@@ -17,7 +17,7 @@ TUTORIAL = Path(__file__).resolve().parents[2] / "notebooks" / "tutorial.ipynb"
 # Appended to the executed copy: every RunReport the tutorial stored, in the order they were made, on one page.
 _COLLECT_CELL = """
 from thunderviz.notebook.demo import write_reports as _write_reports
-_write_reports({{k: v for k, v in list(globals().items()) if type(v).__name__ == "RunReport"}}, {path!r})
+_write_reports({{k: v for k, v in list(globals().items()) if type(v).__name__ == "RunReport" and not k.startswith("_")}}, {path!r})
 """
 
 

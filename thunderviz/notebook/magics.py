@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import html
+import time
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -19,6 +20,8 @@ from thunderviz.ranks import RankEngine, RankUsageError, StrategySpec
 from thunderviz.ranks.engine import DEFAULT_TIMEOUT_S
 
 __all__ = ["ThundervizMagics", "register"]
+
+STATUS_REDRAW_S = 0.2
 
 
 def _nproc(text: str) -> int:
@@ -101,12 +104,21 @@ class ThundervizMagics(Magics):
         self.engine: RankEngine | None = None
         self._pool_key: tuple[Any, ...] | None = None
         self._status_handle: Any = None
+        self._status_drawn_at = 0.0
 
     # ----------------------------------------------------------------- pool
 
-    def _on_status(self, phases: dict[int, str]) -> None:
+    def _on_status(self, phases: dict[int, str], *, final: bool = False) -> None:
+        """Redraw the status line when all ranks reach a new phase or one fails; mixed states (one rank done,
+        the other still running) at most every 0.2 s, since each redraw is a message to the front end."""
         if self._status_handle is None:
             return
+        now = time.monotonic()
+        values = set(phases.values())
+        settled = len(values) == 1 or "failed" in values
+        if not (final or settled) and now - self._status_drawn_at < STATUS_REDRAW_S:
+            return
+        self._status_drawn_at = now
         try:
             self._status_handle.update(_StatusLine(phases))
         except Exception:
@@ -162,12 +174,13 @@ class ThundervizMagics(Magics):
 
         phases = {r: "starting" for r in range(args.nproc)}
         self._status_handle = display(_StatusLine(phases), display_id=True)
+        self._status_drawn_at = time.monotonic()
         try:
             engine = self._pool(args)
             report = engine.run(cell, strategy=spec, output=args.output)
         finally:
             if self.engine is not None:
-                self._on_status(self.engine.phases)
+                self._on_status(self.engine.phases, final=True)
             self._status_handle = None
         if args.name:
             self.shell.user_ns[args.name] = report
