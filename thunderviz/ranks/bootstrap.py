@@ -299,23 +299,55 @@ def _interactive(func: Any) -> Any:
 
 
 @_interactive
-def prepare_cell(spec: Any) -> None:
-    """Before a cell: configure ``fabric`` for ``spec`` and snapshot call counts (one round trip)."""
+def prepare_cell(spec: Any, collect_report: bool = True) -> None:
+    """Before a cell whose strategy (or collect flag) changed: configure ``fabric`` and snapshot call counts."""
     import thunderviz.ranks.bootstrap as bootstrap
 
     namespace = globals()
     bootstrap.configure_fabric(namespace, spec)
+    namespace["_thunderviz_collect"] = bool(collect_report)
     namespace["_thunderviz_calls"] = bootstrap.snapshot_jitted_calls(namespace)
 
 
-@_interactive
-def finish_cell(collect_report: bool) -> Any:
-    """Queued right behind the cell: gather the report data, and snapshot for the next cell (no extra round trip)."""
-    import thunderviz.ranks.bootstrap as bootstrap
+INTERNAL_MARK = "# thunderviz-internal\n"
+DATA_KEY = "thunderviz_collected"
+_hook: Any = None
 
-    namespace = globals()
-    result = None
-    if collect_report:
-        result = bootstrap.collect(namespace, namespace.get("_thunderviz_calls", {}), keep_bundles=True)
-    namespace["_thunderviz_calls"] = bootstrap.snapshot_jitted_calls(namespace)
-    return result
+
+def install_report_hook() -> None:
+    """After every user cell on this rank, gather the report data and send it with the cell's own output.
+
+    Why a ``post_run_cell`` hook: it runs inside the cell's execution, before the reply, so the data reaches the
+    kernel with the reply (ipyparallel's data channel) and a warm cell costs one message per rank, not two.
+    It also snapshots call counts for the next cell. Runs in the rank's IPython shell, never in the kernel's.
+    """
+    global _hook
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if _hook is not None:
+        try:
+            shell.events.unregister("post_run_cell", _hook)
+        except ValueError:
+            pass
+
+    def post_run_cell(result: Any) -> None:
+        info = getattr(result, "info", None)
+        raw = getattr(info, "raw_cell", "") or ""
+        if raw.startswith(INTERNAL_MARK):
+            return
+        ns = shell.user_ns
+        data = None
+        try:
+            if result.success and ns.get("_thunderviz_collect", True):
+                data = collect(ns, ns.get("_thunderviz_calls", {}), keep_bundles=True)
+            ns["_thunderviz_calls"] = snapshot_jitted_calls(ns)
+        except Exception:
+            data = {"rank": ns.get("rank"), "problems": ["collecting after the cell failed:\n" + traceback.format_exc()]}
+        if data is not None:
+            from ipyparallel.datapub import publish_data
+
+            publish_data({DATA_KEY: data})
+
+    shell.events.register("post_run_cell", post_run_cell)
+    _hook = post_run_cell

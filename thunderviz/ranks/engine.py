@@ -213,6 +213,7 @@ class RankEngine:
         self._rendezvous_dir: str | None = None
         self._fabric_spec: dict[str, Any] | None = None
         self._needs_snapshot = True
+        self._collect = True
         self._views: dict[int, Any] = {}
         self._views_client: Any = None
         self._output_filter: Callable[[int], bool] = lambda rank: True
@@ -340,8 +341,10 @@ class RankEngine:
                 "threads": threads,
             }
             code[rank] = (
+                "# thunderviz-internal\n"
                 "import thunderviz.ranks.bootstrap as _thunderviz_bootstrap\n"
                 f"_thunderviz_bootstrap.init_rank(globals(), {info!r})\n"
+                "_thunderviz_bootstrap.install_report_hook()\n"
             )
         failures = self._drive(self._submit(code), deadline_s=SETUP_TIMEOUT_S, stream=True, done_phase="ready")
         if failures:
@@ -559,7 +562,8 @@ class RankEngine:
         if lost:
             self.restart_reason = f"rank(s) {', '.join(map(str, lost))} left the cluster"
             return
-        check = self._submit("_thunderviz_pg_ok = _thunderviz_bootstrap.check_process_group(2.0)\n")
+        check = self._submit("# thunderviz-internal\n"
+                             "_thunderviz_pg_ok = _thunderviz_bootstrap.check_process_group(2.0)\n")
         problems = self._drive(check, deadline_s=5.0, stream=False)
         if problems:
             self.restart_reason = "the process group did not answer a barrier after the failure"
@@ -613,40 +617,35 @@ class RankEngine:
         started = time.monotonic()
         spec = strategy.to_dict() if strategy is not None else None
         client = self.cluster.client
-        if spec is not None and spec != self._fabric_spec or self._needs_snapshot:
-            # Only when the strategy changes (or after a failure): otherwise the previous cell's tail already
-            # took the snapshot, and the warm round trip stays one message per rank.
+        if (spec is not None and spec != self._fabric_spec) or self._needs_snapshot or collect != self._collect:
+            # Only when something changed (or after a failure): otherwise the rank's post-cell hook already took
+            # the snapshot, and a warm cell is one message per rank.
             self._set_phase(self.ranks, "configuring")
-            prepared = {r: self._view(r).apply_async(bootstrap.prepare_cell, spec)
-                        for r in self.ranks}
+            prepared = {r: self._view(r).apply_async(bootstrap.prepare_cell, spec, collect) for r in self.ranks}
             failures = self._drive(prepared, stream=True, captured=captured)
             if failures:
                 self._needs_snapshot = True
                 self._after_failure(failures)
                 raise self._cell_error(failures, what="Configuring fabric")
-            self._fabric_spec = spec
+            if spec is not None:
+                self._fabric_spec = spec
+            self._collect = collect
             self._needs_snapshot = False
         self._set_phase(self.ranks, "running")
         cell = self._submit(source)
-        # Queued behind the cell on each engine: runs as soon as the cell ends, without waiting for the kernel.
-        tails = {r: self._view(r).apply_async(bootstrap.finish_cell, collect) for r in self.ranks}
         failures = self._drive(cell, stream=True, captured=captured, done_phase="done")
         elapsed = time.monotonic() - started
         if failures:
             self._needs_snapshot = True
             self._after_failure(failures)
             raise self._cell_error(failures)
-        if collect and not all(t.ready() for t in tails.values()):
-            self._set_phase(self.ranks, "collecting")
-        values: dict[int, Any] = {}
-        problems = self._drive(tails, stream=False, values=values)
-        if problems:
-            self._needs_snapshot = True
-            self._after_failure(problems)
-            raise self._cell_error(problems, what="Collecting traces after the cell")
-        collected = {r: v for r, v in values.items() if v is not None}
+        collected: dict[int, dict[str, Any]] = {}
         if collect:
-            self._set_phase(self.ranks, "done")
+            for rank, ar in cell.items():
+                # sent by the rank's post_run_cell hook on the cell's own output channel, before the reply
+                data = ar.data.get(bootstrap.DATA_KEY) if ar.wait_for_output(timeout=10.0) else None
+                collected[rank] = data if data is not None else {
+                    "rank": rank, "problems": ["sent no report data (its output did not complete within 10 s)"]}
         return RunReport.from_ranks(
             collected,
             outputs={r: "\n".join(lines) for r, lines in captured.items()},
