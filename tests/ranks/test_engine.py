@@ -64,7 +64,16 @@ def test_output_streams_prefixed_by_rank_and_can_be_limited(engine: RankEngine, 
 
 
 def test_status_reports_every_rank(engine: RankEngine) -> None:
-    engine.run("pass", collect=False)
+    from thunderviz.ranks.engine import PHASES
+
+    seen: list[dict[int, str]] = []
+    engine.on_status = seen.append
+    try:
+        engine.run("pass", collect=False)
+    finally:
+        engine.on_status = None
+    assert seen and all(set(p.values()) <= set(PHASES) for p in seen)
+    assert seen[-1] == {0: "done", 1: "done"}
     status = engine.status()
     assert sorted(status) == [0, 1]
     assert all(s["phase"] == "done" and s["alive"] and s["pid"] for s in status.values())

@@ -106,6 +106,7 @@ def test_interrupt_reaches_every_rank(engine: RankEngine) -> None:
     assert sorted(info.value.failures) == [0, 1]
     assert all("KeyboardInterrupt" in f.traceback for f in info.value.failures.values())
     assert engine.restart_reason is None  # both stopped cleanly: no restart, state kept
+    assert set(engine.phases.values()) == {"interrupted"}
     assert engine.pull("survivor", 1) == 1
     _next_cell_works(engine)
 

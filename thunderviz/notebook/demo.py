@@ -24,7 +24,11 @@ _write_reports({{k: v for k, v in list(globals().items()) if type(v).__name__ ==
 def write_reports(reports: dict, path: str) -> str:
     """One self-contained page with each named report as a section (no script, no network)."""
     sections = []
+    seen: set[int] = set()
     for name, report in reports.items():
+        if id(report) in seen:  # a loop variable holding a report already listed under its own name
+            continue
+        seen.add(id(report))
         sections.append(f"<section><h2>{html.escape(name)}</h2>{report.to_html(standalone=False)}</section>")
     page = ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>thunderviz demo</title></head><body>"
             "<h1>thunderviz demo: the tutorial on 2 CPU ranks</h1>" + "\n".join(sections) + "</body></html>\n")

@@ -31,6 +31,7 @@ from thunderviz.ranks.cluster import AttachedCluster, LocalCluster, RankCluster
 __all__ = [
     "BACKENDS",
     "CellError",
+    "PHASES",
     "DEFAULT_TIMEOUT_S",
     "OUTPUT_MODES",
     "RankEngine",
@@ -40,6 +41,9 @@ __all__ = [
 ]
 
 BACKENDS = ("auto", "gloo", "nccl")
+#: What ``on_status`` reports per rank: starting, importing (torch/thunder, process group), waiting (ready for a
+#: cell), configuring (fabric for a new strategy), running, done, failed, interrupted, stopped.
+PHASES = ("starting", "importing", "waiting", "configuring", "running", "done", "failed", "interrupted", "stopped")
 OUTPUT_MODES = ("all", "rank0", "none")
 DEFAULT_TIMEOUT_S = 60.0
 # After one rank fails: how long its peers get to finish on their own, then how long SIGINT gets before a kill.
@@ -346,7 +350,7 @@ class RankEngine:
                 f"_thunderviz_bootstrap.init_rank(globals(), {info!r})\n"
                 "_thunderviz_bootstrap.install_report_hook()\n"
             )
-        failures = self._drive(self._submit(code), deadline_s=SETUP_TIMEOUT_S, stream=True, done_phase="ready")
+        failures = self._drive(self._submit(code), deadline_s=SETUP_TIMEOUT_S, stream=True, done_phase="waiting")
         if failures:
             self.restart_reason = "setting up the ranks failed"
             raise self._cell_error(failures, what="Setting up the ranks")
@@ -458,6 +462,8 @@ class RankEngine:
                                 self.restart_reason = f"rank {rank} died"
                             elif exc.ename == "KeyboardInterrupt" and (interrupted_at or sigint_at):
                                 failures[rank] = RankFailure(rank, "interrupted", "stopped by KeyboardInterrupt", tb)
+                                self._set_phase([rank], "interrupted")
+                                continue
                             elif _is_collective_timeout(f"{exc.evalue}\n{tb}"):
                                 failures[rank] = RankFailure(
                                     rank, "timeout", f"{exc.ename}: {exc.evalue}", tb, _find_collective(tb))
@@ -502,7 +508,7 @@ class RankEngine:
                     for rank in pending:
                         kind = "interrupted" if interrupted_at is not None else "killed"
                         failures[rank] = RankFailure(rank, kind, f"killed: it {kill_reason}")
-                        self._set_phase([rank], "failed")
+                        self._set_phase([rank], "interrupted" if interrupted_at is not None else "failed")
                     self.restart_reason = f"rank(s) {', '.join(map(str, pending))} had to be killed"
                     break
                 # returns as soon as that rank's reply is in; other ranks are checked on the next pass
