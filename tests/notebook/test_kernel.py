@@ -33,6 +33,14 @@ def _execute(kc, code: str, timeout: float = 240) -> tuple[dict, str]:
     return reply["content"], "".join(text)
 
 
+def _pool_tag(kc) -> str:
+    _, out = _execute(kc, "magics = get_ipython().magics_manager.registry['ThundervizMagics']\n"
+                          "print(magics.engine.cluster.tag)")
+    tag = out.strip().splitlines()[-1]
+    assert tag.startswith("tv-") and len(tagged_processes(tag)) >= 5
+    return tag
+
+
 @pytest.mark.timeout(400)
 def test_interrupt_and_sigkill_in_a_real_kernel() -> None:
     from jupyter_client import KernelManager
@@ -65,10 +73,20 @@ def test_interrupt_and_sigkill_in_a_real_kernel() -> None:
         reply, out = _execute(kc, "%%thunder_ddp --nproc 2 --backend gloo\nprint('still', kept)\n")
         assert reply["status"] == "ok" and "[rank 1] still 1" in out, out
 
-        reply, out = _execute(kc, "magics = get_ipython().magics_manager.registry['ThundervizMagics']\n"
-                                  "print(magics.engine.cluster.tag)")
-        tag = out.strip().splitlines()[-1]
-        assert tag.startswith("tv-") and len(tagged_processes(tag)) >= 5
+        tag = _pool_tag(kc)
+
+        # Restart the kernel (a clean shutdown of the old one): its pool goes with it.
+        km.restart_kernel(now=False)
+        restarted_at = time.monotonic()
+        while tagged_processes(tag) and time.monotonic() - restarted_at < 10:
+            time.sleep(0.1)
+        print(f"[fault latency] kernel restart -> old pool gone in {time.monotonic() - restarted_at:.2f} s")
+        assert tagged_processes(tag) == []
+        kc.wait_for_ready(timeout=60)
+        assert _execute(kc, "%load_ext thunderviz")[0]["status"] == "ok"
+        reply, out = _execute(kc, "%%thunder_ddp --nproc 2 --backend gloo --output none\nx = 1\n")
+        assert reply["status"] == "ok", out
+        tag = _pool_tag(kc)
 
         # SIGKILL the kernel: no cleanup code runs in it; the watchdog must take everything down.
         os.kill(km.provisioner.process.pid, signal.SIGKILL)
