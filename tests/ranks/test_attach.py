@@ -22,7 +22,9 @@ def test_attach_to_an_ipcluster_maps_ranks_and_never_stops_it(tmp_path: Path) ->
     cluster_id = f"tv-attach-{uuid.uuid4().hex[:6]}"
     env = {**os.environ, "IPYTHONDIR": str(tmp_path / "ipython"),
            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
-    common = [f"--cluster-id={cluster_id}"]
+    # A named profile under our own IPYTHONDIR: without a name, ipyparallel looks in the profile of any IPython
+    # shell alive in this process (earlier tests start real shells), not where ipcluster wrote its file.
+    common = [f"--cluster-id={cluster_id}", "--profile=tvtest"]
     subprocess.run([ipcluster, "start", "-n", "2", "--daemonize", "--ip=127.0.0.1", *common,
                     "--IPController.ip=127.0.0.1", "--HeartMonitor.period=500"], env=env, check=True,
                    cwd=str(ROOT), capture_output=True, timeout=120)
@@ -33,7 +35,7 @@ def test_attach_to_an_ipcluster_maps_ranks_and_never_stops_it(tmp_path: Path) ->
         deadline = time.monotonic() + 90
         while True:
             try:
-                engine = RankEngine.attach(cluster_id=cluster_id, backend="gloo", timeout=20,
+                engine = RankEngine.attach(cluster_id=cluster_id, profile="tvtest", backend="gloo", timeout=20,
                                            on_output=lambda *a: None)
                 if engine.world_size == 2:
                     break
@@ -48,7 +50,8 @@ def test_attach_to_an_ipcluster_maps_ranks_and_never_stops_it(tmp_path: Path) ->
         assert [engine.pull("env", r)[:2] for r in (0, 1)] == [("0", "2"), ("1", "2")]
         assert engine.pull("env", 1)[2] == engine.rank_hosts[0]  # rank 0's host, not loopback
         engine.stop()  # detaches only
-        again = RankEngine.attach(cluster_id=cluster_id, backend="gloo", timeout=20, on_output=lambda *a: None)
+        again = RankEngine.attach(cluster_id=cluster_id, profile="tvtest", backend="gloo", timeout=20,
+                                  on_output=lambda *a: None)
         assert again.world_size == 2
         again.stop()
     finally:
