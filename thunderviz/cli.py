@@ -44,23 +44,50 @@ def _run_render(args: argparse.Namespace) -> int:
 
 
 def _add_demo_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", "-o", type=Path, default=Path("demo-output"), help="folder for report.html and traces.json")
-    p.add_argument("--nproc", type=int, default=2, help="number of CPU ranks (default: 2)")
+    p.add_argument("--out", "-o", type=Path, default=Path("demo-output"), help="folder for the report (default: demo-output)")
+    p.add_argument("--scenarios", action="store_true",
+                   help="instead of the notebook tutorial, run the seed scenarios from plain Python (no Jupyter), as a"
+                        " torchrun user would")  # fmt: skip
+    p.add_argument("--nproc", type=int, default=2, help="ranks for --scenarios (default: 2)")
+    p.add_argument("--only", default=None, metavar="NAME,...", help="with --scenarios: run only these scenarios")
 
 
 def _run_demo(args: argparse.Namespace) -> int:
-    from thunderviz.demo import run_demo
-
     if args.nproc < 1:
         print(f"thunderviz demo: --nproc must be at least 1, got {args.nproc}", file=sys.stderr)
         return 2
-    run_demo(args.out, nproc=args.nproc)
+    if args.scenarios:
+        from thunderviz.demo import SEED_SCENARIOS
+        from thunderviz.demo import run_demo as run_scenarios
+
+        chosen = SEED_SCENARIOS
+        if args.only:
+            wanted = [n.strip() for n in args.only.split(",") if n.strip()]
+            known = {sc.name: sc for sc in SEED_SCENARIOS}
+            unknown = [n for n in wanted if n not in known]
+            if unknown:
+                print(f"thunderviz demo: unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(known)}",
+                      file=sys.stderr)  # fmt: skip
+                return 2
+            chosen = tuple(known[n] for n in wanted)
+        run_scenarios(args.out, nproc=args.nproc, scenarios=chosen)
+        return 0
+    from thunderviz.notebook.demo import TUTORIAL, run_demo
+
+    print(f"thunderviz demo: running {TUTORIAL.name} headlessly on 2 CPU ranks (a real kernel, the magics, real ranks)")
+    report = run_demo(args.out)
+    summary = report.with_suffix(".txt")
+    if summary.exists():
+        print(summary.read_text(encoding="utf-8"))
+    print(f"executed notebook: {report.parent / 'tutorial.executed.ipynb'}")
+    print(f"report: {report}")
+    print("open the tutorial yourself: .venv/bin/jupyter lab --ip=127.0.0.1 notebooks/tutorial.ipynb")
     return 0
 
 
 _SUBCOMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int]]] = {
     "render": ("write a self-contained HTML report from saved trace files", _add_render_arguments, _run_render),
-    "demo": ("run the seed scenarios on CPU ranks and write an offline HTML report", _add_demo_arguments, _run_demo),
+    "demo": ("run the tutorial on 2 CPU ranks and write one offline HTML report", _add_demo_arguments, _run_demo),
 }
 
 

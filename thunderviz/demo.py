@@ -1,6 +1,6 @@
-"""The main job: the design's seed scenarios on N CPU ranks, each decision and the collectives it produced.
+"""The seed scenarios from plain Python: each decision and the collectives it produced, no Jupyter involved.
 
-``thunderviz demo`` (``./run demo``) runs, on fresh rank processes with a real gloo process group, one training
+``thunderviz demo --scenarios`` runs, on fresh rank processes with a real gloo process group, one training
 step of a small GPT for every way a model reaches a thunder strategy (raw module, a module the user jitted — also
 one that already ran —, a function the user jitted over the model) under FSDP and DDP; prints what the strategy
 decided and why, and the collectives in rank 0's traces; checks that every rank issued the same collectives; and
@@ -81,16 +81,28 @@ def run_scenarios_on_rank(rank: int, world: int, scenarios: Sequence[Scenario]) 
     return out
 
 
-def run_demo(out_dir: Path | str = "demo-output", *, nproc: int = 2, echo: Any = print) -> Path:
+def run_demo(
+    out_dir: Path | str = "demo-output",
+    *,
+    nproc: int = 2,
+    scenarios: Sequence[Scenario] = SEED_SCENARIOS,
+    echo: Any = print,
+) -> Path:
     """Run the seed scenarios on ``nproc`` CPU ranks, print the story, write ``report.html``; return its path."""
     from thunderviz.launch import run_ranks
 
-    echo(f"thunderviz demo: {len(SEED_SCENARIOS)} scenarios on {nproc} CPU ranks (gloo), tiny GPT")
-    per_rank = run_ranks(run_scenarios_on_rank, list(SEED_SCENARIOS), nproc=nproc, timeout=1800)
-    return write_report(per_rank, out_dir, echo=echo)
+    echo(f"thunderviz demo: {len(scenarios)} scenarios on {nproc} CPU ranks (gloo), tiny GPT")
+    per_rank = run_ranks(run_scenarios_on_rank, list(scenarios), nproc=nproc, timeout=1800)
+    return write_report(per_rank, out_dir, scenarios=scenarios, echo=echo)
 
 
-def write_report(per_rank: Sequence[dict[str, Any]], out_dir: Path | str, *, echo: Any = print) -> Path:
+def write_report(
+    per_rank: Sequence[dict[str, Any]],
+    out_dir: Path | str,
+    *,
+    scenarios: Sequence[Scenario] = SEED_SCENARIOS,
+    echo: Any = print,
+) -> Path:
     """Print each decision and rank 0's collectives, check the ranks agree, and write the offline report."""
     from thunderviz.core.collectives import find_mismatches, ledger_from_bundle
     from thunderviz.core.traces import TraceBundle, save
@@ -102,7 +114,7 @@ def write_report(per_rank: Sequence[dict[str, Any]], out_dir: Path | str, *, ech
     bundles = [TraceBundle.from_dict(b) for r in per_rank for b in r["bundles"]]
     decisions = per_rank[0]["decisions"]
     problems = 0
-    for i, (sc, decision) in enumerate(zip(SEED_SCENARIOS, decisions)):
+    for i, (sc, decision) in enumerate(zip(scenarios, decisions)):
         ledgers = {r: ledger_from_bundle(TraceBundle.from_dict(per_rank[r]["bundles"][i])) for r in range(nproc)}
         counts = ", ".join(f"{n} {k}" for k, n in sorted(ledgers[0].counts().items())) or "none"
         mismatches = find_mismatches(ledgers)

@@ -21,5 +21,13 @@ def test_demo_runs_the_tutorial_and_writes_one_offline_report(tmp_path: Path) ->
         assert f"<h2>{name}</h2>" in page
     assert page.count("<section>") == 6  # named reports only (not IPython's _, __ output history)
     assert "jitted_loss" in page and "TinyGPT" in page
+    # the terminal story `thunderviz demo` prints: each cell's decisions and rank 0's collectives
+    summary = path.with_suffix(".txt").read_text(encoding="utf-8")
+    assert "[zero2] thunder_fsdp on 2 ranks (gloo)" in summary
+    assert "case 1: raw module -> jit, then distribute" in summary
+    assert "case 3: module already jitted by the user -> distribute in place" in summary
+    assert "case 2: module used inside a jitted function -> distribute for a jitted function" in summary
+    assert re.search(r"\d+ all_gather, \d+ reduce_scatter, \d+ wait; ranks agree", summary)
+    assert re.search(r"\d+ all_reduce, \d+ wait; ranks agree", summary)
     # offline: nothing is fetched from the network
     assert not re.search(r"""(src|href)=["']?https?://""", page)

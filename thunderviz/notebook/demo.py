@@ -33,7 +33,24 @@ def write_reports(reports: dict, path: str) -> str:
     page = ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>thunderviz demo</title></head><body>"
             "<h1>thunderviz demo: the tutorial on 2 CPU ranks</h1>" + "\n".join(sections) + "</body></html>\n")
     Path(path).write_text(page, encoding="utf-8")
+    Path(path).with_suffix(".txt").write_text(summarize(reports), encoding="utf-8")
     return path
+
+
+def summarize(reports: dict) -> str:
+    """The terminal story of the demo: per cell, what the strategy decided and which collectives rank 0 traced."""
+    lines = []
+    for name, report in reports.items():
+        strategy = (report.strategy or {}).get("kind", "?")
+        lines.append(f"[{name}] {strategy} on {report.world_size} ranks ({report.backend})")
+        for d in report.decisions:
+            lines.append(f"  {d.get('case')} -> {d.get('action')}: {d.get('reason')}")
+        for obj, ledgers in report.ledgers.items():
+            counts = ", ".join(f"{n} {k}" for k, n in sorted(ledgers[min(ledgers)].counts().items())) or "none"
+            agree = "ranks agree" if not report.mismatches.get(obj) else "MISMATCH across ranks"
+            lines.append(f"  {obj}: {counts}; {agree}")
+        lines.extend(f"  problem: {p}" for p in report.problems)
+    return "\n".join(lines) + "\n"
 
 
 def run_demo(out_dir: Path, *, timeout_s: int = 900, notebook: Path = TUTORIAL) -> Path:
