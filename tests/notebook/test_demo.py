@@ -29,5 +29,6 @@ def test_demo_runs_the_tutorial_and_writes_one_offline_report(tmp_path: Path) ->
     assert "case 2: module used inside a jitted function -> distribute for a jitted function" in summary
     assert re.search(r"\d+ all_gather, \d+ reduce_scatter, \d+ wait; ranks agree", summary)
     assert re.search(r"\d+ all_reduce, \d+ wait; ranks agree", summary)
+    assert re.findall(r"^\[(\w+)\]", summary, re.M) == ["zero2", "zero3", "user_jit", "user_fn", "ddp", "after"]
     # offline: nothing is fetched from the network
     assert not re.search(r"""(src|href)=["']?https?://""", page)

@@ -22,18 +22,16 @@ _write_reports({{k: v for k, v in list(globals().items()) if type(v).__name__ ==
 
 
 def write_reports(reports: dict, path: str) -> str:
-    """One self-contained page with each named report as a section (no script, no network)."""
-    sections = []
-    seen: set[int] = set()
+    """One self-contained page with each named report as a section (no script, no network), and its summary."""
+    unique: dict = {}
     for name, report in reports.items():
-        if id(report) in seen:  # a loop variable holding a report already listed under its own name
-            continue
-        seen.add(id(report))
-        sections.append(f"<section><h2>{html.escape(name)}</h2>{report.to_html(standalone=False)}</section>")
+        if all(report is not r for r in unique.values()):  # a loop variable holding a report already named
+            unique[name] = report
+    sections = [f"<section><h2>{html.escape(n)}</h2>{r.to_html(standalone=False)}</section>" for n, r in unique.items()]
     page = ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>thunderviz demo</title></head><body>"
             "<h1>thunderviz demo: the tutorial on 2 CPU ranks</h1>" + "\n".join(sections) + "</body></html>\n")
     Path(path).write_text(page, encoding="utf-8")
-    Path(path).with_suffix(".txt").write_text(summarize(reports), encoding="utf-8")
+    Path(path).with_suffix(".txt").write_text(summarize(unique), encoding="utf-8")
     return path
 
 
@@ -49,6 +47,8 @@ def summarize(reports: dict) -> str:
             counts = ", ".join(f"{n} {k}" for k, n in sorted(ledgers[min(ledgers)].counts().items())) or "none"
             agree = "ranks agree" if not report.mismatches.get(obj) else "MISMATCH across ranks"
             lines.append(f"  {obj}: {counts}; {agree}")
+        if not report.decisions and not report.ledgers:
+            lines.append("  (no model was set up or traced in this cell)")
         lines.extend(f"  problem: {p}" for p in report.problems)
     return "\n".join(lines) + "\n"
 
