@@ -158,13 +158,7 @@ class _GraphWidget(anywidget.AnyWidget):
     # ------------------------------------------------------------------ display
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        data = super()._repr_mimebundle_(**kwargs)
-        if isinstance(data, tuple):
-            data = data[0]
-        data = dict(data or {})
-        data["text/plain"] = repr(self)
-        data["text/html"] = self.to_html()
-        return data
+        return _with_static_picture(self, super()._repr_mimebundle_(**kwargs), self.to_html())
 
     def to_html(self) -> str:
         """The static picture: title, summary, each pane's graph (SVG, or DOT without Graphviz) and the panels."""
@@ -360,11 +354,16 @@ class RankStatus(anywidget.AnyWidget):
         return f"RankStatus({states})"
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        data = super()._repr_mimebundle_(**kwargs)
-        if isinstance(data, tuple):
-            data = data[0]
-        data = dict(data or {})
-        data["text/plain"] = repr(self)
         rows = [[r["rank"], r["state"], r["detail"], r["seconds"]] for r in self.ranks]
-        data["text/html"] = f"<div>{_e(self.label)}</div>" + _table(["rank", "state", "detail", "seconds"], rows)
-        return data
+        html_text = f"<div>{_e(self.label)}</div>" + _table(["rank", "state", "detail", "seconds"], rows)
+        return _with_static_picture(self, super()._repr_mimebundle_(**kwargs), html_text)
+
+
+def _with_static_picture(widget: Any, data: Any, html_text: str) -> dict[str, Any]:
+    """The live widget's bundle plus a stable ``text/plain`` (nbval) and a ``text/html`` picture (no kernel)."""
+    if isinstance(data, tuple):
+        data = data[0]
+    data = dict(data or {})
+    data["text/plain"] = repr(widget)
+    data["text/html"] = html_text
+    return data
