@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -35,11 +35,13 @@ __all__ = [
     "clear_trace_cache",
     "compile_stats_with_cache",
     "ensure_supported_thunder",
+    "full_shape",
     "gather_full",
     "has_run",
     "install_sync_hook",
     "is_jitted",
     "is_thunder_module",
+    "local_shard_of",
     "mark_module_ddp",
     "replicate_params_",
     "shard_params_",
@@ -47,7 +49,6 @@ __all__ = [
     "skip_grad_sync",
     "sync_tag",
     "thunder_distributed_kind",
-    "untag_params",
 ]
 
 SUPPORTED_THUNDER_VERSIONS = ("0.2.6",)
@@ -259,14 +260,6 @@ def mark_module_ddp(
         thunder.compile_data(jitted).process_group_for_ddp = group
 
 
-def untag_params(module: torch.nn.Module) -> None:
-    """Forget our tags (used when a module is gathered back to full parameters)."""
-    for _, param in _unique_params(module):
-        for attr in (_TYPE_ATTR, _PADDING_ATTR, _GROUP_ATTR, _FULL_SHAPE_ATTR):
-            if hasattr(param, attr):
-                delattr(param, attr)
-
-
 def full_shape(param: torch.Tensor) -> tuple[int, ...]:
     return tuple(getattr(param, _FULL_SHAPE_ATTR, tuple(param.shape)))
 
@@ -387,6 +380,3 @@ def _key_cache_on_no_sync() -> None:
             pass
     thunder._get_cache_info()["no_grad_sync"] = bool(get_skip_data_parallel_grad_sync())
 
-
-def iter_tagged(params: Iterable[torch.Tensor]) -> Iterator[torch.Tensor]:
-    return (p for p in params if sync_tag(p) is not None)
