@@ -33,7 +33,7 @@ __all__ = [
     "SUPPORTED_THUNDER_VERSIONS",
     "SyncKind",
     "clear_trace_cache",
-    "compile_stats_with_cache",
+    "clear_all_trace_caches",
     "ensure_supported_thunder",
     "full_shape",
     "gather_full",
@@ -147,8 +147,8 @@ def clear_trace_cache(obj: Any) -> int:
     return n
 
 
-def compile_stats_with_cache() -> list[Any]:
-    """Every live thunder CompileStats that holds cached traces, found through the garbage collector.
+def clear_all_trace_caches() -> int:
+    """Drop the cached traces of every live jitted object, found through the garbage collector; return how many.
 
     Case 2 cannot know which jitted function will receive the model, and a function jitted and called before
     ``fabric.setup`` holds a stale entry; clearing every such cache is cheap (one retrace) and always correct.
@@ -157,7 +157,10 @@ def compile_stats_with_cache() -> list[Any]:
 
     from thunder.common import CompileStats
 
-    return [o for o in gc.get_objects() if type(o) is CompileStats and len(o.interpreter_cache) > 0]
+    stale = [o for o in gc.get_objects() if type(o) is CompileStats and len(o.interpreter_cache) > 0]
+    for stats in stale:
+        stats.interpreter_cache.clear()
+    return len(stale)
 
 
 def sync_tag(param: torch.Tensor) -> str | None:

@@ -89,7 +89,6 @@ class ThunderParallelStrategy(DDPStrategy):
         self._warn_for_notes()
         self.decisions: list[Decision] = []
         self.thunder_modules: list[tuple[str, Any]] = []
-        self.modules: list[tuple[str, nn.Module]] = []
         self._backward_sync_control = self._make_backward_sync_control()
         self._bucket_size_in_mb = 25.0
 
@@ -148,15 +147,13 @@ class ThunderParallelStrategy(DDPStrategy):
             return module
         # Case 2: the user jits a function that takes this module.
         self._distribute_(module)
-        for stats in hooks.compile_stats_with_cache():
-            stats.interpreter_cache.clear()
+        hooks.clear_all_trace_caches()
         self._register(decision.target, module, None)
         return module
 
     def _register(self, name: str, inner: nn.Module, jitted: Any) -> None:
         if self.parallelism == "ddp":
             hooks.mark_module_ddp(inner, jitted, self.process_group, self._bucket_size_in_mb)
-        self.modules.append((name, inner))
         if jitted is not None:
             self.thunder_modules.append((name, jitted))
 
@@ -192,10 +189,6 @@ class ThunderParallelStrategy(DDPStrategy):
     @override
     def module_to_device(self, module: nn.Module) -> None:
         module.to(self.root_device)
-
-    @classmethod
-    def _fabric_names(cls) -> tuple[str, ...]:
-        return ()
 
     # -- checkpoints ---------------------------------------------------------------------------------------------
 
