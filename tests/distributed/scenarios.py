@@ -114,7 +114,7 @@ def train(rank: int, world: int, strategy_kind: str, case: str, model_name: str,
     from lightning.fabric import Fabric
 
     from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
-    from thunderviz.core import thunder_hooks as hooks
+    from thunderviz.core import distribute, thunder_hooks as hooks
 
     jit = case != "function"
     if strategy_kind == "fsdp":
@@ -152,12 +152,12 @@ def train(rank: int, world: int, strategy_kind: str, case: str, model_name: str,
         optimizer.zero_grad()
         fabric.backward(loss)
         if step == 0:
-            grads = {n: hooks.gather_full(p.grad, p) for n, p in inner.named_parameters()}
+            grads = {n: distribute.gather_full(p.grad, p) for n, p in inner.named_parameters()}
         gathered = fabric.all_gather(loss.detach())
         losses.append([float(l) for l in gathered])
         optimizer.step()
 
-    params = {n: hooks.gather_full(p.detach(), p) for n, p in inner.named_parameters()}
+    params = {n: distribute.gather_full(p.detach(), p) for n, p in inner.named_parameters()}
     traced = fwd if fwd is not None else forward_module
     fw = thunder.last_traces(traced)[-1]
     bw = thunder.last_backward_traces(traced)[-1]
@@ -191,16 +191,16 @@ def _fabric(kind: str, **kwargs: Any) -> Any:
 
 
 def _inner(model: Any) -> nn.Module:
-    from thunderviz.core import thunder_hooks as hooks
+    from thunderviz.core import distribute, thunder_hooks as hooks
 
     fm = model._forward_module
     return fm._model if hooks.is_thunder_module(fm) else fm
 
 
 def _full_params(model: Any) -> dict[str, torch.Tensor]:
-    from thunderviz.core import thunder_hooks as hooks
+    from thunderviz.core import distribute, thunder_hooks as hooks
 
-    return {n: hooks.gather_full(p.detach(), p) for n, p in _inner(model).named_parameters()}
+    return {n: distribute.gather_full(p.detach(), p) for n, p in _inner(model).named_parameters()}
 
 
 def checkpoint_roundtrip(rank: int, world: int, kind: str, state_dict_type: str, path: str) -> dict[str, Any]:
@@ -283,9 +283,9 @@ def frozen_and_no_sync(rank: int, world: int, kind: str, case: str) -> dict[str,
         fabric.backward(run(mine[0]))
     fabric.backward(run(mine[1]))
     grads = {n: (p.grad is None) for n, p in _inner(model).named_parameters()}
-    from thunderviz.core import thunder_hooks as hooks
+    from thunderviz.core import distribute, thunder_hooks as hooks
 
-    got = {n: hooks.gather_full(p.grad, p) for n, p in _inner(model).named_parameters() if p.grad is not None}
+    got = {n: distribute.gather_full(p.grad, p) for n, p in _inner(model).named_parameters() if p.grad is not None}
     expected_loss = sum(loss_fn(ref(x)) for x in micro) / world
     expected_loss.backward()
     expected = {n: p.grad for n, p in ref.named_parameters() if p.grad is not None}
@@ -326,10 +326,10 @@ def two_models_one_function(rank: int, world: int, kind: str) -> dict[str, Any]:
     xs = [torch.randn(4, 6, generator=torch.Generator().manual_seed(r)) for r in range(world)]
     fabric.backward(step(enc, head, xs[rank]))
     (sum(loss_fn(ref_head(ref_enc(x))) for x in xs) / world).backward()
-    from thunderviz.core import thunder_hooks as hooks
+    from thunderviz.core import distribute, thunder_hooks as hooks
 
-    got = {f"enc.{n}": hooks.gather_full(p.grad, p) for n, p in enc.module.named_parameters()}
-    got |= {f"head.{n}": hooks.gather_full(p.grad, p) for n, p in head.module.named_parameters()}
+    got = {f"enc.{n}": distribute.gather_full(p.grad, p) for n, p in enc.module.named_parameters()}
+    got |= {f"head.{n}": distribute.gather_full(p.grad, p) for n, p in head.module.named_parameters()}
     expected = {f"enc.{n}": p.grad for n, p in ref_enc.named_parameters()}
     expected |= {f"head.{n}": p.grad for n, p in ref_head.named_parameters()}
     return {

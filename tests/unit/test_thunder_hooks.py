@@ -7,6 +7,7 @@ import thunder
 import torch
 from torch import nn
 
+from thunderviz.core import distribute
 from thunderviz.core import thunder_hooks as hooks
 from thunderviz.errors import UnsupportedThunderError
 
@@ -55,7 +56,7 @@ def test_hook_leaves_untagged_modules_alone():
 @pytest.mark.parametrize(("rows", "world", "padding"), [(7, 2, 1), (8, 2, 0), (1, 2, 1), (5, 4, 3)])
 def test_shards_cover_the_tensor_and_pad_the_last(rows, world, padding):
     t = torch.arange(rows * 3, dtype=torch.float32).reshape(rows, 3)
-    shards = [hooks.shard_tensor(t, r, world) for r in range(world)]
+    shards = [distribute.shard_tensor(t, r, world) for r in range(world)]
     assert {p for _, p in shards} == {padding}
     assert len({s.shape for s, _ in shards}) == 1
     torch.testing.assert_close(torch.cat([s for s, _ in shards])[:rows], t)

@@ -20,6 +20,8 @@ from typing import Any
 from thunderviz.errors import JitDecisionError
 
 __all__ = [
+    "BUCKETING_STRATEGIES",
+    "SHARDING_STRATEGIES",
     "Action",
     "Decision",
     "ObjectFacts",
@@ -29,6 +31,12 @@ __all__ = [
     "inspect_object",
     "validate_options",
 ]
+
+
+#: The FSDP knobs' accepted names (thunder's ``FSDPType`` / ``FSDPBucketingStrategy`` members), here so the
+#: strategies and the notebook flags read one list without importing thunder.
+SHARDING_STRATEGIES = ("ZERO2", "ZERO3")
+BUCKETING_STRATEGIES = ("NONE", "LAYER", "BLOCK")
 
 
 class ObjectKind(str, enum.Enum):

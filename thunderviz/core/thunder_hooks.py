@@ -4,10 +4,10 @@ Why this exists: thunder 0.2.6 only distributes a ``ThunderModule`` through ``fs
 returns a *second* module whose sharded parameters are invisible to Fabric's wrapper and which cannot be used at
 all from a function the user jitted (case 2). The mechanism here works for every case instead:
 
-1. the module's own parameters are sharded (FSDP) or broadcast (DDP) *in place*, so ``model.parameters()`` are the
-   real shards an optimizer must update, and no full copy is kept next to them;
-2. each such parameter is tagged with ``distparallel_type`` (read by ``thunder.core.proxies.tensorproxy``), its
-   process group and its FSDP padding;
+1. the module's own parameters are sharded (FSDP) or broadcast (DDP) *in place* (``thunderviz.core.distribute``),
+   so ``model.parameters()`` are the real shards an optimizer must update, and no full copy is kept next to them;
+2. each such parameter is tagged (``tag_param`` here, because the tag is thunder's format: ``distparallel_type``,
+   read by ``thunder.core.proxies.tensorproxy``, and its FSDP padding) with its process group and full shape;
 3. while thunder traces, the moment a tagged tensor is turned into a proxy we replace it by
    ``thunder.distributed.prims.synchronize(proxy)``, exactly as thunder <= 0.2.0 did in ``JitCtx.proxify``:
    forward all_gather for shards, backward reduce_scatter / all_reduce from synchronize's VJP.
@@ -32,22 +32,19 @@ from thunderviz.errors import UnsupportedThunderError
 __all__ = [
     "SUPPORTED_THUNDER_VERSIONS",
     "SyncKind",
-    "clear_trace_cache",
     "clear_all_trace_caches",
+    "clear_trace_cache",
     "ensure_supported_thunder",
     "full_shape",
-    "gather_full",
     "has_run",
     "install_sync_hook",
     "is_jitted",
     "is_thunder_module",
-    "local_shard_of",
     "mark_module_ddp",
-    "replicate_params_",
-    "shard_params_",
-    "shard_tensor",
+    "param_group",
     "skip_grad_sync",
     "sync_tag",
+    "tag_param",
     "thunder_distributed_kind",
 ]
 
@@ -89,6 +86,33 @@ def _dist_type(kind: str) -> Any:
     from thunder.core.proxies import DistParallelType
 
     return getattr(DistParallelType, kind)
+
+
+def tag_param(
+    param: torch.Tensor, kind: str, *, group: tdist.ProcessGroup, padding: int, full_shape: tuple[int, ...]
+) -> None:
+    """Mark a parameter our strategies distributed, in the attributes thunder and our sync hook read."""
+    setattr(param, _TYPE_ATTR, _dist_type(kind))
+    setattr(param, _PADDING_ATTR, padding if padding else None)
+    setattr(param, _GROUP_ATTR, group)
+    setattr(param, _FULL_SHAPE_ATTR, tuple(full_shape))
+
+
+def sync_tag(param: torch.Tensor) -> str | None:
+    """The SyncKind a parameter was tagged with by ``tag_param``, or None."""
+    if getattr(param, _GROUP_ATTR, None) is None:
+        return None
+    return getattr(param, _TYPE_ATTR).name
+
+
+def param_group(param: torch.Tensor) -> tdist.ProcessGroup | None:
+    """The process group a tagged parameter is distributed over (None when untagged)."""
+    return getattr(param, _GROUP_ATTR, None)
+
+
+def full_shape(param: torch.Tensor) -> tuple[int, ...]:
+    """The unsharded shape of a tagged parameter (its own shape when untagged)."""
+    return tuple(getattr(param, _FULL_SHAPE_ATTR, tuple(param.shape)))
 
 
 def is_jitted(obj: Any) -> bool:
@@ -163,90 +187,6 @@ def clear_all_trace_caches() -> int:
     return len(stale)
 
 
-def sync_tag(param: torch.Tensor) -> str | None:
-    """The SyncKind a parameter was tagged with by this module, or None."""
-    if getattr(param, _GROUP_ATTR, None) is None:
-        return None
-    return getattr(param, _TYPE_ATTR).name
-
-
-def _unique_params(module: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Parameter]]:
-    # named_parameters() yields a shared (tied) parameter once: tagging it once makes thunder gather it once.
-    yield from module.named_parameters(remove_duplicate=True)
-
-
-def shard_tensor(t: torch.Tensor, rank: int, world_size: int) -> tuple[torch.Tensor, int]:
-    """This rank's slice of ``t`` along dim 0, padded so every rank holds the same shape; returns (shard, padding)."""
-    chunk = (t.shape[0] + world_size - 1) // world_size
-    padding = chunk * world_size - t.shape[0]
-    if padding:
-        padded = torch.zeros((chunk * world_size, *t.shape[1:]), dtype=t.dtype, device=t.device)
-        padded[: t.shape[0]].copy_(t)
-        t = padded
-    return t.narrow(0, chunk * rank, chunk).clone(), padding
-
-
-@torch.no_grad()
-def shard_params_(
-    module: torch.nn.Module, group: tdist.ProcessGroup, device: torch.device, *, broadcast_from: int | None = 0
-) -> list[str]:
-    """Shard every parameter of ``module`` in place along dim 0 and tag it FULLY_SHARDED; return the names.
-
-    Parameters are first made identical on every rank (broadcast from ``broadcast_from``), because users build
-    models with whatever seed each rank happens to have. Buffers stay replicated.
-    """
-    ensure_supported_thunder()
-    install_sync_hook()
-    rank, world = tdist.get_rank(group), tdist.get_world_size(group)
-    names = []
-    _move_and_broadcast(module, group, device, broadcast_from)
-    for name, param in _unique_params(module):
-        if sync_tag(param) is not None:
-            raise ValueError(f"parameter {name!r} is already distributed by thunderviz")
-        full_shape = tuple(param.shape)
-        if param.dim() == 0:
-            param.data = param.data.reshape(1)
-        shard, padding = shard_tensor(param.data, rank, world)
-        param.data = shard
-        setattr(param, _TYPE_ATTR, _dist_type(SyncKind.FULLY_SHARDED))
-        setattr(param, _PADDING_ATTR, padding if padding else None)
-        setattr(param, _GROUP_ATTR, group)
-        setattr(param, _FULL_SHAPE_ATTR, full_shape)
-        names.append(name)
-    return names
-
-
-@torch.no_grad()
-def replicate_params_(
-    module: torch.nn.Module, group: tdist.ProcessGroup, device: torch.device, *, broadcast_from: int | None = 0
-) -> list[str]:
-    """Make every parameter identical on all ranks (broadcast) and tag it REPLICATED; return the names."""
-    ensure_supported_thunder()
-    install_sync_hook()
-    names = []
-    _move_and_broadcast(module, group, device, broadcast_from)
-    for name, param in _unique_params(module):
-        if sync_tag(param) is not None:
-            raise ValueError(f"parameter {name!r} is already distributed by thunderviz")
-        setattr(param, _TYPE_ATTR, _dist_type(SyncKind.REPLICATED))
-        setattr(param, _PADDING_ATTR, None)
-        setattr(param, _GROUP_ATTR, group)
-        setattr(param, _FULL_SHAPE_ATTR, tuple(param.shape))
-        names.append(name)
-    return names
-
-
-def _move_and_broadcast(
-    module: torch.nn.Module, group: tdist.ProcessGroup, device: torch.device, broadcast_from: int | None
-) -> None:
-    module.to(device)
-    if broadcast_from is None:
-        return
-    src = tdist.get_global_rank(group, broadcast_from) if group is not None else broadcast_from
-    for t in [*module.parameters(), *module.buffers()]:
-        tdist.broadcast(t.data, src=src, group=group)
-
-
 def mark_module_ddp(
     module: torch.nn.Module, jitted: Any, group: tdist.ProcessGroup, bucket_size_in_mb: float
 ) -> None:
@@ -261,38 +201,6 @@ def mark_module_ddp(
     module.bucket_size_in_mb = bucket_size_in_mb
     if jitted is not None:
         thunder.compile_data(jitted).process_group_for_ddp = group
-
-
-def full_shape(param: torch.Tensor) -> tuple[int, ...]:
-    return tuple(getattr(param, _FULL_SHAPE_ATTR, tuple(param.shape)))
-
-
-@torch.no_grad()
-def gather_full(param_or_shard: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """All-gather a tensor shaped like ``like``'s shard (a parameter or its optimizer state) to the full tensor.
-
-    Every rank must call this for the same tensors in the same order (it is a collective).
-    """
-    if sync_tag(like) != SyncKind.FULLY_SHARDED:
-        return param_or_shard.detach().clone()
-    group = getattr(like, _GROUP_ATTR)
-    world = tdist.get_world_size(group)
-    pieces = [torch.empty_like(param_or_shard) for _ in range(world)]
-    tdist.all_gather(pieces, param_or_shard.detach().contiguous(), group=group)
-    full = torch.cat(pieces, dim=0)
-    shape = full_shape(like)
-    full = full[: shape[0]] if shape else full[:1]
-    return full.reshape(shape)
-
-
-def local_shard_of(full: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """The inverse of ``gather_full``: this rank's padded shard of a full tensor, shaped like ``like``."""
-    if sync_tag(like) != SyncKind.FULLY_SHARDED:
-        return full
-    group = getattr(like, _GROUP_ATTR)
-    full = full.reshape(1) if full.dim() == 0 else full
-    shard, _ = shard_tensor(full.to(like.device), tdist.get_rank(group), tdist.get_world_size(group))
-    return shard
 
 
 @contextmanager

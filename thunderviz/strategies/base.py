@@ -25,6 +25,7 @@ from torch import nn
 from torch.optim import Optimizer
 from typing_extensions import override
 
+from thunderviz.core import distribute
 from thunderviz.core import thunder_hooks as hooks
 from thunderviz.core.decisions import Action, Decision, StrategyOptions, decide, inspect_object, validate_options
 from thunderviz.errors import JitDecisionError
@@ -235,7 +236,7 @@ class ThunderParallelStrategy(DDPStrategy):
         inner = _inner(module)
         if self.state_dict_type == "sharded":
             return {k: v.detach().clone() for k, v in inner.state_dict(keep_vars=True).items()}
-        return {k: hooks.gather_full(v.detach(), v) for k, v in inner.state_dict(keep_vars=True).items()}
+        return {k: distribute.gather_full(v.detach(), v) for k, v in inner.state_dict(keep_vars=True).items()}
 
     @override
     def load_module_state_dict(self, module: nn.Module, state_dict: dict[str, Any], strict: bool = True) -> None:
@@ -254,7 +255,7 @@ class ThunderParallelStrategy(DDPStrategy):
                     continue
                 value = state_dict[k]
                 if self.state_dict_type == "full":
-                    value = hooks.local_shard_of(value, target)
+                    value = distribute.local_shard_of(value, target)
                 target.data.copy_(value.to(target.device))
 
     @override
@@ -336,7 +337,7 @@ def _optimizer_state(optimizer: Optimizer, *, full: bool) -> dict[str, Any]:
     for idx, entry in sd["state"].items():
         param = params[idx]
         state[idx] = {
-            k: hooks.gather_full(v, param) if _is_per_element(v, param) else v for k, v in entry.items()
+            k: distribute.gather_full(v, param) if _is_per_element(v, param) else v for k, v in entry.items()
         }
     return {"state": state, "param_groups": sd["param_groups"]}
 
@@ -348,7 +349,7 @@ def _load_optimizer_state(optimizer: Optimizer, sd: dict[str, Any], *, full: boo
         for idx, entry in sd["state"].items():
             param = params[int(idx)]
             state[idx] = {
-                k: hooks.local_shard_of(v, param) if _is_full_per_element(v, param) else v for k, v in entry.items()
+                k: distribute.local_shard_of(v, param) if _is_full_per_element(v, param) else v for k, v in entry.items()
             }
         sd = {"state": state, "param_groups": sd["param_groups"]}
     optimizer.load_state_dict(sd)
@@ -391,7 +392,7 @@ class _ReplicatedBackwardSyncControl(_BackwardSyncControl):
             for module in self.pending.values():
                 for p in _inner(module).parameters():
                     if p.grad is not None and hooks.sync_tag(p) == hooks.SyncKind.REPLICATED:
-                        group = p._thunderviz_process_group
+                        group = hooks.param_group(p)
                         p.grad.div_(tdist.get_world_size(group))
                         tdist.all_reduce(p.grad, group=group)
         self.pending.clear()

@@ -9,7 +9,7 @@ from lightning.fabric.strategies.strategy import _BackwardSyncControl
 from torch import nn
 from typing_extensions import override
 
-from thunderviz.core import thunder_hooks as hooks
+from thunderviz.core import distribute
 from thunderviz.strategies.registry import register_strategy_names
 from thunderviz.strategies.base import ThunderParallelStrategy, _ReplicatedBackwardSyncControl
 
@@ -50,7 +50,7 @@ class ThunderDDPStrategy(ThunderParallelStrategy):
 
     @override
     def _distribute_(self, module: nn.Module) -> list[str]:
-        return hooks.replicate_params_(module, self.process_group, self.root_device)
+        return distribute.replicate_params_(module, self.process_group, self.root_device)
 
     @classmethod
     @override

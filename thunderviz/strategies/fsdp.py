@@ -8,14 +8,13 @@ from lightning.fabric.strategies.registry import _StrategyRegistry
 from torch import nn
 from typing_extensions import override
 
-from thunderviz.core import thunder_hooks as hooks
+from thunderviz.core import distribute
+from thunderviz.core.decisions import BUCKETING_STRATEGIES, SHARDING_STRATEGIES
 from thunderviz.strategies.registry import register_strategy_names
 from thunderviz.strategies.base import ThunderParallelStrategy
 
 __all__ = ["ThunderFSDPStrategy"]
 
-_SHARDING = ("ZERO2", "ZERO3")
-_BUCKETING = ("NONE", "LAYER", "BLOCK")
 
 
 def _enum_name(value: Any, allowed: tuple[str, ...], knob: str) -> str:
@@ -56,8 +55,8 @@ class ThunderFSDPStrategy(ThunderParallelStrategy):
         state_dict_type: str = "sharded",
         **kwargs: Any,
     ) -> None:
-        self.sharding_strategy = _enum_name(sharding_strategy, _SHARDING, "sharding_strategy")
-        self.bucketing_strategy = _enum_name(bucketing_strategy, _BUCKETING, "bucketing_strategy")
+        self.sharding_strategy = _enum_name(sharding_strategy, SHARDING_STRATEGIES, "sharding_strategy")
+        self.bucketing_strategy = _enum_name(bucketing_strategy, BUCKETING_STRATEGIES, "bucketing_strategy")
         super().__init__(
             jit=jit,
             executors=executors,
@@ -69,7 +68,7 @@ class ThunderFSDPStrategy(ThunderParallelStrategy):
 
     @override
     def _distribute_(self, module: nn.Module) -> list[str]:
-        return hooks.shard_params_(module, self.process_group, self.root_device)
+        return distribute.shard_params_(module, self.process_group, self.root_device)
 
     @classmethod
     @override
