@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
+# The tutorial's named reports, in order. Sections added later (with their own --name) may come in between.
 REPORTS = ["zero2", "zero3", "user_jit", "user_fn", "ddp", "after"]
 
 
@@ -99,18 +100,22 @@ def test_pip_install_then_thunderviz_demo_runs_the_packaged_tutorial(tmp_path: P
     )
     assert f"kernel imported thunderviz from {package / '__init__.py'}" in printed
 
+    # the terminal story names each report once, in the tutorial's order
+    story = demo.stdout
+    names = re.findall(r"^\[(\w+)\]", story, re.M)
+    assert len(names) == len(set(names)) and [n for n in names if n in REPORTS] == REPORTS
+
     # one offline page with every report the tutorial named
     report = out / "thunderviz-demo.html"
     assert sorted(p.name for p in out.glob("*.html")) == [report.name]
     page = report.read_text(encoding="utf-8")
-    for name in REPORTS:
+    for name in names:
         assert f"<h2>{name}</h2>" in page
-    assert page.count("<section>") == len(REPORTS)  # named reports only (not IPython's _, __ output history)
+    assert page.count("<section>") == len(names)  # named reports only (not IPython's _, __ output history)
     assert "jitted_loss" in page and "TinyGPT" in page
     assert not re.search(r"""(src|href)=["']?https?://""", page)  # offline: nothing fetched from the network
 
     # the terminal story: each cell's decisions and rank 0's collectives, then where everything is
-    story = demo.stdout
     assert "running tutorial.ipynb headlessly on 2 CPU ranks" in story
     assert "[zero2] thunder_fsdp on 2 ranks (gloo)" in story
     assert "case 1: raw module -> jit, then distribute" in story
@@ -118,7 +123,6 @@ def test_pip_install_then_thunderviz_demo_runs_the_packaged_tutorial(tmp_path: P
     assert "case 2: module used inside a jitted function -> distribute for a jitted function" in story
     assert re.search(r"\d+ all_gather, \d+ reduce_scatter, \d+ wait; ranks agree", story)
     assert re.search(r"\d+ all_reduce, \d+ wait; ranks agree", story)
-    assert re.findall(r"^\[(\w+)\]", story, re.M) == REPORTS
     assert "MISMATCH" not in story and "problem:" not in story
     assert f"report: {report}" in story
     assert f"work through the tutorial yourself: jupyter lab --ip=127.0.0.1 {out / 'tutorial.ipynb'}" in story
