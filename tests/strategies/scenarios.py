@@ -1,11 +1,14 @@
 """Training scenarios run inside real rank processes; each returns plain data the test asserts on.
 
 Every scenario compares against single-process eager PyTorch on the same seed and the same global batch:
-loss, all-gathered gradients after one step, and parameters after three SGD steps.
+loss, all-gathered gradients after one step, and parameters after three SGD steps. Variants: gradient clipping
+(``fabric.clip_gradients`` vs ``torch.nn.utils.clip_grad_norm_``/``clip_grad_value_``) and models built under
+``fabric.init_module(empty_init=True)`` (vs the same ``reset_parameters()`` calls on one process).
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -13,6 +16,10 @@ from torch import nn
 
 STEPS = 3
 LR = 0.1
+CLIP_NORM = 0.05  # small enough that every step clips
+CLIP_VALUE = 0.02
+CLIPS = {"norm2": {"max_norm": CLIP_NORM, "norm_type": 2.0}, "inf": {"max_norm": CLIP_NORM, "norm_type": float("inf")},
+         "value": {"clip_val": CLIP_VALUE}}
 
 
 class MLP(nn.Module):
@@ -71,23 +78,47 @@ def loss_fn(out: torch.Tensor) -> torch.Tensor:
     return (out.float() ** 2).mean()
 
 
-def _reference(model_name: str, world: int) -> dict[str, Any]:
-    """Single-process eager: the mean of the per-rank losses, on the whole global batch."""
+def build_reference_model(model_name: str, meta: bool) -> nn.Module:
+    """Rank 0's model on one process: seed 0, eager; or seed 0, built on meta, then the same resets in order."""
     torch.manual_seed(0)
-    model = MODELS[model_name]()
+    if not meta:
+        return MODELS[model_name]()
+    from thunderviz.strategies.materialize import materialize_
+
+    with torch.device("meta"):
+        model = MODELS[model_name]()
+    materialize_(model, torch.device("cpu"))
+    return model
+
+
+def clip_reference(model: nn.Module, clip: str | None) -> float | None:
+    if clip is None:
+        return None
+    kw = CLIPS[clip]
+    if "clip_val" in kw:
+        torch.nn.utils.clip_grad_value_(model.parameters(), kw["clip_val"])
+        return None
+    return float(torch.nn.utils.clip_grad_norm_(model.parameters(), kw["max_norm"], norm_type=kw["norm_type"]))
+
+
+def _reference(model_name: str, world: int, clip: str | None = None, meta: bool = False) -> dict[str, Any]:
+    """Single-process eager: the mean of the per-rank losses, on the whole global batch."""
+    model = build_reference_model(model_name, meta)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
-    losses, grads = [], None
+    losses, grads, norms = [], None, []
     for step in range(STEPS):
         xs = [MODELS[model_name].batch(100 * step + r) for r in range(world)]
         per_rank = [loss_fn(model(x)) for x in xs]
         loss = sum(per_rank) / world
         opt.zero_grad()
         loss.backward()
+        norms.append(clip_reference(model, clip))
         if step == 0:
             grads = {n: p.grad.clone() for n, p in model.named_parameters()}
         losses.append([float(l) for l in per_rank])
         opt.step()
-    return {"losses": losses, "grads": grads, "params": {n: p.detach().clone() for n, p in model.named_parameters()}}
+    return {"losses": losses, "grads": grads, "norms": norms,
+            "params": {n: p.detach().clone() for n, p in model.named_parameters()}}
 
 
 def _collectives(trace: Any) -> dict[str, int]:
@@ -108,8 +139,12 @@ def _collectives(trace: Any) -> dict[str, int]:
 
 
 def train(rank: int, world: int, strategy_kind: str, case: str, model_name: str, sharding: str = "ZERO2",
-          jit_before_setup: bool = False) -> dict[str, Any]:
-    """One scenario. ``case``: 'raw' (case 1), 'function' (case 2), 'jitted' or 'jitted_ran' (case 3)."""
+          jit_before_setup: bool = False, clip: str | None = None, meta: bool = False) -> dict[str, Any]:
+    """One scenario. ``case``: 'raw' (case 1), 'function' (case 2), 'jitted' or 'jitted_ran' (case 3).
+
+    ``clip``: a key of ``CLIPS`` (``fabric.clip_gradients`` after every backward); ``meta``: the model is built under
+    ``fabric.init_module(empty_init=True)``.
+    """
     import thunder
     from lightning.fabric import Fabric
 
@@ -124,9 +159,12 @@ def train(rank: int, world: int, strategy_kind: str, case: str, model_name: str,
     fabric = Fabric(accelerator="cpu", devices=world, strategy=strategy)
     fabric.launch()
 
-    # Every rank builds the model with a *different* seed: the strategy must broadcast rank 0's parameters.
+    # Every rank builds the model with a *different* seed: the strategy must broadcast rank 0's parameters (or,
+    # for a meta-device model, initialize every rank from rank 0's generator).
     torch.manual_seed(0 if rank == 0 else 1234)
-    model = MODELS[model_name]()
+    with fabric.init_module(empty_init=True) if meta else nullcontext():
+        model = MODELS[model_name]()
+    on_meta_before_setup = all(p.is_meta for p in model.parameters())
     fwd = None
     if case in ("jitted", "jitted_ran"):
         model = thunder.jit(model)
@@ -145,12 +183,17 @@ def train(rank: int, world: int, strategy_kind: str, case: str, model_name: str,
     inner = forward_module._model if hooks.is_thunder_module(forward_module) else forward_module
     optimizer = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=LR))
 
-    losses, grads = [], None
+    losses, grads, norms = [], None, []
     for step in range(STEPS):
         x = MODELS[model_name].batch(100 * step + rank)
         loss = fwd(model, x) if fwd is not None else loss_fn(model(x))
         optimizer.zero_grad()
         fabric.backward(loss)
+        if clip is not None:
+            norm = fabric.clip_gradients(model, optimizer, **CLIPS[clip])
+            norms.append(None if norm is None else float(norm))
+        else:
+            norms.append(None)
         if step == 0:
             grads = {n: distribute.gather_full(p.grad, p) for n, p in inner.named_parameters()}
         gathered = fabric.all_gather(loss.detach())
@@ -161,8 +204,10 @@ def train(rank: int, world: int, strategy_kind: str, case: str, model_name: str,
     traced = fwd if fwd is not None else forward_module
     fw = thunder.last_traces(traced)[-1]
     bw = thunder.last_backward_traces(traced)[-1]
-    ref = _reference(model_name, world)
+    ref = _reference(model_name, world, clip, meta)
     return {
+        "on_meta_before_setup": on_meta_before_setup,
+        "norms": norms,
         "losses": losses,
         "grads": grads,
         "params": params,
