@@ -114,8 +114,21 @@ def _optimizer_fqns(ctx: CheckpointContext, optimizer: Optimizer, model_key: str
     return fqns
 
 
+def _type_name(obj: Any) -> str:
+    return type(inner_module(obj) if isinstance(obj, nn.Module) else obj).__name__
+
+
 def _is_per_element(value: Any, param: torch.Tensor) -> bool:
+    """A local optimizer-state tensor that holds one value per element of ``param``'s shard."""
     return isinstance(value, torch.Tensor) and distribute.is_sharded(param) and value.shape == param.shape
+
+
+def _is_full_per_element(name: str, value: Any, param: torch.Tensor) -> bool:
+    """A full-size optimizer-state tensor to be sharded like ``param``. For a 0-dim parameter the per-element state
+    and the scalar ``step`` have the same shape; torch's optimizers name their scalar state ``step``."""
+    if not (isinstance(value, torch.Tensor) and distribute.is_sharded(param)):
+        return False
+    return tuple(value.shape) == hooks.full_shape(param) and (value.dim() > 0 or name != "step")
 
 
 # -- paths -------------------------------------------------------------------------------------------------------
@@ -168,6 +181,22 @@ def _on_rank0(ctx: CheckpointContext, fn: Callable[[], None]) -> None:
             raise RuntimeError(f"`fabric.save` failed on rank 0: {box[0]}")
     if error is not None:
         raise error
+
+
+def _plain_error(err: BaseException, call: str, consequence: str) -> BaseException:
+    """DCP reports failures as ``CheckpointException``, a ``BaseException`` that ``except Exception`` does not catch;
+    turn it into a ``RuntimeError`` naming the ranks and the first cause. Anything else passes through."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    if not isinstance(err, CheckpointException):
+        return err
+    failures = err.failures
+    first = next(iter(failures.values()), None)
+    exc = first[0] if isinstance(first, tuple) else first
+    cause = f"{type(exc).__name__}: {exc}" if exc is not None else str(err)
+    return RuntimeError(
+        f"`{call}` failed in PyTorch Distributed Checkpoint on rank(s) {sorted(failures)}: {cause} ({consequence})."
+    )
 
 
 # -- saving ------------------------------------------------------------------------------------------------------
@@ -315,10 +344,10 @@ def _save_sharded(
     _on_rank0(ctx, prepare)
     try:
         dcp.save(converted, checkpoint_id=tmp)
-    except BaseException:
+    except BaseException as err:
         if ctx.rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        raise _plain_error(err, f"fabric.save({str(path)!r}, ...)", f"nothing was written at {str(path)!r}") from err
 
     def finish() -> None:
         world = tdist.get_world_size() if tdist.is_initialized() else 1
@@ -362,7 +391,7 @@ def load_checkpoint(
             )
         if raw:
             raise ValueError(
-                f"`fabric.load_raw({str(path)!r}, {type(state).__name__})` reads one file holding a plain state"
+                f"`fabric.load_raw({str(path)!r}, {_type_name(state)})` reads one file holding a plain state"
                 " dict, but this is a sharded checkpoint directory. Use `fabric.load(path, {'model': model,"
                 " 'optimizer': optimizer})`, or convert it to one file first: `from"
                 " torch.distributed.checkpoint.format_utils import dcp_to_torch_save; dcp_to_torch_save(path,"
@@ -454,11 +483,7 @@ def load_full_optimizer(optimizer: Optimizer, sd: dict[str, Any], model: nn.Modu
     for idx, entry in state.items():
         param = params[int(idx)]
         local[int(idx)] = {
-            k: distribute.local_shard_of(v, param)
-            if isinstance(v, torch.Tensor) and v.dim() > 0 and tuple(v.shape) == hooks.full_shape(param)
-            and distribute.is_sharded(param)
-            else v
-            for k, v in entry.items()
+            k: distribute.local_shard_of(v, param) if _is_full_per_element(k, v, param) else v for k, v in entry.items()
         }
     optimizer.load_state_dict({"state": local, "param_groups": groups})
 
@@ -551,7 +576,10 @@ def _load_sharded(
     for key in remainder_keys:
         target[key] = _from_metadata(metadata, paths, (key,))
 
-    dcp.load(target, checkpoint_id=str(path))
+    try:
+        dcp.load(target, checkpoint_id=str(path))
+    except BaseException as err:
+        raise _plain_error(err, call, "the objects in `state` may be partly loaded; load again") from err
 
     for fn in after:
         fn()
@@ -642,7 +670,7 @@ def _optimizer_target(
                 entry_target[name] = None
                 continue
             shape = hooks.full_shape(param)
-            per_element = distribute.is_sharded(param) and tuple(md.size) == shape and (bool(shape) or name != "step")
+            per_element = _is_full_per_element(name, torch.empty(md.size, device="meta"), param)
             if per_element and shape:
                 local = torch.zeros(param.shape, dtype=md.properties.dtype, device=param.device)
                 entry_target[name] = _global_view(local, param, meshes)
