@@ -42,6 +42,14 @@ TM_RAN = ObjectFacts(kind=ObjectKind.THUNDER_MODULE, type_name="Net", has_run=Tr
             id="raw-ddp-executors",
         ),
         pytest.param(
+            MODULE, StrategyOptions(parallelism="fsdp", executors=("torch",), jit_kwargs=("cache", "disable_torch_autograd")),
+            "case 1: raw module", Action.JIT_AND_DISTRIBUTE, False,
+            "a plain nn.Module and jit=True: call thunder.jit with executors=['torch'], cache=...,"
+            " disable_torch_autograd=... once, then shard its parameters (FSDP) in place so model.parameters() are"
+            " what the optimizer must update",
+            id="raw-fsdp-jit-kwargs",
+        ),
+        pytest.param(
             MODULE, StrategyOptions(parallelism="fsdp", jit=False), "case 2: module used inside a jitted function",
             Action.DISTRIBUTE_FOR_FUNCTION_JIT, True,
             "jit=False: the module is not jitted here; shard its parameters (FSDP) in place and tag them, so thunder"
@@ -129,6 +137,13 @@ def test_zero3_and_bucketing_are_named_in_the_reason():
             " or hand `fabric.setup` the plain module.",
             id="executors-on-jitted",
         ),
+        pytest.param(
+            TM_RAN, StrategyOptions(parallelism="ddp", jit_kwargs=("disable_torch_autograd",)),
+            "You passed thunder.jit arguments (disable_torch_autograd=...) to ThunderDDPStrategy, but the Net you set"
+            " up is already jitted, so the strategy never calls `thunder.jit` and they would be silently ignored."
+            " Pass them to your own `thunder.jit(model, ...)` call, or hand `fabric.setup` the plain module.",
+            id="jit-kwargs-on-jitted",
+        ),
     ],
 )
 def test_impossible_decisions_raise_with_the_fix(facts, options, message):
@@ -145,6 +160,29 @@ def test_jit_false_with_executors_is_rejected():
         " `thunder.jit`, so the executors would be silently ignored. Pass them to your own"
         " `thunder.jit(..., executors=...)` call, or set `jit=True`."
     )
+
+
+def test_jit_false_with_jit_kwargs_is_rejected():
+    with pytest.raises(ValueError) as err:
+        validate_options(StrategyOptions(parallelism="fsdp", jit=False, jit_kwargs=("cache",)))
+    assert str(err.value) == (
+        "You set `ThunderFSDPStrategy(jit=False, cache=...)`, but with `jit=False` the strategy never calls"
+        " `thunder.jit`, so these thunder.jit arguments would be silently ignored. Pass them to your own"
+        " `thunder.jit(...)` call, or set `jit=True`."
+    )
+
+
+def test_decisions_module_reads_thunder_only_through_thunder_hooks():
+    """Issue 13: thunder internals are read in one module; the table itself never imports thunder."""
+    import ast
+    import inspect
+
+    import thunderviz.core.decisions as decisions
+
+    tree = ast.parse(inspect.getsource(decisions))
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not any(m == "thunder" or m.startswith("thunder.") for m in imported), imported
 
 
 def test_inspect_object_reads_live_thunder_state():
