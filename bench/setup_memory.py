@@ -104,12 +104,16 @@ def main() -> None:
     available = _mem_available()
     needed = world * full + 2 * GiB
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(f"setup_memory: model {full / GiB:.2f} GiB fp32 ({args.layers} x Linear({width}, {width}), no bias),"
-          f" largest layer {layer / GiB:.3f} GiB; {world} ranks, ThunderFSDPStrategy, gloo")
+    print(
+        f"setup_memory: model {full / GiB:.2f} GiB fp32 ({args.layers} x Linear({width}, {width}), no bias),"
+        f" largest layer {layer / GiB:.3f} GiB; {world} ranks, ThunderFSDPStrategy, gloo"
+    )
     print(f"  memory available {available / GiB:.1f} GiB (MemAvailable); load average {load}")
     if available < needed and not args.force:
-        sys.exit(f"setup_memory: needs about {needed / GiB:.1f} GiB available (2 full copies without empty_init),"
-                 f" only {available / GiB:.1f} GiB are. Use a smaller --size-gib, or --force.")
+        sys.exit(
+            f"setup_memory: needs about {needed / GiB:.1f} GiB available (2 full copies without empty_init),"
+            f" only {available / GiB:.1f} GiB are. Use a smaller --size-gib, or --force."
+        )
 
     target = 0.5 + layer / full
     for empty_init in (False, True):
@@ -117,10 +121,12 @@ def main() -> None:
         print(f"  empty_init={empty_init}:")
         for rank, r in enumerate(results):
             above = r["peak"] - r["baseline"]
-            line = (f"    rank {rank}: baseline {r['baseline'] / GiB:.2f} GiB, before setup +{(r['before'] - r['baseline']) / GiB:.2f},"
-                    f" peak during setup +{above / GiB:.2f} GiB = {above / full:.3f} x full,"
-                    f" after setup +{(r['after'] - r['baseline']) / GiB:.2f} GiB"
-                    f" (local parameters {r['local_params'] / full:.2f} x full)")
+            line = (
+                f"    rank {rank}: baseline {r['baseline'] / GiB:.2f} GiB, before setup +{(r['before'] - r['baseline']) / GiB:.2f},"
+                f" peak during setup +{above / GiB:.2f} GiB = {above / full:.3f} x full,"
+                f" after setup +{(r['after'] - r['baseline']) / GiB:.2f} GiB"
+                f" (local parameters {r['local_params'] / full:.2f} x full)"
+            )
             if empty_init:
                 line += f"; target <= {target:.3f} x: {'met' if above / full <= target else 'MISSED'}"
             print(line, flush=True)

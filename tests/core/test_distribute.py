@@ -24,7 +24,7 @@ def test_real_rows_are_torch_chunk_pieces(rows, world):
     t = torch.arange(rows * 2, dtype=torch.float32).reshape(rows, 2)
     chunks = list(torch.chunk(t, world)) + [t[:0]] * world
     for rank in range(world):
-        shard, padding = distribute.shard_tensor(t, rank, world)
+        shard, _ = distribute.shard_tensor(t, rank, world)
         chunk = (rows + world - 1) // world
         real = max(0, min(rows, chunk * (rank + 1)) - chunk * rank)
         torch.testing.assert_close(shard[:real], chunks[rank])

@@ -7,7 +7,6 @@ import thunder
 import torch
 from torch import nn
 
-from thunderviz.core import distribute
 from thunderviz.core import thunder_hooks as hooks
 from thunderviz.errors import UnsupportedThunderError
 
@@ -83,7 +82,7 @@ def test_strategy_base_reads_thunder_internals_only_through_thunder_hooks():
     import ast
     import inspect
 
-    import thunderviz.strategies.base as base
+    from thunderviz.strategies import base
 
     tree = ast.parse(inspect.getsource(base))
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}

@@ -88,6 +88,7 @@ def full_optimizer_state(model: Any, optimizer: Any) -> dict[str, dict[str, torc
     names = {id(p): n for n, p in _inner(model).named_parameters()}
     params = [p for g in optimizer.param_groups for p in g["params"]]
     sd = gather(optimizer.optimizer if hasattr(optimizer, "optimizer") else optimizer)
+
     def copy(v: Any) -> Any:
         return v.detach().clone() if isinstance(v, torch.Tensor) else v  # state_dict() hands out the live tensors
 

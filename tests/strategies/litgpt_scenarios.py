@@ -16,11 +16,21 @@ from typing import Any
 
 import torch
 
-CONFIG = dict(
-    block_size=16, vocab_size=64, padded_vocab_size=64, n_layer=2, n_head=4, n_embd=32, n_query_groups=2,
-    rotary_percentage=1.0, parallel_residual=False, bias=False, norm_class_name="RMSNorm",
-    mlp_class_name="LLaMAMLP", intermediate_size=48,
-)
+CONFIG = {
+    "block_size": 16,
+    "vocab_size": 64,
+    "padded_vocab_size": 64,
+    "n_layer": 2,
+    "n_head": 4,
+    "n_embd": 32,
+    "n_query_groups": 2,
+    "rotary_percentage": 1.0,
+    "parallel_residual": False,
+    "bias": False,
+    "norm_class_name": "RMSNorm",
+    "mlp_class_name": "LLaMAMLP",
+    "intermediate_size": 48,
+}
 SEED = 42
 ACCUMULATION = 2  # micro-batches per optimizer step
 MICRO_BATCH = 2
@@ -31,8 +41,12 @@ LR = 3e-3
 
 
 def micro_batch(iter_num: int, rank: int) -> tuple[torch.Tensor, torch.Tensor]:
-    data = torch.randint(0, CONFIG["vocab_size"], (MICRO_BATCH, CONFIG["block_size"] + 1),
-                         generator=torch.Generator().manual_seed(1000 * iter_num + rank))
+    data = torch.randint(
+        0,
+        CONFIG["vocab_size"],
+        (MICRO_BATCH, CONFIG["block_size"] + 1),
+        generator=torch.Generator().manual_seed(1000 * iter_num + rank),
+    )
     return data[:, :-1].contiguous(), data[:, 1:].contiguous()
 
 

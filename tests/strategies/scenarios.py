@@ -18,8 +18,11 @@ STEPS = 3
 LR = 0.1
 CLIP_NORM = 0.05  # small enough that every step clips
 CLIP_VALUE = 0.02
-CLIPS = {"norm2": {"max_norm": CLIP_NORM, "norm_type": 2.0}, "inf": {"max_norm": CLIP_NORM, "norm_type": float("inf")},
-         "value": {"clip_val": CLIP_VALUE}}
+CLIPS = {
+    "norm2": {"max_norm": CLIP_NORM, "norm_type": 2.0},
+    "inf": {"max_norm": CLIP_NORM, "norm_type": float("inf")},
+    "value": {"clip_val": CLIP_VALUE},
+}
 
 
 class MLP(nn.Module):
@@ -117,8 +120,12 @@ def _reference(model_name: str, world: int, clip: str | None = None, meta: bool 
             grads = {n: p.grad.clone() for n, p in model.named_parameters()}
         losses.append([float(l) for l in per_rank])
         opt.step()
-    return {"losses": losses, "grads": grads, "norms": norms,
-            "params": {n: p.detach().clone() for n, p in model.named_parameters()}}
+    return {
+        "losses": losses,
+        "grads": grads,
+        "norms": norms,
+        "params": {n: p.detach().clone() for n, p in model.named_parameters()},
+    }
 
 
 def _collectives(trace: Any) -> dict[str, int]:
@@ -138,8 +145,17 @@ def _collectives(trace: Any) -> dict[str, int]:
     return counts
 
 
-def train(rank: int, world: int, strategy_kind: str, case: str, model_name: str, sharding: str = "ZERO2",
-          jit_before_setup: bool = False, clip: str | None = None, meta: bool = False) -> dict[str, Any]:
+def train(
+    rank: int,
+    world: int,
+    strategy_kind: str,
+    case: str,
+    model_name: str,
+    sharding: str = "ZERO2",
+    jit_before_setup: bool = False,
+    clip: str | None = None,
+    meta: bool = False,
+) -> dict[str, Any]:
     """One scenario. ``case``: 'raw' (case 1), 'function' (case 2), 'jitted' or 'jitted_ran' (case 3).
 
     ``clip``: a key of ``CLIPS`` (``fabric.clip_gradients`` after every backward); ``meta``: the model is built under
@@ -149,7 +165,8 @@ def train(rank: int, world: int, strategy_kind: str, case: str, model_name: str,
     from lightning.fabric import Fabric
 
     from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
-    from thunderviz.core import distribute, thunder_hooks as hooks
+    from thunderviz.core import distribute
+    from thunderviz.core import thunder_hooks as hooks
 
     jit = case != "function"
     if strategy_kind == "fsdp":
@@ -236,20 +253,21 @@ def _fabric(kind: str, **kwargs: Any) -> Any:
 
 
 def _inner(model: Any) -> nn.Module:
-    from thunderviz.core import distribute, thunder_hooks as hooks
+    from thunderviz.core import thunder_hooks as hooks
 
     fm = model._forward_module
     return fm._model if hooks.is_thunder_module(fm) else fm
 
 
 def _full_params(model: Any) -> dict[str, torch.Tensor]:
-    from thunderviz.core import distribute, thunder_hooks as hooks
+    from thunderviz.core import distribute
 
     return {n: distribute.gather_full(p.detach(), p) for n, p in _inner(model).named_parameters()}
 
 
 def checkpoint_roundtrip(rank: int, world: int, kind: str, state_dict_type: str, path: str) -> dict[str, Any]:
     """Joint ``fabric.setup(model, optimizer)``, save after 2 steps, load into a fresh model, and compare step 3."""
+
     def build() -> tuple[Any, Any, Any]:
         fabric = _fabric(kind, state_dict_type=state_dict_type)
         torch.manual_seed(0)
@@ -322,13 +340,15 @@ def frozen_and_no_sync(rank: int, world: int, kind: str, case: str) -> dict[str,
     fwd = thunder.jit(lambda m, x: loss_fn(m(x))) if case == "function" else None
     model = fabric.setup_module(model)
     run = (lambda x: fwd(model, x)) if fwd is not None else (lambda x: loss_fn(model(x)))
-    micro = [torch.randn(4, 6, generator=torch.Generator().manual_seed(10 * i + r)) for i in range(2) for r in range(world)]
+    micro = [
+        torch.randn(4, 6, generator=torch.Generator().manual_seed(10 * i + r)) for i in range(2) for r in range(world)
+    ]
     mine = [torch.randn(4, 6, generator=torch.Generator().manual_seed(10 * i + rank)) for i in range(2)]
     with fabric.no_backward_sync(model, enabled=kind == "ddp"):
         fabric.backward(run(mine[0]))
     fabric.backward(run(mine[1]))
     grads = {n: (p.grad is None) for n, p in _inner(model).named_parameters()}
-    from thunderviz.core import distribute, thunder_hooks as hooks
+    from thunderviz.core import distribute
 
     got = {n: distribute.gather_full(p.grad, p) for n, p in _inner(model).named_parameters() if p.grad is not None}
     expected_loss = sum(loss_fn(ref(x)) for x in micro) / world
@@ -342,7 +362,7 @@ def frozen_and_no_sync(rank: int, world: int, kind: str, case: str) -> dict[str,
         "grad_is_none": grads,
         "got": got,
         "expected": expected,
-        "head_after": {k[len("head."):]: v for k, v in full.items() if k.startswith("head.")},
+        "head_after": {k[len("head.") :]: v for k, v in full.items() if k.startswith("head.")},
         "head_before": head_before,
     }
 
@@ -371,7 +391,7 @@ def two_models_one_function(rank: int, world: int, kind: str) -> dict[str, Any]:
     xs = [torch.randn(4, 6, generator=torch.Generator().manual_seed(r)) for r in range(world)]
     fabric.backward(step(enc, head, xs[rank]))
     (sum(loss_fn(ref_head(ref_enc(x))) for x in xs) / world).backward()
-    from thunderviz.core import distribute, thunder_hooks as hooks
+    from thunderviz.core import distribute
 
     got = {f"enc.{n}": distribute.gather_full(p.grad, p) for n, p in enc.module.named_parameters()}
     got |= {f"head.{n}": distribute.gather_full(p.grad, p) for n, p in head.module.named_parameters()}
@@ -385,9 +405,37 @@ def two_models_one_function(rank: int, world: int, kind: str) -> dict[str, Any]:
     }
 
 
+def meta_joint_setup(rank: int, world: int, kind: str) -> dict[str, Any]:
+    """An optimizer built on the meta-device parameters, then ``fabric.setup(model, optimizer)`` together: the
+    optimizer must end up updating the materialized parameters."""
+    fabric = _fabric(kind)
+    torch.manual_seed(0 if rank == 0 else 77)
+    with fabric.init_module(empty_init=True):
+        model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
+    model, optimizer = fabric.setup(model, optimizer)
+    for step in range(STEPS):
+        optimizer.zero_grad()
+        fabric.backward(loss_fn(model(MLP.batch(100 * step + rank))))
+        optimizer.step()
+    ref = build_reference_model("mlp", meta=True)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=LR, momentum=0.9)
+    for step in range(STEPS):
+        ref_opt.zero_grad()
+        (sum(loss_fn(ref(MLP.batch(100 * step + r))) for r in range(world)) / world).backward()
+        ref_opt.step()
+    return {
+        "got": _full_params(model),
+        "expected": {n: p.detach() for n, p in ref.named_parameters()},
+        "optimizer_params_are_model_params": {id(p) for g in optimizer.param_groups for p in g["params"]}
+        == {id(p) for p in _inner(model).parameters()},
+    }
+
+
 def features(rank: int, world: int, kind: str, tmp: str) -> dict[str, Any]:
     """Everything but the training matrix, for one strategy kind, in one pair of processes."""
     out: dict[str, Any] = {"collectives": fabric_collectives(rank, world, kind)}
+    out["meta_joint_setup"] = meta_joint_setup(rank, world, kind)
     for sdt in ("full", "sharded"):
         out[f"checkpoint_{sdt}"] = checkpoint_roundtrip(rank, world, kind, sdt, f"{tmp}/{kind}-{sdt}.ckpt")
     for case in ("raw", "function"):

@@ -11,8 +11,8 @@ import torch
 
 pytest.importorskip("litgpt", reason="litgpt is in the `test` extra (pip install -e '.[test]')")
 
-from tests.strategies.litgpt_scenarios import ACCUMULATION, STEPS, both  # noqa: E402
-from thunderviz.launch import run_ranks  # noqa: E402
+from tests.strategies.litgpt_scenarios import ACCUMULATION, STEPS, both
+from thunderviz.launch import run_ranks
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,7 @@ def test_resumed_from_checkpoint_is_bit_equal(results, kind):
     for out in results:
         r = out[kind]
         assert r["resumed_counters"] == (STEPS * ACCUMULATION, STEPS)
-        assert r["resumed_log"]["losses"] == r["log"]["losses"][len(r["log"]["losses"]) // 2:]
+        assert r["resumed_log"]["losses"] == r["log"]["losses"][len(r["log"]["losses"]) // 2 :]
         assert r["resumed"].keys() == r["uninterrupted"].keys()
         for name, value in r["uninterrupted"].items():
             assert torch.equal(r["resumed"][name], value), name

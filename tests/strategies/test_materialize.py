@@ -36,8 +36,14 @@ def test_keep_sees_each_parameter_once_right_after_its_module():
     with torch.device("meta"):
         model = MLP()
     materialize_(model, torch.device("cpu"), keep=lambda name, p: seen.append((name, p.is_meta)))
-    assert seen == [("fc1.weight", False), ("fc1.bias", False), ("norm.weight", False), ("norm.bias", False),
-                    ("fc2.weight", False), ("fc2.bias", False)]
+    assert seen == [
+        ("fc1.weight", False),
+        ("fc1.bias", False),
+        ("norm.weight", False),
+        ("norm.bias", False),
+        ("fc2.weight", False),
+        ("fc2.bias", False),
+    ]
 
 
 def test_optimizer_and_tied_weights_follow_the_new_objects():

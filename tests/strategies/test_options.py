@@ -63,8 +63,11 @@ def test_sharding_strategy_accepts_names_and_enums_and_reads_back_the_enum(given
 
 @pytest.mark.parametrize(
     ("given", "expected"),
-    [("NONE", FSDPBucketingStrategy.NONE), ("layer", FSDPBucketingStrategy.LAYER),
-     (FSDPBucketingStrategy.BLOCK, FSDPBucketingStrategy.BLOCK)],
+    [
+        ("NONE", FSDPBucketingStrategy.NONE),
+        ("layer", FSDPBucketingStrategy.LAYER),
+        (FSDPBucketingStrategy.BLOCK, FSDPBucketingStrategy.BLOCK),
+    ],
 )
 def test_bucketing_strategy_accepts_names_and_enums_and_reads_back_the_enum(given, expected):
     strategy = ThunderFSDPStrategy(bucketing_strategy=given)
@@ -78,7 +81,9 @@ def test_ddp_bucket_size_reads_back():
 
 
 def test_jit_keyword_arguments_are_kept_for_the_strategy_jit():
-    strategy = ThunderFSDPStrategy(executors=["torch"], state_dict_type="full", timeout=None, disable_torch_autograd=False)
+    strategy = ThunderFSDPStrategy(
+        executors=["torch"], state_dict_type="full", timeout=None, disable_torch_autograd=False
+    )
     assert strategy.executors == ["torch"]
     assert strategy.jit_kwargs == {"disable_torch_autograd": False}
     assert strategy.options.jit_kwargs == ("disable_torch_autograd",)
@@ -165,6 +170,8 @@ def test_zero3_warns_once_per_process():
         ThunderFSDPStrategy(sharding_strategy="ZERO3")
     messages = [str(w.message) for w in caught if "ZERO3" in str(w.message)]
     assert messages == [
-        "ThunderFSDPStrategy: ZERO3 was requested, but thunder 0.2.6 traces it exactly like ZERO2 (no re-gather in"
-        " backward; the unsharded weight is kept for backward)."
+        (
+            "ThunderFSDPStrategy: ZERO3 was requested, but thunder 0.2.6 traces it exactly like ZERO2 (no re-gather"
+            " in backward; the unsharded weight is kept for backward)."
+        )
     ]

@@ -180,3 +180,12 @@ def test_clipping_and_meta_init_match_one_process(kind, case, model, clip, meta)
         else:
             torch.testing.assert_close(torch.tensor(r["norms"]), torch.tensor(r["ref"]["norms"]), msg="global norm")
             assert all(n > 0.05 for n in r["norms"]), "clipping never engaged"
+
+
+@pytest.mark.parametrize("kind", ["fsdp", "ddp"])
+def test_optimizer_built_on_meta_parameters_follows_them_through_joint_setup(feature_results, kind):
+    for r in feature_results(kind):
+        m = r["meta_joint_setup"]
+        assert m["optimizer_params_are_model_params"] is True
+        for name, value in m["expected"].items():
+            torch.testing.assert_close(m["got"][name], value, msg=name)

@@ -216,7 +216,11 @@ class ThunderParallelStrategy(DDPStrategy):
     @override
     def backward(self, tensor: torch.Tensor, module: nn.Module | None, *args: Any, **kwargs: Any) -> None:
         control = self._backward_sync_control
-        if isinstance(control, _ReplicatedBackwardSyncControl) and control.pending and not hooks.is_skipping_grad_sync():
+        if (
+            isinstance(control, _ReplicatedBackwardSyncControl)
+            and control.pending
+            and not hooks.is_skipping_grad_sync()
+        ):
             control.sync_pending()
         super().backward(tensor, module, *args, **kwargs)
 
@@ -237,8 +241,8 @@ class ThunderParallelStrategy(DDPStrategy):
         self,
         module: nn.Module,
         optimizer: Optimizer,
-        max_norm: float | int,
-        norm_type: float | int = 2.0,
+        max_norm: float,
+        norm_type: float = 2.0,
         error_if_nonfinite: bool = True,
     ) -> torch.Tensor:
         """Clip by the global norm over every rank's shards (``strategies.clipping``); return that norm."""
@@ -248,7 +252,7 @@ class ThunderParallelStrategy(DDPStrategy):
         return clipping.clip_grad_norm_(params, max_norm, norm_type=norm_type, error_if_nonfinite=error_if_nonfinite)
 
     @override
-    def clip_gradients_value(self, module: nn.Module, optimizer: Optimizer, clip_val: float | int) -> None:
+    def clip_gradients_value(self, module: nn.Module, optimizer: Optimizer, clip_val: float) -> None:
         """Clip every gradient element to ``[-clip_val, clip_val]`` (element-wise: exact on shards)."""
         self._refuse_unsynced_gradients()
         self.precision.unscale_gradients(optimizer)

@@ -25,6 +25,7 @@ set up by the strategy (the optimizer's state is matched to that model's paramet
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -146,7 +147,9 @@ def _check_save_target(ctx: CheckpointContext, path: Path) -> None:
     call = f"fabric.save({str(path)!r}, ...)"
     for parent in path.parents:
         if parent.exists() and not parent.is_dir():
-            raise ValueError(f"`{call}`: {str(parent)!r} is a file, so nothing can be saved below it. Choose another path.")
+            raise ValueError(
+                f"`{call}`: {str(parent)!r} is a file, so nothing can be saved below it. Choose another path."
+            )
     if ctx.sharded:
         if path.is_file():
             raise ValueError(
@@ -443,7 +446,7 @@ def _check_requested(path: Path, state: dict[str, Any], present: set[str], stric
 def load_full_module(module: nn.Module, sd: dict[str, Any], *, strict: bool, what: str) -> None:
     """Copy a full (one-process) state dict into a model's local shards or replicas."""
     if not isinstance(sd, dict):
-        raise ValueError(f"`{what}`: expected a model state dict, found a {type(sd).__name__}.")
+        raise TypeError(f"`{what}`: expected a model state dict, found a {type(sd).__name__}.")
     own = inner_module(module).state_dict(keep_vars=True)
     missing, unexpected = sorted(set(own) - set(sd)), sorted(set(sd) - set(own))
     if strict and (missing or unexpected):
@@ -490,7 +493,7 @@ def load_full_optimizer(optimizer: Optimizer, sd: dict[str, Any], model: nn.Modu
 
 def _set_path(root: dict[str, Any], path: tuple, value: Any) -> None:
     node: Any = root
-    for here, nxt in zip(path[:-1], path[1:]):
+    for here, nxt in itertools.pairwise(path):
         if isinstance(node, list):
             while len(node) <= here:
                 node.append(None)
@@ -525,9 +528,7 @@ def _from_metadata(metadata: Any, paths: dict[str, tuple], prefix: tuple) -> Any
     return node
 
 
-def _load_sharded(
-    ctx: CheckpointContext, path: Path, state: dict[str, Any] | None, strict: bool
-) -> dict[str, Any]:
+def _load_sharded(ctx: CheckpointContext, path: Path, state: dict[str, Any] | None, strict: bool) -> dict[str, Any]:
     import torch.distributed.checkpoint as dcp
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
@@ -568,8 +569,9 @@ def _load_sharded(
         if isinstance(obj, nn.Module):
             target[key] = _module_target(call, key, obj, saved((key,)), strict, check_shape, meshes, after)
         elif isinstance(obj, Optimizer):
-            target[key] = _optimizer_target(call, key, obj, state[model_key], saved((key,)), metadata, paths,
-                                            check_shape, meshes, after)
+            target[key] = _optimizer_target(
+                call, key, obj, state[model_key], saved((key,)), metadata, paths, check_shape, meshes, after
+            )
         else:
             target[key] = _from_metadata(metadata, paths, (key,))
     remainder_keys = [k for k in sorted(present - set(state)) if entries.get(k, "object") == "object"]

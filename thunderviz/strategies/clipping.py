@@ -24,7 +24,7 @@ from thunderviz.core.thunder_hooks import param_group
 __all__ = ["clip_grad_norm_", "clip_grad_value_", "global_grad_norm"]
 
 
-def _norm_type(norm_type: float | int | str) -> float:
+def _norm_type(norm_type: float | str) -> float:
     value = float(norm_type)
     if value <= 0 and not math.isinf(value):
         raise ValueError(f"`fabric.clip_gradients(norm_type={norm_type!r})`: use a positive number or 'inf'.")
@@ -32,7 +32,7 @@ def _norm_type(norm_type: float | int | str) -> float:
 
 
 @torch.no_grad()
-def global_grad_norm(parameters: Iterable[torch.Tensor], norm_type: float | int | str = 2.0) -> torch.Tensor:
+def global_grad_norm(parameters: Iterable[torch.Tensor], norm_type: float | str = 2.0) -> torch.Tensor:
     """The ``norm_type``-norm of all gradients of ``parameters`` as one vector, over every rank's shards.
 
     A collective for sharded parameters: every rank must call it with the same parameters in the same order.
@@ -71,7 +71,7 @@ def global_grad_norm(parameters: Iterable[torch.Tensor], norm_type: float | int 
 def clip_grad_norm_(
     parameters: Iterable[torch.Tensor],
     max_norm: float,
-    norm_type: float | int | str = 2.0,
+    norm_type: float | str = 2.0,
     error_if_nonfinite: bool = True,
 ) -> torch.Tensor:
     """Scale all gradients so their global norm is at most ``max_norm``; return the global norm before clipping.

@@ -51,7 +51,11 @@ class ThunderDDPStrategy(ThunderParallelStrategy):
         **kwargs: Any,
     ) -> None:
         super().__init__(jit=jit, executors=executors, state_dict_type=state_dict_type, **kwargs)
-        if isinstance(bucket_size_in_mb, bool) or not isinstance(bucket_size_in_mb, (int, float)) or bucket_size_in_mb < 0:
+        if (
+            isinstance(bucket_size_in_mb, bool)
+            or not isinstance(bucket_size_in_mb, (int, float))
+            or bucket_size_in_mb < 0
+        ):
             raise ValueError(
                 f"You set `ThunderDDPStrategy(bucket_size_in_mb={bucket_size_in_mb!r})`; it must be a number >= 0"
                 " (megabytes of gradients per all-reduce; 0 means one all-reduce per parameter)."

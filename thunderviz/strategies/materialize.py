@@ -57,8 +57,9 @@ def rank0_generator_state(device: torch.device, group: tdist.ProcessGroup | None
         return
     own = _rng_state(device)
     box = [own]
-    tdist.broadcast_object_list(box, src=tdist.get_global_rank(group, 0), group=group,
-                                device=device if device.type == "cuda" else None)
+    tdist.broadcast_object_list(
+        box, src=tdist.get_global_rank(group, 0), group=group, device=device if device.type == "cuda" else None
+    )
     _set_rng_state(device, box[0].cpu())
     try:
         yield
