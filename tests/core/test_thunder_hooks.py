@@ -63,6 +63,11 @@ def test_accessors_for_the_strategies():
     assert hooks.is_skipping_grad_sync() is False
 
 
+def test_original_module_is_the_users_module():
+    model = nn.Linear(3, 2)
+    assert hooks.original_module(thunder.jit(model)) is model
+
+
 def test_rebind_points_a_thunder_module_at_materialized_tensors():
     with torch.device("meta"):
         model = nn.Linear(3, 2)

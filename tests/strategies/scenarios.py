@@ -432,10 +432,26 @@ def meta_joint_setup(rank: int, world: int, kind: str) -> dict[str, Any]:
     }
 
 
+def refused_jit_kwargs(rank: int, world: int, kind: str) -> dict[str, Any]:
+    """thunder.jit keywords given to the strategy, and a module the user already jitted: refused at setup, logged."""
+    import thunder
+
+    from thunderviz.errors import JitDecisionError
+
+    fabric = _fabric(kind, disable_torch_autograd=True)
+    try:
+        fabric.setup_module(thunder.jit(MLP()))
+        message = "no error"
+    except JitDecisionError as err:
+        message = str(err)
+    return {"message": message, "decision": fabric.strategy.decisions[-1].to_dict()}
+
+
 def features(rank: int, world: int, kind: str, tmp: str) -> dict[str, Any]:
     """Everything but the training matrix, for one strategy kind, in one pair of processes."""
     out: dict[str, Any] = {"collectives": fabric_collectives(rank, world, kind)}
     out["meta_joint_setup"] = meta_joint_setup(rank, world, kind)
+    out["refused_jit_kwargs"] = refused_jit_kwargs(rank, world, kind)
     for sdt in ("full", "sharded"):
         out[f"checkpoint_{sdt}"] = checkpoint_roundtrip(rank, world, kind, sdt, f"{tmp}/{kind}-{sdt}.ckpt")
     for case in ("raw", "function"):

@@ -190,7 +190,7 @@ def test_invalid_settings_raise_with_the_fix(two, ckpt_dir):
         )
         assert e["load_full_none"] == ["model", "step"]
         assert e["load_wrong_shape"] == (
-            f"ValueError: `fabric.load('{tmp}/good', state)`: model.fc1.bias is (7,) in the checkpoint but (9,)"
+            f"ValueError: `fabric.load('{tmp}/good', state)`: model.fc1.weight is (7, 6) in the checkpoint but (9, 6)"
             " here. Load a checkpoint of this model and optimizer (same configuration); the world size may differ."
         )
         for failing in ("failing_sharded_save", "failing_full_save", "fresh_failing_save"):

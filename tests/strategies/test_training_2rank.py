@@ -189,3 +189,22 @@ def test_optimizer_built_on_meta_parameters_follows_them_through_joint_setup(fea
         assert m["optimizer_params_are_model_params"] is True
         for name, value in m["expected"].items():
             torch.testing.assert_close(m["got"][name], value, msg=name)
+
+
+@pytest.mark.parametrize("kind", ["fsdp", "ddp"])
+def test_jit_keywords_for_an_already_jitted_module_are_refused_and_logged(feature_results, kind):
+    name = "ThunderFSDPStrategy" if kind == "fsdp" else "ThunderDDPStrategy"
+    message = (
+        f"You passed thunder.jit arguments (disable_torch_autograd=...) to {name}, but the MLP you set up is already"
+        " jitted, so the strategy never calls `thunder.jit` and they would be silently ignored. Pass them to your own"
+        " `thunder.jit(model, ...)` call, or hand `fabric.setup` the plain module."
+    )
+    for r in feature_results(kind):
+        assert r["refused_jit_kwargs"]["message"] == message
+        assert r["refused_jit_kwargs"]["decision"] == {
+            "target": "MLP",
+            "case": "not possible",
+            "action": "error",
+            "reason": message,
+            "clear_cache": False,
+        }

@@ -137,7 +137,7 @@ def inspect_object(obj: Any) -> ObjectFacts:
 
     type_name = type(obj).__name__
     if hooks.is_thunder_module(obj):
-        inner = obj._model
+        inner = hooks.original_module(obj)
         return ObjectFacts(
             kind=ObjectKind.THUNDER_MODULE,
             type_name=type(inner).__name__,

@@ -145,11 +145,12 @@ class ThunderParallelStrategy(DDPStrategy):
         return self._setup_module(module)[0]
 
     def _setup_module(self, module: nn.Module) -> tuple[nn.Module, dict[int, torch.Tensor]]:
+        facts = inspect_object(module)
         try:
-            decision = decide(inspect_object(module), self.options, self._notes)
+            decision = decide(facts, self.options, self._notes)
         except JitDecisionError as err:
             self.decisions.append(
-                Decision(target=type(module).__name__, case="not possible", action="error", reason=str(err))
+                Decision(target=facts.type_name, case="not possible", action="error", reason=str(err))
             )
             raise
         if self.process_group is None:
@@ -166,7 +167,7 @@ class ThunderParallelStrategy(DDPStrategy):
             self._register(decision.target, module, jitted)
             return jitted, replaced
         if decision.action == Action.DISTRIBUTE_IN_PLACE.value:
-            inner = module._model
+            inner = hooks.original_module(module)
             replaced = self._distribute_(inner)
             hooks.rebind_module_tensors(module, replaced)
             if decision.clear_cache:

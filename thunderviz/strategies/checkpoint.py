@@ -68,7 +68,7 @@ class CheckpointContext:
 
 def inner_module(module: nn.Module) -> nn.Module:
     """The user's nn.Module under a ThunderModule (whose parameters the strategy distributed in place)."""
-    return module._model if hooks.is_thunder_module(module) else module
+    return hooks.original_module(module) if hooks.is_thunder_module(module) else module
 
 
 def is_set_up(obj: Any) -> bool:
