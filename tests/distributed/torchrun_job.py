@@ -10,7 +10,7 @@ import torch
 from lightning.fabric import Fabric
 
 import thunderviz  # noqa: F401 - registers the "thunder_fsdp" / "thunder_ddp" names
-from tests.distributed.scenarios import MLP, _collectives, loss_fn
+from tests.strategies.scenarios import MLP, _collectives, loss_fn
 
 
 def main(out_dir: str, strategy: str) -> None:

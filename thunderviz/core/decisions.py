@@ -73,6 +73,7 @@ class StrategyOptions:
     executors: tuple[str, ...] | None = None
     sharding_strategy: str = "ZERO2"
     bucketing_strategy: str = "NONE"
+    jit_kwargs: tuple[str, ...] = ()  # names of the keyword arguments meant for the strategy's thunder.jit call
 
     @property
     def strategy_name(self) -> str:
@@ -103,6 +104,12 @@ def validate_options(options: StrategyOptions) -> list[str]:
             " calls `thunder.jit`, so the executors would be silently ignored. Pass them to your own"
             " `thunder.jit(..., executors=...)` call, or set `jit=True`."
         )
+    if not options.jit and options.jit_kwargs:
+        raise ValueError(
+            f"You set `{options.strategy_name}(jit=False, {_kwargs(options.jit_kwargs)})`, but with `jit=False` the"
+            " strategy never calls `thunder.jit`, so these thunder.jit arguments would be silently ignored. Pass"
+            " them to your own `thunder.jit(...)` call, or set `jit=True`."
+        )
     notes = []
     if options.parallelism == "fsdp":
         if options.sharding_strategy == "ZERO3":
@@ -118,23 +125,24 @@ def validate_options(options: StrategyOptions) -> list[str]:
     return notes
 
 
+def _kwargs(names: tuple[str, ...]) -> str:
+    return ", ".join(f"{n}=..." for n in names)
+
+
 def inspect_object(obj: Any) -> ObjectFacts:
-    """Read the facts the table needs from a live object (the only place that looks at thunder state)."""
+    """Read the facts the table needs from a live object (thunder state is read through ``thunder_hooks``)."""
     import torch
 
     from thunderviz.core import thunder_hooks as hooks
 
     type_name = type(obj).__name__
     if hooks.is_thunder_module(obj):
-        import thunder
-
-        inner = obj._model
-        cs = thunder.compile_stats(obj)
+        inner = hooks.original_module(obj)
         return ObjectFacts(
             kind=ObjectKind.THUNDER_MODULE,
             type_name=type(inner).__name__,
             has_run=hooks.has_run(obj),
-            cached_traces=len(cs.interpreter_cache) if cs is not None else 0,
+            cached_traces=hooks.cached_trace_count(obj),
             distributed_by_thunder=hooks.thunder_distributed_kind(obj),
             distributed_by_us=any(hooks.sync_tag(p) is not None for p in inner.parameters()),
         )
@@ -184,7 +192,10 @@ def decide(facts: ObjectFacts, options: StrategyOptions, notes: list[str] | None
 
     if facts.kind is ObjectKind.MODULE:
         if options.jit:
-            executors = f" with executors={list(options.executors)}" if options.executors else ""
+            given = ([f"executors={list(options.executors)}"] if options.executors else []) + (
+                [_kwargs(options.jit_kwargs)] if options.jit_kwargs else []
+            )
+            executors = f" with {', '.join(given)}" if given else ""
             return Decision(
                 target=facts.type_name,
                 case="case 1: raw module",
@@ -208,6 +219,13 @@ def decide(facts: ObjectFacts, options: StrategyOptions, notes: list[str] | None
             f"You passed `executors=` to {name}, but the {facts.type_name} you set up is already jitted, and jitting"
             " it a second time is never right. Pass the executors to your own `thunder.jit(model, executors=...)`"
             " call, or hand `fabric.setup` the plain module."
+        )
+    if options.jit_kwargs:
+        raise JitDecisionError(
+            f"You passed thunder.jit arguments ({_kwargs(options.jit_kwargs)}) to {name}, but the"
+            f" {facts.type_name} you set up is already jitted, so the strategy never calls `thunder.jit` and they"
+            " would be silently ignored. Pass them to your own `thunder.jit(model, ...)` call, or hand"
+            " `fabric.setup` the plain module."
         )
     jit_note = "; jit=False changes nothing here: the module is already jitted" if not options.jit else ""
     if facts.has_run:

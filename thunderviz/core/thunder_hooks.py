@@ -32,6 +32,7 @@ from thunderviz.errors import UnsupportedThunderError
 __all__ = [
     "SUPPORTED_THUNDER_VERSIONS",
     "SyncKind",
+    "cached_trace_count",
     "clear_all_trace_caches",
     "clear_trace_cache",
     "ensure_supported_thunder",
@@ -39,9 +40,12 @@ __all__ = [
     "has_run",
     "install_sync_hook",
     "is_jitted",
+    "is_skipping_grad_sync",
     "is_thunder_module",
     "mark_module_ddp",
+    "original_module",
     "param_group",
+    "rebind_module_tensors",
     "skip_grad_sync",
     "sync_tag",
     "tag_param",
@@ -291,3 +295,42 @@ def _key_cache_on_no_sync() -> None:
             pass
     thunder._get_cache_info()["no_grad_sync"] = bool(get_skip_data_parallel_grad_sync())
 
+
+
+# -- Accessors for the strategies and the decision table (issue 10 / 13: thunder internals are read only here) ---
+
+
+def cached_trace_count(obj: Any) -> int:
+    """How many traces a jitted object has cached (0 when it never ran or is not jitted)."""
+    import thunder
+
+    cs = thunder.compile_stats(obj)
+    return len(cs.interpreter_cache) if cs is not None else 0
+
+
+def is_skipping_grad_sync() -> bool:
+    """True inside ``skip_grad_sync()`` (thunder's ``no_sync`` switch), where replicated grads are not reduced."""
+    from thunder.distributed import get_skip_data_parallel_grad_sync
+
+    return bool(get_skip_data_parallel_grad_sync())
+
+
+def rebind_module_tensors(jitted: Any, replaced: dict[int, torch.Tensor]) -> int:
+    """Point a ThunderModule's parameter and buffer tables at new tensor objects; return how many were re-pointed.
+
+    ``ThunderModule`` copies ``named_parameters()``/``named_buffers()`` of the user's module into its own tables when
+    it is created, so after a meta-device model gets real ``Parameter`` objects (``{id(old): new}``), the tables
+    would still hand thunder the old meta tensors.
+    """
+    count = 0
+    for table in (jitted._overrides_parameters, jitted._overrides_buffers):
+        for name, tensor in list(table.items()):
+            if id(tensor) in replaced:
+                table[name] = replaced[id(tensor)]
+                count += 1
+    return count
+
+
+def original_module(jitted: Any) -> torch.nn.Module:
+    """The user's ``nn.Module`` inside a ThunderModule (whose parameters our strategies distribute in place)."""
+    return jitted._model

@@ -1,19 +1,19 @@
-"""What the two thunder strategies share: the decision log, carrying out a decision, and checkpoints.
+"""What the two thunder strategies share: the decision log, carrying out a decision, clipping, checkpoints.
 
 Built on Fabric's ``DDPStrategy`` for what is not ours to redo (cluster environment, process group set-up,
 ``all_reduce``/``barrier``/``broadcast``, launchers); everything thunder-specific goes through
-``thunderviz.core.decisions`` (what to do) and ``thunderviz.core.thunder_hooks`` (how).
+``thunderviz.core.decisions`` (what to do) and ``thunderviz.core.thunder_hooks`` (how). Models built on the meta
+device are materialized by ``strategies.materialize``, gradients clipped by ``strategies.clipping``, checkpoints
+written and read by ``strategies.checkpoint``.
 """
 
 from __future__ import annotations
 
-import json
 import warnings
 from abc import abstractmethod
 from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -25,15 +25,16 @@ from torch import nn
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from thunderviz.core import distribute
 from thunderviz.core import thunder_hooks as hooks
 from thunderviz.core.decisions import Action, Decision, StrategyOptions, decide, inspect_object, validate_options
 from thunderviz.errors import JitDecisionError
+from thunderviz.strategies import checkpoint, clipping
+from thunderviz.strategies.materialize import has_meta_tensors
 
 __all__ = ["ThunderParallelStrategy"]
 
 _DEFAULT_TIMEOUT = timedelta(minutes=30)
-_SHARDED_META = "thunderviz_meta.json"
+STATE_DICT_TYPES = ("full", "sharded")
 
 
 class ThunderParallelStrategy(DDPStrategy):
@@ -69,10 +70,11 @@ class ThunderParallelStrategy(DDPStrategy):
             timeout=timeout,
             start_method=start_method,  # type: ignore[arg-type]
         )
-        if state_dict_type not in ("full", "sharded"):
+        if state_dict_type not in STATE_DICT_TYPES:
             raise ValueError(
-                f"You set `{type(self).__name__}(state_dict_type={state_dict_type!r})`; it must be 'full' (one file"
-                " with unsharded tensors, loadable at any world size) or 'sharded' (one file per rank)."
+                f"You set `{type(self).__name__}(state_dict_type={state_dict_type!r})`; it must be 'full' (one"
+                " torch.save file with unsharded tensors, loadable anywhere) or 'sharded' (a PyTorch Distributed"
+                " Checkpoint directory, loadable at any world size)."
             )
         hooks.ensure_supported_thunder()
         self.jit = jit
@@ -85,6 +87,7 @@ class ThunderParallelStrategy(DDPStrategy):
             executors=tuple(str(e) for e in self.executors) if self.executors is not None else None,
             sharding_strategy=sharding_strategy,
             bucketing_strategy=bucketing_strategy,
+            jit_kwargs=tuple(sorted(jit_kwargs)),
         )
         self._notes = validate_options(self.options)
         self._warn_for_notes()
@@ -96,8 +99,12 @@ class ThunderParallelStrategy(DDPStrategy):
     # -- what subclasses define ---------------------------------------------------------------------------------
 
     @abstractmethod
-    def _distribute_(self, module: nn.Module) -> list[str]:
-        """Shard or replicate ``module``'s parameters in place and tag them for the sync hook."""
+    def _distribute_(self, module: nn.Module) -> dict[int, torch.Tensor]:
+        """Shard or replicate ``module``'s parameters in place and tag them for the sync hook.
+
+        A model built on the meta device is materialized first; returns ``{id(old tensor): new tensor}`` for the
+        parameters and buffers that got new objects doing so (empty otherwise).
+        """
 
     def _make_backward_sync_control(self) -> _BackwardSyncControl | None:
         return None
@@ -118,13 +125,32 @@ class ThunderParallelStrategy(DDPStrategy):
         return tdist.group.WORLD if _distributed_is_initialized() else None
 
     @override
+    def module_init_context(self, empty_init: bool | None = None) -> AbstractContextManager:
+        """``fabric.init_module(empty_init=True)`` builds on the meta device: no memory until ``fabric.setup``,
+        which materializes the model module by module (see ``strategies.materialize``)."""
+        stack = ExitStack()
+        stack.enter_context(torch.device("meta") if empty_init else self.root_device)
+        stack.enter_context(self.precision.module_init_context())
+        return stack
+
+    @override
+    def module_to_device(self, module: nn.Module) -> None:
+        # A meta-device model has nothing to move: setup_module materializes it directly on the root device.
+        if not has_meta_tensors(module):
+            module.to(self.root_device)
+
+    @override
     def setup_module(self, module: nn.Module) -> nn.Module:
         """Decide (``core.decisions``), record the decision, and carry it out."""
+        return self._setup_module(module)[0]
+
+    def _setup_module(self, module: nn.Module) -> tuple[nn.Module, dict[int, torch.Tensor]]:
+        facts = inspect_object(module)
         try:
-            decision = decide(inspect_object(module), self.options, self._notes)
+            decision = decide(facts, self.options, self._notes)
         except JitDecisionError as err:
             self.decisions.append(
-                Decision(target=type(module).__name__, case="not possible", action="error", reason=str(err))
+                Decision(target=facts.type_name, case="not possible", action="error", reason=str(err))
             )
             raise
         if self.process_group is None:
@@ -136,21 +162,23 @@ class ThunderParallelStrategy(DDPStrategy):
             import thunder
 
             jitted = thunder.jit(module, executors=self.executors, **self.jit_kwargs)
-            self._distribute_(module)
+            replaced = self._distribute_(module)
+            hooks.rebind_module_tensors(jitted, replaced)
             self._register(decision.target, module, jitted)
-            return jitted
+            return jitted, replaced
         if decision.action == Action.DISTRIBUTE_IN_PLACE.value:
-            inner = module._model
-            self._distribute_(inner)
+            inner = hooks.original_module(module)
+            replaced = self._distribute_(inner)
+            hooks.rebind_module_tensors(module, replaced)
             if decision.clear_cache:
                 hooks.clear_trace_cache(module)
             self._register(decision.target, inner, module)
-            return module
+            return module, replaced
         # Case 2: the user jits a function that takes this module.
-        self._distribute_(module)
+        replaced = self._distribute_(module)
         hooks.clear_all_trace_caches()
         self._register(decision.target, module, None)
-        return module
+        return module, replaced
 
     def _register(self, name: str, inner: nn.Module, jitted: Any) -> None:
         if self.parallelism == "ddp":
@@ -169,7 +197,8 @@ class ThunderParallelStrategy(DDPStrategy):
         self, module: nn.Module, optimizers: list[Optimizer], scheduler: Any = None
     ) -> tuple[nn.Module, list[Optimizer], Any]:
         # Parameters are distributed in place, so an optimizer built on them keeps pointing at the right tensors,
-        # as long as it has no per-parameter state yet (that state would have the unsharded shapes).
+        # as long as it has no per-parameter state yet (that state would have the unsharded shapes). A model built
+        # on the meta device gets new Parameter objects; the optimizer is re-pointed at them.
         for opt in optimizers:
             if any(len(s) > 0 for s in opt.state.values()):
                 raise RuntimeError(
@@ -178,20 +207,64 @@ class ThunderParallelStrategy(DDPStrategy):
                     " fabric.setup_module(model)`), then create the optimizer and call"
                     " `fabric.setup_optimizers(optimizer)`."
                 )
-        return self.setup_module(module), optimizers, scheduler
+        module, replaced = self._setup_module(module)
+        if replaced:
+            for opt in optimizers:
+                for group in opt.param_groups:
+                    group["params"] = [replaced.get(id(p), p) for p in group["params"]]
+        return module, optimizers, scheduler
 
     @override
     def backward(self, tensor: torch.Tensor, module: nn.Module | None, *args: Any, **kwargs: Any) -> None:
         control = self._backward_sync_control
-        if isinstance(control, _ReplicatedBackwardSyncControl) and control.pending and not _skipping_sync():
+        if (
+            isinstance(control, _ReplicatedBackwardSyncControl)
+            and control.pending
+            and not hooks.is_skipping_grad_sync()
+        ):
             control.sync_pending()
         super().backward(tensor, module, *args, **kwargs)
 
-    @override
-    def module_to_device(self, module: nn.Module) -> None:
-        module.to(self.root_device)
+    # -- gradient clipping ---------------------------------------------------------------------------------------
 
-    # -- checkpoints ---------------------------------------------------------------------------------------------
+    def _refuse_unsynced_gradients(self) -> None:
+        control = self._backward_sync_control
+        if isinstance(control, _ReplicatedBackwardSyncControl) and control.pending:
+            raise RuntimeError(
+                "`fabric.clip_gradients` was called while gradients accumulated under `fabric.no_backward_sync` are"
+                " not yet averaged across ranks, so each rank would clip by a different norm. Call it after the"
+                " backward that runs outside `no_backward_sync` (the last micro-batch), right before"
+                " `optimizer.step()`."
+            )
+
+    @override
+    def clip_gradients_norm(
+        self,
+        module: nn.Module,
+        optimizer: Optimizer,
+        max_norm: float,
+        norm_type: float = 2.0,
+        error_if_nonfinite: bool = True,
+    ) -> torch.Tensor:
+        """Clip by the global norm over every rank's shards (``strategies.clipping``); return that norm."""
+        self._refuse_unsynced_gradients()
+        self.precision.unscale_gradients(optimizer)
+        params = self.precision.main_params(optimizer)
+        return clipping.clip_grad_norm_(params, max_norm, norm_type=norm_type, error_if_nonfinite=error_if_nonfinite)
+
+    @override
+    def clip_gradients_value(self, module: nn.Module, optimizer: Optimizer, clip_val: float) -> None:
+        """Clip every gradient element to ``[-clip_val, clip_val]`` (element-wise: exact on shards)."""
+        self._refuse_unsynced_gradients()
+        self.precision.unscale_gradients(optimizer)
+        clipping.clip_grad_value_(self.precision.main_params(optimizer), clip_val)
+
+    # -- checkpoints (strategies.checkpoint) ---------------------------------------------------------------------
+
+    def _checkpoint_context(self) -> checkpoint.CheckpointContext:
+        return checkpoint.CheckpointContext(
+            strategy=type(self).__name__, rank=self.global_rank, sharded=self.state_dict_type == "sharded"
+        )
 
     @override
     def save_checkpoint(
@@ -202,61 +275,11 @@ class ThunderParallelStrategy(DDPStrategy):
         filter: dict[str, Callable[[str, Any], bool]] | None = None,
     ) -> None:
         if storage_options is not None:
-            raise TypeError(f"{type(self).__name__}.save_checkpoint does not take storage_options.")
-        path = Path(path)
-        converted = {k: self._state_of(k, v, filter or {}) for k, v in state.items()}
-        if self.state_dict_type == "full":
-            if self.is_global_zero:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                torch.save(converted, path)
-            self.barrier()
-            return
-        path.mkdir(parents=True, exist_ok=True)
-        torch.save(converted, path / f"rank_{self.global_rank}.pt")
-        if self.is_global_zero:
-            (path / _SHARDED_META).write_text(json.dumps({"world_size": self.world_size, "format": 1}))
-        self.barrier()
-
-    def _state_of(self, key: str, obj: Any, filters: dict[str, Callable[[str, Any], bool]]) -> Any:
-        full = self.state_dict_type == "full"
-        if isinstance(obj, nn.Module):
-            sd = self.get_module_state_dict(obj)
-        elif isinstance(obj, Optimizer):
-            sd = _optimizer_state(obj, full=full)
-        elif hasattr(obj, "state_dict") and callable(obj.state_dict):
-            sd = obj.state_dict()
-        else:
-            return obj
-        if key in filters and isinstance(sd, dict):
-            sd = {k: v for k, v in sd.items() if filters[key](k, v)}
-        return sd
-
-    @override
-    def get_module_state_dict(self, module: nn.Module) -> dict[str, Any]:
-        inner = _inner(module)
-        if self.state_dict_type == "sharded":
-            return {k: v.detach().clone() for k, v in inner.state_dict(keep_vars=True).items()}
-        return {k: distribute.gather_full(v.detach(), v) for k, v in inner.state_dict(keep_vars=True).items()}
-
-    @override
-    def load_module_state_dict(self, module: nn.Module, state_dict: dict[str, Any], strict: bool = True) -> None:
-        inner = _inner(module)
-        own = inner.state_dict(keep_vars=True)
-        missing = sorted(set(own) - set(state_dict))
-        unexpected = sorted(set(state_dict) - set(own))
-        if strict and (missing or unexpected):
-            raise KeyError(
-                f"The checkpoint does not match the model: missing keys {missing}, unexpected keys {unexpected}."
-                " Pass `strict=False` to `fabric.load` to load what matches."
+            raise TypeError(
+                f"`{type(self).__name__}.save_checkpoint` does not take `storage_options`: it writes with"
+                " `torch.save` ('full') or `torch.distributed.checkpoint` ('sharded'). Drop the argument."
             )
-        with torch.no_grad():
-            for k, target in own.items():
-                if k not in state_dict:
-                    continue
-                value = state_dict[k]
-                if self.state_dict_type == "full":
-                    value = distribute.local_shard_of(value, target)
-                target.data.copy_(value.to(target.device))
+        checkpoint.save_checkpoint(self._checkpoint_context(), path, state, filter)
 
     @override
     def load_checkpoint(
@@ -266,101 +289,27 @@ class ThunderParallelStrategy(DDPStrategy):
         strict: bool = True,
         weights_only: bool | None = None,
     ) -> dict[str, Any]:
-        path = Path(path)
-        if self.state_dict_type == "sharded":
-            meta_file = path / _SHARDED_META
-            if not meta_file.is_file():
-                raise FileNotFoundError(
-                    f"{path} is not a sharded thunderviz checkpoint (no {_SHARDED_META}). Load a 'full' checkpoint"
-                    f" with `{type(self).__name__}(state_dict_type='full')`."
-                )
-            saved_world = json.loads(meta_file.read_text())["world_size"]
-            if saved_world != self.world_size:
-                raise RuntimeError(
-                    f"{path} was saved sharded by {saved_world} ranks, but {self.world_size} are loading it. Load it"
-                    f" with {saved_world} ranks, or save with `state_dict_type='full'` to change the world size."
-                )
-            file = path / f"rank_{self.global_rank}.pt"
-        else:
-            file = path
-        checkpoint = torch.load(file, map_location="cpu", weights_only=bool(weights_only))
-        if not state:
-            return checkpoint
-        if isinstance(state, nn.Module):
-            self.load_module_state_dict(state, checkpoint, strict=strict)
-            return {}
-        if isinstance(state, Optimizer):
-            _load_optimizer_state(state, checkpoint, full=self.state_dict_type == "full")
-            return {}
-        if strict:
-            absent = sorted(set(state) - set(checkpoint))
-            if absent:
-                raise KeyError(f"The checkpoint at {path} has no entries {absent}; pass `strict=False` to skip them.")
-        for key, obj in list(state.items()):
-            if key not in checkpoint:
-                continue
-            if isinstance(obj, nn.Module):
-                self.load_module_state_dict(obj, checkpoint.pop(key), strict=strict)
-            elif isinstance(obj, Optimizer):
-                _load_optimizer_state(obj, checkpoint.pop(key), full=self.state_dict_type == "full")
-            elif hasattr(obj, "load_state_dict"):
-                obj.load_state_dict(checkpoint.pop(key))
-            else:
-                state[key] = checkpoint.pop(key)
-        return checkpoint
+        return checkpoint.load_checkpoint(self._checkpoint_context(), path, state, strict, weights_only)
+
+    @override
+    def get_module_state_dict(self, module: nn.Module) -> dict[str, Any]:
+        """Full tensors with ``state_dict_type='full'`` (a collective), this rank's shards with ``'sharded'``."""
+        if self.state_dict_type == "full":
+            return checkpoint.full_module_state(module)
+        return {k: v.detach().clone() for k, v in checkpoint.inner_module(module).state_dict(keep_vars=True).items()}
+
+    @override
+    def load_module_state_dict(self, module: nn.Module, state_dict: dict[str, Any], strict: bool = True) -> None:
+        """Load a full (one-process) state dict into the model's local shards or replicas."""
+        checkpoint.load_full_module(module, state_dict, strict=strict, what="load_module_state_dict(module, ...)")
 
 
 _warned: set[str] = set()
 
 
-def _skipping_sync() -> bool:
-    from thunder.distributed import get_skip_data_parallel_grad_sync
-
-    return bool(get_skip_data_parallel_grad_sync())
-
-
 def _inner(module: nn.Module) -> nn.Module:
     """The user's nn.Module under a ThunderModule (whose parameters we distributed in place)."""
-    return module._model if hooks.is_thunder_module(module) else module
-
-
-def _params_in_order(optimizer: Optimizer) -> list[torch.Tensor]:
-    return [p for group in optimizer.param_groups for p in group["params"]]
-
-
-def _optimizer_state(optimizer: Optimizer, *, full: bool) -> dict[str, Any]:
-    sd = optimizer.state_dict()
-    if not full:
-        return sd
-    params = _params_in_order(optimizer)
-    state = {}
-    for idx, entry in sd["state"].items():
-        param = params[idx]
-        state[idx] = {
-            k: distribute.gather_full(v, param) if _is_per_element(v, param) else v for k, v in entry.items()
-        }
-    return {"state": state, "param_groups": sd["param_groups"]}
-
-
-def _load_optimizer_state(optimizer: Optimizer, sd: dict[str, Any], *, full: bool) -> None:
-    if full:
-        params = _params_in_order(optimizer)
-        state = {}
-        for idx, entry in sd["state"].items():
-            param = params[int(idx)]
-            state[idx] = {
-                k: distribute.local_shard_of(v, param) if _is_full_per_element(v, param) else v for k, v in entry.items()
-            }
-        sd = {"state": state, "param_groups": sd["param_groups"]}
-    optimizer.load_state_dict(sd)
-
-
-def _is_per_element(value: Any, param: torch.Tensor) -> bool:
-    return isinstance(value, torch.Tensor) and value.shape == param.shape and hooks.sync_tag(param) is not None
-
-
-def _is_full_per_element(value: Any, param: torch.Tensor) -> bool:
-    return isinstance(value, torch.Tensor) and tuple(value.shape) == hooks.full_shape(param) and value.dim() > 0
+    return checkpoint.inner_module(module)
 
 
 class _ReplicatedBackwardSyncControl(_BackwardSyncControl):

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from lightning.fabric.strategies.registry import _StrategyRegistry
 from lightning.fabric.strategies.strategy import _BackwardSyncControl
 from torch import nn
 from typing_extensions import override
 
 from thunderviz.core import distribute
-from thunderviz.strategies.registry import register_strategy_names
 from thunderviz.strategies.base import ThunderParallelStrategy, _ReplicatedBackwardSyncControl
+from thunderviz.strategies.materialize import has_meta_tensors, materialize_, rank0_generator_state
+from thunderviz.strategies.registry import register_strategy_names
 
 __all__ = ["ThunderDDPStrategy"]
 
@@ -24,11 +26,18 @@ class ThunderDDPStrategy(ThunderParallelStrategy):
             only replicated and tagged, for use inside a function the user jits (case 2). A module the user already
             jitted is set up in place either way (case 3).
         executors: thunder executors for the ``thunder.jit`` call this strategy makes (only with ``jit=True``).
-        state_dict_type: ``"sharded"`` (one file per rank) or ``"full"`` (one file from rank 0).
+        state_dict_type: ``"full"`` (one ``torch.save`` file from rank 0, loadable anywhere) or ``"sharded"`` (a
+            PyTorch Distributed Checkpoint directory). See ``strategies.checkpoint``.
         bucket_size_in_mb: gradient all-reduce bucket size for a jitted module, as in ``thunder.distributed.ddp``
-            (0 disables bucketing).
+            (0 disables bucketing); read back as ``strategy.bucket_size_in_mb``.
         **kwargs: Fabric's DDP knobs (``timeout``, ``process_group_backend``, ``start_method``) and anything else,
-            passed to ``thunder.jit``.
+            passed to ``thunder.jit`` (an error where that call never happens: ``jit=False``, or an already jitted
+            module).
+
+    A model built under ``fabric.init_module(empty_init=True)`` stays on the meta device until ``fabric.setup``,
+    which materializes the whole model identically on every rank (each module's ``reset_parameters()``, drawing
+    from rank 0's random generator on every rank) and then broadcasts rank 0's values as for any model, so even a
+    non-deterministic initialization ends up identical everywhere.
     """
 
     parallelism = "ddp"
@@ -42,15 +51,35 @@ class ThunderDDPStrategy(ThunderParallelStrategy):
         **kwargs: Any,
     ) -> None:
         super().__init__(jit=jit, executors=executors, state_dict_type=state_dict_type, **kwargs)
+        if (
+            isinstance(bucket_size_in_mb, bool)
+            or not isinstance(bucket_size_in_mb, (int, float))
+            or bucket_size_in_mb < 0
+        ):
+            raise ValueError(
+                f"You set `ThunderDDPStrategy(bucket_size_in_mb={bucket_size_in_mb!r})`; it must be a number >= 0"
+                " (megabytes of gradients per all-reduce; 0 means one all-reduce per parameter)."
+            )
         self._bucket_size_in_mb = float(bucket_size_in_mb)
+
+    @property
+    def bucket_size_in_mb(self) -> float:
+        """Gradient all-reduce bucket size in megabytes, as ``thunder.distributed.ddp`` takes it."""
+        return self._bucket_size_in_mb
 
     @override
     def _make_backward_sync_control(self) -> _BackwardSyncControl | None:
         return _ReplicatedBackwardSyncControl()
 
     @override
-    def _distribute_(self, module: nn.Module) -> list[str]:
-        return distribute.replicate_params_(module, self.process_group, self.root_device)
+    def _distribute_(self, module: nn.Module) -> dict[int, torch.Tensor]:
+        group, device = self.process_group, self.root_device
+        replaced: dict[int, torch.Tensor] = {}
+        if has_meta_tensors(module):
+            with rank0_generator_state(device, group):
+                replaced = materialize_(module, device)
+        distribute.replicate_params_(module, group, device)
+        return replaced
 
     @classmethod
     @override

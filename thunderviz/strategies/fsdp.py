@@ -4,28 +4,30 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from lightning.fabric.strategies.registry import _StrategyRegistry
+from thunder.distributed import FSDPBucketingStrategy, FSDPType
 from torch import nn
 from typing_extensions import override
 
 from thunderviz.core import distribute
 from thunderviz.core.decisions import BUCKETING_STRATEGIES, SHARDING_STRATEGIES
-from thunderviz.strategies.registry import register_strategy_names
 from thunderviz.strategies.base import ThunderParallelStrategy
+from thunderviz.strategies.materialize import has_meta_tensors, materialize_, rank0_generator_state
+from thunderviz.strategies.registry import register_strategy_names
 
 __all__ = ["ThunderFSDPStrategy"]
 
 
-
-def _enum_name(value: Any, allowed: tuple[str, ...], knob: str) -> str:
-    name = getattr(value, "name", value)
-    name = str(name).upper()
-    if name not in allowed:
+def _enum_member(value: Any, enum: Any, allowed: tuple[str, ...], knob: str) -> Any:
+    """thunder's enum member for a knob given as that member or as its name (any case)."""
+    name = value.name if isinstance(value, enum) else str(value).upper()
+    if name not in allowed or not isinstance(value, (str, enum)):
         raise ValueError(
             f"You set `ThunderFSDPStrategy({knob}={value!r})`; choose one of {', '.join(repr(a) for a in allowed)}"
-            f" (or thunder's enum member of the same name)."
+            f" (or thunder's `{enum.__name__}` member of the same name)."
         )
-    return name
+    return enum[name]
 
 
 class ThunderFSDPStrategy(ThunderParallelStrategy):
@@ -36,12 +38,21 @@ class ThunderFSDPStrategy(ThunderParallelStrategy):
             only sharded, for use inside a function the user jits (case 2). A module the user already jitted is
             sharded in place either way (case 3).
         executors: thunder executors for the ``thunder.jit`` call this strategy makes (only with ``jit=True``).
-        sharding_strategy: ``"ZERO2"`` or ``"ZERO3"`` (or ``thunder.distributed.FSDPType``). thunder 0.2.6 traces both
-            identically; ZERO3 is accepted, warned about once, and noted in the decision log.
-        bucketing_strategy: ``"NONE"``, ``"LAYER"`` or ``"BLOCK"``; thunder 0.2.6 ignores it on this path (warned).
-        state_dict_type: ``"sharded"`` (one file per rank) or ``"full"`` (one file, loadable at any world size).
+        sharding_strategy: ``"ZERO2"`` or ``"ZERO3"`` (or ``thunder.distributed.FSDPType``); read back as the enum
+            (``strategy.sharding_strategy is FSDPType.ZERO3``). thunder 0.2.6 traces both identically; ZERO3 is
+            accepted, warned about once, and noted in the decision log.
+        bucketing_strategy: ``"NONE"``, ``"LAYER"`` or ``"BLOCK"`` (or ``FSDPBucketingStrategy``), read back as the
+            enum; thunder 0.2.6 ignores it on this path (warned).
+        state_dict_type: ``"sharded"`` (a PyTorch Distributed Checkpoint directory, loadable at any world size) or
+            ``"full"`` (one ``torch.save`` file, loadable anywhere). See ``strategies.checkpoint``.
         **kwargs: Fabric's DDP knobs (``timeout``, ``process_group_backend``, ``start_method``) and anything else,
-            passed to ``thunder.jit``.
+            passed to ``thunder.jit`` (an error where that call never happens: ``jit=False``, or an already jitted
+            module).
+
+    A model built under ``fabric.init_module(empty_init=True)`` stays on the meta device until ``fabric.setup``,
+    which materializes it module by module with each module's ``reset_parameters()`` (rank 0's random generator
+    on every rank) and keeps only this rank's shard of each parameter right away: a rank's peak memory is its
+    shards plus the largest single module.
     """
 
     parallelism = "fsdp"
@@ -55,20 +66,30 @@ class ThunderFSDPStrategy(ThunderParallelStrategy):
         state_dict_type: str = "sharded",
         **kwargs: Any,
     ) -> None:
-        self.sharding_strategy = _enum_name(sharding_strategy, SHARDING_STRATEGIES, "sharding_strategy")
-        self.bucketing_strategy = _enum_name(bucketing_strategy, BUCKETING_STRATEGIES, "bucketing_strategy")
+        self.sharding_strategy = _enum_member(sharding_strategy, FSDPType, SHARDING_STRATEGIES, "sharding_strategy")
+        self.bucketing_strategy = _enum_member(
+            bucketing_strategy, FSDPBucketingStrategy, BUCKETING_STRATEGIES, "bucketing_strategy"
+        )
         super().__init__(
             jit=jit,
             executors=executors,
             state_dict_type=state_dict_type,
-            sharding_strategy=self.sharding_strategy,
-            bucketing_strategy=self.bucketing_strategy,
+            sharding_strategy=self.sharding_strategy.name,
+            bucketing_strategy=self.bucketing_strategy.name,
             **kwargs,
         )
 
     @override
-    def _distribute_(self, module: nn.Module) -> list[str]:
-        return distribute.shard_params_(module, self.process_group, self.root_device)
+    def _distribute_(self, module: nn.Module) -> dict[int, torch.Tensor]:
+        group, device = self.process_group, self.root_device
+        replaced: dict[int, torch.Tensor] = {}
+        done: frozenset[int] = frozenset()
+        if has_meta_tensors(module):
+            with rank0_generator_state(device, group):
+                replaced = materialize_(module, device, keep=lambda _name, p: distribute.shard_param_(p, group))
+            done = frozenset(id(p) for p in module.parameters() if distribute.is_sharded(p))
+        distribute.shard_params_(module, group, device, done=done)
+        return replaced
 
     @classmethod
     @override

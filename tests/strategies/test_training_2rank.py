@@ -1,7 +1,8 @@
 """Fabric + thunder strategies on 2 real gloo ranks, against single-process eager PyTorch.
 
 Scenarios are grouped so each strategy pays for one pair of interpreter starts (``import thunder`` ~3 s) and one
-process group; each scenario is then asserted as its own test.
+process group; each scenario is then asserted as its own test. Gradient clipping and meta-device init run for
+ZERO2 and DDP only (ZERO3 traces exactly like ZERO2 in thunder 0.2.6).
 """
 
 from __future__ import annotations
@@ -9,29 +10,58 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.distributed.scenarios import MODELS, features, train_many
+from tests.strategies.scenarios import MODELS, features, train_many
 from thunderviz.launch import run_ranks
 
 KINDS = {"fsdp-zero2": ("fsdp", "ZERO2"), "fsdp-zero3": ("fsdp", "ZERO3"), "ddp": ("ddp", "ZERO2")}
 CASES = ["raw", "jitted", "jitted_ran", "function", "function_jit_before_setup"]
 SCENARIOS = [(case, model) for case in CASES for model in MODELS]
+# (case, model, clip, meta): clipping (cases 1/2/3, 2-norm, inf-norm, by value) and meta-device init.
+EXTRA = [
+    ("raw", "mlp", None, True),
+    ("raw", "embed_norm", None, True),
+    ("raw", "tied", None, True),
+    ("jitted", "tied", None, True),
+    ("function", "mlp", None, True),
+    ("function", "tied", None, True),
+    ("raw", "mlp", "norm2", True),
+    ("raw", "embed_norm", "inf", False),
+    ("raw", "mlp", "value", False),
+    ("jitted", "mlp", "norm2", False),
+    ("jitted", "embed_norm", "value", True),
+    ("function", "mlp", "norm2", True),
+    ("function", "tied", "value", False),
+]
+EXTRA_KINDS = ["fsdp-zero2", "ddp"]
 
 
-def _scenario_args(kind: str, case: str, model: str) -> tuple:
+def _scenario_args(kind: str, case: str, model: str, clip: str | None = None, meta: bool = False) -> tuple:
     strategy, sharding = KINDS[kind]
     if case == "function_jit_before_setup":
-        return (strategy, "function", model, sharding, True)
-    return (strategy, case, model, sharding, False)
+        return (strategy, "function", model, sharding, True, clip, meta)
+    return (strategy, case, model, sharding, False, clip, meta)
 
 
 _results: dict[str, list[dict]] = {}
 
 
-def _run(kind: str) -> list[dict]:
+def _run(kind: str) -> list[list[dict]]:
     if kind not in _results:
         scenarios = [_scenario_args(kind, c, m) for c, m in SCENARIOS]
-        _results[kind] = run_ranks(train_many, scenarios, timeout=900)
+        if kind in EXTRA_KINDS:
+            scenarios += [_scenario_args(kind, *extra) for extra in EXTRA]
+        _results[kind] = run_ranks(train_many, scenarios, timeout=1200)
     return _results[kind]
+
+
+def _assert_matches_reference(r: dict) -> None:
+    ref = r["ref"]
+    torch.testing.assert_close(torch.tensor(r["losses"]), torch.tensor(ref["losses"]))
+    assert r["grads"].keys() == ref["grads"].keys()
+    for name in ref["grads"]:
+        torch.testing.assert_close(r["grads"][name], ref["grads"][name], msg=f"grad of {name}")
+    for name in ref["params"]:
+        torch.testing.assert_close(r["params"][name], ref["params"][name], msg=f"{name} after 3 steps")
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
@@ -40,14 +70,7 @@ def test_matches_single_process_eager(kind, case, model):
     per_rank = _run(kind)
     index = SCENARIOS.index((case, model))
     for rank_result in per_rank:
-        r = rank_result[index]
-        ref = r["ref"]
-        torch.testing.assert_close(torch.tensor(r["losses"]), torch.tensor(ref["losses"]))
-        assert r["grads"].keys() == ref["grads"].keys()
-        for name in ref["grads"]:
-            torch.testing.assert_close(r["grads"][name], ref["grads"][name], msg=f"grad of {name}")
-        for name in ref["params"]:
-            torch.testing.assert_close(r["params"][name], ref["params"][name], msg=f"{name} after 3 steps")
+        _assert_matches_reference(rank_result[index])
 
     r0 = per_rank[0][index]
     strategy, _ = KINDS[kind]
@@ -138,3 +161,50 @@ def test_function_taking_two_set_up_models(feature_results, kind):
         assert r0["backward_collectives"] == {"reduce_scatter": 4, "wait": 4}
     else:
         assert r0["backward_collectives"] == {"all_reduce": 4, "wait": 4}
+
+
+@pytest.mark.parametrize("kind", EXTRA_KINDS)
+@pytest.mark.parametrize(("case", "model", "clip", "meta"), EXTRA)
+def test_clipping_and_meta_init_match_one_process(kind, case, model, clip, meta):
+    """``fabric.clip_gradients`` clips by the global norm (returned, equal on every rank) as torch does on one
+    process; a model built under ``init_module(empty_init=True)`` stays on meta until setup and trains like the same
+    ``reset_parameters()`` calls made on one process with rank 0's seed."""
+    per_rank = _run(kind)
+    index = len(SCENARIOS) + EXTRA.index((case, model, clip, meta))
+    for rank_result in per_rank:
+        r = rank_result[index]
+        assert r["on_meta_before_setup"] is meta
+        _assert_matches_reference(r)
+        if clip is None or clip == "value":
+            assert r["norms"] == [None] * len(r["norms"])
+        else:
+            torch.testing.assert_close(torch.tensor(r["norms"]), torch.tensor(r["ref"]["norms"]), msg="global norm")
+            assert all(n > 0.05 for n in r["norms"]), "clipping never engaged"
+
+
+@pytest.mark.parametrize("kind", ["fsdp", "ddp"])
+def test_optimizer_built_on_meta_parameters_follows_them_through_joint_setup(feature_results, kind):
+    for r in feature_results(kind):
+        m = r["meta_joint_setup"]
+        assert m["optimizer_params_are_model_params"] is True
+        for name, value in m["expected"].items():
+            torch.testing.assert_close(m["got"][name], value, msg=name)
+
+
+@pytest.mark.parametrize("kind", ["fsdp", "ddp"])
+def test_jit_keywords_for_an_already_jitted_module_are_refused_and_logged(feature_results, kind):
+    name = "ThunderFSDPStrategy" if kind == "fsdp" else "ThunderDDPStrategy"
+    message = (
+        f"You passed thunder.jit arguments (disable_torch_autograd=...) to {name}, but the MLP you set up is already"
+        " jitted, so the strategy never calls `thunder.jit` and they would be silently ignored. Pass them to your own"
+        " `thunder.jit(model, ...)` call, or hand `fabric.setup` the plain module."
+    )
+    for r in feature_results(kind):
+        assert r["refused_jit_kwargs"]["message"] == message
+        assert r["refused_jit_kwargs"]["decision"] == {
+            "target": "MLP",
+            "case": "not possible",
+            "action": "error",
+            "reason": message,
+            "clear_cache": False,
+        }

@@ -29,42 +29,74 @@ TM_RAN = ObjectFacts(kind=ObjectKind.THUNDER_MODULE, type_name="Net", has_run=Tr
     ("facts", "options", "case", "action", "clear_cache", "reason"),
     [
         pytest.param(
-            MODULE, FSDP, "case 1: raw module", Action.JIT_AND_DISTRIBUTE, False,
+            MODULE,
+            FSDP,
+            "case 1: raw module",
+            Action.JIT_AND_DISTRIBUTE,
+            False,
             "a plain nn.Module and jit=True: call thunder.jit once, then shard its parameters (FSDP) in place so"
             " model.parameters() are what the optimizer must update",
             id="raw-fsdp",
         ),
         pytest.param(
-            MODULE, StrategyOptions(parallelism="ddp", executors=("torch",)), "case 1: raw module",
-            Action.JIT_AND_DISTRIBUTE, False,
+            MODULE,
+            StrategyOptions(parallelism="ddp", executors=("torch",)),
+            "case 1: raw module",
+            Action.JIT_AND_DISTRIBUTE,
+            False,
             "a plain nn.Module and jit=True: call thunder.jit with executors=['torch'] once, then replicate its"
             " parameters (DDP) in place so model.parameters() are what the optimizer must update",
             id="raw-ddp-executors",
         ),
         pytest.param(
-            MODULE, StrategyOptions(parallelism="fsdp", jit=False), "case 2: module used inside a jitted function",
-            Action.DISTRIBUTE_FOR_FUNCTION_JIT, True,
+            MODULE,
+            StrategyOptions(parallelism="fsdp", executors=("torch",), jit_kwargs=("cache", "disable_torch_autograd")),
+            "case 1: raw module",
+            Action.JIT_AND_DISTRIBUTE,
+            False,
+            "a plain nn.Module and jit=True: call thunder.jit with executors=['torch'], cache=...,"
+            " disable_torch_autograd=... once, then shard its parameters (FSDP) in place so model.parameters() are"
+            " what the optimizer must update",
+            id="raw-fsdp-jit-kwargs",
+        ),
+        pytest.param(
+            MODULE,
+            StrategyOptions(parallelism="fsdp", jit=False),
+            "case 2: module used inside a jitted function",
+            Action.DISTRIBUTE_FOR_FUNCTION_JIT,
+            True,
             "jit=False: the module is not jitted here; shard its parameters (FSDP) in place and tag them, so thunder"
             " inserts the collectives when the user's jitted function is traced; cached traces of jitted functions"
             " that already ran are cleared so none runs without collectives",
             id="raw-nojit-fsdp",
         ),
         pytest.param(
-            TM, DDP, "case 3: module already jitted by the user", Action.DISTRIBUTE_IN_PLACE, False,
+            TM,
+            DDP,
+            "case 3: module already jitted by the user",
+            Action.DISTRIBUTE_IN_PLACE,
+            False,
             "already jitted (not jitting twice): replicate its parameters (DDP) in place and return the user's own"
             " ThunderModule, so no undistributed handle is left behind",
             id="jitted-ddp",
         ),
         pytest.param(
-            TM, StrategyOptions(parallelism="fsdp", jit=False), "case 3: module already jitted by the user",
-            Action.DISTRIBUTE_IN_PLACE, False,
+            TM,
+            StrategyOptions(parallelism="fsdp", jit=False),
+            "case 3: module already jitted by the user",
+            Action.DISTRIBUTE_IN_PLACE,
+            False,
             "already jitted (not jitting twice): shard its parameters (FSDP) in place and return the user's own"
             " ThunderModule, so no undistributed handle is left behind; jit=False changes nothing here: the module"
             " is already jitted",
             id="jitted-nojit-fsdp",
         ),
         pytest.param(
-            TM_RAN, FSDP, "case 3: module already jitted by the user", Action.DISTRIBUTE_IN_PLACE, True,
+            TM_RAN,
+            FSDP,
+            "case 3: module already jitted by the user",
+            Action.DISTRIBUTE_IN_PLACE,
+            True,
             "already jitted (not jitting twice) and already run: shard its parameters (FSDP) in place and clear its"
             " 2 cached trace(s), which were made without collectives and could still pass thunder's checks; the"
             " next call retraces",
@@ -97,37 +129,50 @@ def test_zero3_and_bucketing_are_named_in_the_reason():
     ("facts", "options", "message"),
     [
         pytest.param(
-            ObjectFacts(kind=ObjectKind.JITTED_FUNCTION, type_name="step"), FSDP,
+            ObjectFacts(kind=ObjectKind.JITTED_FUNCTION, type_name="step"),
+            FSDP,
             "`fabric.setup` received the jitted function 'step', but ThunderFSDPStrategy distributes modules. Set up"
             " the model instead (`ThunderFSDPStrategy(jit=False)`, then `model = fabric.setup(model)`) and call your"
             " jitted function with it: thunder inserts the collectives when the function is traced.",
             id="jitted-function",
         ),
         pytest.param(
-            ObjectFacts(kind=ObjectKind.OTHER, type_name="dict"), DDP,
+            ObjectFacts(kind=ObjectKind.OTHER, type_name="dict"),
+            DDP,
             "`fabric.setup` received a 'dict', but ThunderDDPStrategy can only set up a `torch.nn.Module` or a module"
             " returned by `thunder.jit(module)`.",
             id="not-a-module",
         ),
         pytest.param(
-            ObjectFacts(kind=ObjectKind.MODULE, type_name="Net", distributed_by_us=True), FSDP,
+            ObjectFacts(kind=ObjectKind.MODULE, type_name="Net", distributed_by_us=True),
+            FSDP,
             "This Net was already set up by a thunderviz strategy: its parameters are already distributed. Call"
             " `fabric.setup` once per model and keep using the object it returned.",
             id="set-up-twice",
         ),
         pytest.param(
-            ObjectFacts(kind=ObjectKind.THUNDER_MODULE, type_name="Net", distributed_by_thunder="fsdp"), DDP,
+            ObjectFacts(kind=ObjectKind.THUNDER_MODULE, type_name="Net", distributed_by_thunder="fsdp"),
+            DDP,
             "This ThunderModule was already distributed with `thunder.distributed.fsdp(...)`, so ThunderDDPStrategy"
             " would distribute it a second time. Either hand `fabric.setup` the module before calling"
             " `thunder.distributed.fsdp`, or drop the strategy and keep using `thunder.distributed.fsdp` yourself.",
             id="thunder-distributed",
         ),
         pytest.param(
-            TM, StrategyOptions(parallelism="fsdp", executors=("torch",)),
+            TM,
+            StrategyOptions(parallelism="fsdp", executors=("torch",)),
             "You passed `executors=` to ThunderFSDPStrategy, but the Net you set up is already jitted, and jitting it"
             " a second time is never right. Pass the executors to your own `thunder.jit(model, executors=...)` call,"
             " or hand `fabric.setup` the plain module.",
             id="executors-on-jitted",
+        ),
+        pytest.param(
+            TM_RAN,
+            StrategyOptions(parallelism="ddp", jit_kwargs=("disable_torch_autograd",)),
+            "You passed thunder.jit arguments (disable_torch_autograd=...) to ThunderDDPStrategy, but the Net you set"
+            " up is already jitted, so the strategy never calls `thunder.jit` and they would be silently ignored."
+            " Pass them to your own `thunder.jit(model, ...)` call, or hand `fabric.setup` the plain module.",
+            id="jit-kwargs-on-jitted",
         ),
     ],
 )
@@ -147,13 +192,39 @@ def test_jit_false_with_executors_is_rejected():
     )
 
 
+def test_jit_false_with_jit_kwargs_is_rejected():
+    with pytest.raises(ValueError) as err:
+        validate_options(StrategyOptions(parallelism="fsdp", jit=False, jit_kwargs=("cache",)))
+    assert str(err.value) == (
+        "You set `ThunderFSDPStrategy(jit=False, cache=...)`, but with `jit=False` the strategy never calls"
+        " `thunder.jit`, so these thunder.jit arguments would be silently ignored. Pass them to your own"
+        " `thunder.jit(...)` call, or set `jit=True`."
+    )
+
+
+def test_decisions_module_reads_thunder_only_through_thunder_hooks():
+    """Issue 13: thunder internals are read in one module; the table itself never imports thunder."""
+    import ast
+    import inspect
+
+    from thunderviz.core import decisions
+
+    tree = ast.parse(inspect.getsource(decisions))
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not any(m == "thunder" or m.startswith("thunder.") for m in imported), imported
+
+
 def test_inspect_object_reads_live_thunder_state():
     model = nn.Linear(3, 2)
     assert inspect_object(model) == ObjectFacts(kind=ObjectKind.MODULE, type_name="Linear")
     jitted = thunder.jit(nn.Linear(3, 2))
     facts = inspect_object(jitted)
     assert (facts.kind, facts.type_name, facts.has_run, facts.cached_traces) == (
-        ObjectKind.THUNDER_MODULE, "Linear", False, 0,
+        ObjectKind.THUNDER_MODULE,
+        "Linear",
+        False,
+        0,
     )
     jitted(torch.randn(1, 3))
     facts = inspect_object(jitted)

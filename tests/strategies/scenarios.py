@@ -1,11 +1,14 @@
 """Training scenarios run inside real rank processes; each returns plain data the test asserts on.
 
 Every scenario compares against single-process eager PyTorch on the same seed and the same global batch:
-loss, all-gathered gradients after one step, and parameters after three SGD steps.
+loss, all-gathered gradients after one step, and parameters after three SGD steps. Variants: gradient clipping
+(``fabric.clip_gradients`` vs ``torch.nn.utils.clip_grad_norm_``/``clip_grad_value_``) and models built under
+``fabric.init_module(empty_init=True)`` (vs the same ``reset_parameters()`` calls on one process).
 """
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -13,6 +16,13 @@ from torch import nn
 
 STEPS = 3
 LR = 0.1
+CLIP_NORM = 0.05  # small enough that every step clips
+CLIP_VALUE = 0.02
+CLIPS = {
+    "norm2": {"max_norm": CLIP_NORM, "norm_type": 2.0},
+    "inf": {"max_norm": CLIP_NORM, "norm_type": float("inf")},
+    "value": {"clip_val": CLIP_VALUE},
+}
 
 
 class MLP(nn.Module):
@@ -71,23 +81,51 @@ def loss_fn(out: torch.Tensor) -> torch.Tensor:
     return (out.float() ** 2).mean()
 
 
-def _reference(model_name: str, world: int) -> dict[str, Any]:
-    """Single-process eager: the mean of the per-rank losses, on the whole global batch."""
+def build_reference_model(model_name: str, meta: bool) -> nn.Module:
+    """Rank 0's model on one process: seed 0, eager; or seed 0, built on meta, then the same resets in order."""
     torch.manual_seed(0)
-    model = MODELS[model_name]()
+    if not meta:
+        return MODELS[model_name]()
+    from thunderviz.strategies.materialize import materialize_
+
+    with torch.device("meta"):
+        model = MODELS[model_name]()
+    materialize_(model, torch.device("cpu"))
+    return model
+
+
+def clip_reference(model: nn.Module, clip: str | None) -> float | None:
+    if clip is None:
+        return None
+    kw = CLIPS[clip]
+    if "clip_val" in kw:
+        torch.nn.utils.clip_grad_value_(model.parameters(), kw["clip_val"])
+        return None
+    return float(torch.nn.utils.clip_grad_norm_(model.parameters(), kw["max_norm"], norm_type=kw["norm_type"]))
+
+
+def _reference(model_name: str, world: int, clip: str | None = None, meta: bool = False) -> dict[str, Any]:
+    """Single-process eager: the mean of the per-rank losses, on the whole global batch."""
+    model = build_reference_model(model_name, meta)
     opt = torch.optim.SGD(model.parameters(), lr=LR)
-    losses, grads = [], None
+    losses, grads, norms = [], None, []
     for step in range(STEPS):
         xs = [MODELS[model_name].batch(100 * step + r) for r in range(world)]
         per_rank = [loss_fn(model(x)) for x in xs]
         loss = sum(per_rank) / world
         opt.zero_grad()
         loss.backward()
+        norms.append(clip_reference(model, clip))
         if step == 0:
             grads = {n: p.grad.clone() for n, p in model.named_parameters()}
         losses.append([float(l) for l in per_rank])
         opt.step()
-    return {"losses": losses, "grads": grads, "params": {n: p.detach().clone() for n, p in model.named_parameters()}}
+    return {
+        "losses": losses,
+        "grads": grads,
+        "norms": norms,
+        "params": {n: p.detach().clone() for n, p in model.named_parameters()},
+    }
 
 
 def _collectives(trace: Any) -> dict[str, int]:
@@ -107,14 +145,28 @@ def _collectives(trace: Any) -> dict[str, int]:
     return counts
 
 
-def train(rank: int, world: int, strategy_kind: str, case: str, model_name: str, sharding: str = "ZERO2",
-          jit_before_setup: bool = False) -> dict[str, Any]:
-    """One scenario. ``case``: 'raw' (case 1), 'function' (case 2), 'jitted' or 'jitted_ran' (case 3)."""
+def train(
+    rank: int,
+    world: int,
+    strategy_kind: str,
+    case: str,
+    model_name: str,
+    sharding: str = "ZERO2",
+    jit_before_setup: bool = False,
+    clip: str | None = None,
+    meta: bool = False,
+) -> dict[str, Any]:
+    """One scenario. ``case``: 'raw' (case 1), 'function' (case 2), 'jitted' or 'jitted_ran' (case 3).
+
+    ``clip``: a key of ``CLIPS`` (``fabric.clip_gradients`` after every backward); ``meta``: the model is built under
+    ``fabric.init_module(empty_init=True)``.
+    """
     import thunder
     from lightning.fabric import Fabric
 
     from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
-    from thunderviz.core import distribute, thunder_hooks as hooks
+    from thunderviz.core import distribute
+    from thunderviz.core import thunder_hooks as hooks
 
     jit = case != "function"
     if strategy_kind == "fsdp":
@@ -124,9 +176,12 @@ def train(rank: int, world: int, strategy_kind: str, case: str, model_name: str,
     fabric = Fabric(accelerator="cpu", devices=world, strategy=strategy)
     fabric.launch()
 
-    # Every rank builds the model with a *different* seed: the strategy must broadcast rank 0's parameters.
+    # Every rank builds the model with a *different* seed: the strategy must broadcast rank 0's parameters (or,
+    # for a meta-device model, initialize every rank from rank 0's generator).
     torch.manual_seed(0 if rank == 0 else 1234)
-    model = MODELS[model_name]()
+    with fabric.init_module(empty_init=True) if meta else nullcontext():
+        model = MODELS[model_name]()
+    on_meta_before_setup = all(p.is_meta for p in model.parameters())
     fwd = None
     if case in ("jitted", "jitted_ran"):
         model = thunder.jit(model)
@@ -145,12 +200,17 @@ def train(rank: int, world: int, strategy_kind: str, case: str, model_name: str,
     inner = forward_module._model if hooks.is_thunder_module(forward_module) else forward_module
     optimizer = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=LR))
 
-    losses, grads = [], None
+    losses, grads, norms = [], None, []
     for step in range(STEPS):
         x = MODELS[model_name].batch(100 * step + rank)
         loss = fwd(model, x) if fwd is not None else loss_fn(model(x))
         optimizer.zero_grad()
         fabric.backward(loss)
+        if clip is not None:
+            norm = fabric.clip_gradients(model, optimizer, **CLIPS[clip])
+            norms.append(None if norm is None else float(norm))
+        else:
+            norms.append(None)
         if step == 0:
             grads = {n: distribute.gather_full(p.grad, p) for n, p in inner.named_parameters()}
         gathered = fabric.all_gather(loss.detach())
@@ -161,8 +221,10 @@ def train(rank: int, world: int, strategy_kind: str, case: str, model_name: str,
     traced = fwd if fwd is not None else forward_module
     fw = thunder.last_traces(traced)[-1]
     bw = thunder.last_backward_traces(traced)[-1]
-    ref = _reference(model_name, world)
+    ref = _reference(model_name, world, clip, meta)
     return {
+        "on_meta_before_setup": on_meta_before_setup,
+        "norms": norms,
         "losses": losses,
         "grads": grads,
         "params": params,
@@ -191,20 +253,21 @@ def _fabric(kind: str, **kwargs: Any) -> Any:
 
 
 def _inner(model: Any) -> nn.Module:
-    from thunderviz.core import distribute, thunder_hooks as hooks
+    from thunderviz.core import thunder_hooks as hooks
 
     fm = model._forward_module
     return fm._model if hooks.is_thunder_module(fm) else fm
 
 
 def _full_params(model: Any) -> dict[str, torch.Tensor]:
-    from thunderviz.core import distribute, thunder_hooks as hooks
+    from thunderviz.core import distribute
 
     return {n: distribute.gather_full(p.detach(), p) for n, p in _inner(model).named_parameters()}
 
 
 def checkpoint_roundtrip(rank: int, world: int, kind: str, state_dict_type: str, path: str) -> dict[str, Any]:
     """Joint ``fabric.setup(model, optimizer)``, save after 2 steps, load into a fresh model, and compare step 3."""
+
     def build() -> tuple[Any, Any, Any]:
         fabric = _fabric(kind, state_dict_type=state_dict_type)
         torch.manual_seed(0)
@@ -277,13 +340,15 @@ def frozen_and_no_sync(rank: int, world: int, kind: str, case: str) -> dict[str,
     fwd = thunder.jit(lambda m, x: loss_fn(m(x))) if case == "function" else None
     model = fabric.setup_module(model)
     run = (lambda x: fwd(model, x)) if fwd is not None else (lambda x: loss_fn(model(x)))
-    micro = [torch.randn(4, 6, generator=torch.Generator().manual_seed(10 * i + r)) for i in range(2) for r in range(world)]
+    micro = [
+        torch.randn(4, 6, generator=torch.Generator().manual_seed(10 * i + r)) for i in range(2) for r in range(world)
+    ]
     mine = [torch.randn(4, 6, generator=torch.Generator().manual_seed(10 * i + rank)) for i in range(2)]
     with fabric.no_backward_sync(model, enabled=kind == "ddp"):
         fabric.backward(run(mine[0]))
     fabric.backward(run(mine[1]))
     grads = {n: (p.grad is None) for n, p in _inner(model).named_parameters()}
-    from thunderviz.core import distribute, thunder_hooks as hooks
+    from thunderviz.core import distribute
 
     got = {n: distribute.gather_full(p.grad, p) for n, p in _inner(model).named_parameters() if p.grad is not None}
     expected_loss = sum(loss_fn(ref(x)) for x in micro) / world
@@ -297,7 +362,7 @@ def frozen_and_no_sync(rank: int, world: int, kind: str, case: str) -> dict[str,
         "grad_is_none": grads,
         "got": got,
         "expected": expected,
-        "head_after": {k[len("head."):]: v for k, v in full.items() if k.startswith("head.")},
+        "head_after": {k[len("head.") :]: v for k, v in full.items() if k.startswith("head.")},
         "head_before": head_before,
     }
 
@@ -326,7 +391,7 @@ def two_models_one_function(rank: int, world: int, kind: str) -> dict[str, Any]:
     xs = [torch.randn(4, 6, generator=torch.Generator().manual_seed(r)) for r in range(world)]
     fabric.backward(step(enc, head, xs[rank]))
     (sum(loss_fn(ref_head(ref_enc(x))) for x in xs) / world).backward()
-    from thunderviz.core import distribute, thunder_hooks as hooks
+    from thunderviz.core import distribute
 
     got = {f"enc.{n}": distribute.gather_full(p.grad, p) for n, p in enc.module.named_parameters()}
     got |= {f"head.{n}": distribute.gather_full(p.grad, p) for n, p in head.module.named_parameters()}
@@ -340,9 +405,53 @@ def two_models_one_function(rank: int, world: int, kind: str) -> dict[str, Any]:
     }
 
 
+def meta_joint_setup(rank: int, world: int, kind: str) -> dict[str, Any]:
+    """An optimizer built on the meta-device parameters, then ``fabric.setup(model, optimizer)`` together: the
+    optimizer must end up updating the materialized parameters."""
+    fabric = _fabric(kind)
+    torch.manual_seed(0 if rank == 0 else 77)
+    with fabric.init_module(empty_init=True):
+        model = MLP()
+    optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
+    model, optimizer = fabric.setup(model, optimizer)
+    for step in range(STEPS):
+        optimizer.zero_grad()
+        fabric.backward(loss_fn(model(MLP.batch(100 * step + rank))))
+        optimizer.step()
+    ref = build_reference_model("mlp", meta=True)
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=LR, momentum=0.9)
+    for step in range(STEPS):
+        ref_opt.zero_grad()
+        (sum(loss_fn(ref(MLP.batch(100 * step + r))) for r in range(world)) / world).backward()
+        ref_opt.step()
+    return {
+        "got": _full_params(model),
+        "expected": {n: p.detach() for n, p in ref.named_parameters()},
+        "optimizer_params_are_model_params": {id(p) for g in optimizer.param_groups for p in g["params"]}
+        == {id(p) for p in _inner(model).parameters()},
+    }
+
+
+def refused_jit_kwargs(rank: int, world: int, kind: str) -> dict[str, Any]:
+    """thunder.jit keywords given to the strategy, and a module the user already jitted: refused at setup, logged."""
+    import thunder
+
+    from thunderviz.errors import JitDecisionError
+
+    fabric = _fabric(kind, disable_torch_autograd=True)
+    try:
+        fabric.setup_module(thunder.jit(MLP()))
+        message = "no error"
+    except JitDecisionError as err:
+        message = str(err)
+    return {"message": message, "decision": fabric.strategy.decisions[-1].to_dict()}
+
+
 def features(rank: int, world: int, kind: str, tmp: str) -> dict[str, Any]:
     """Everything but the training matrix, for one strategy kind, in one pair of processes."""
     out: dict[str, Any] = {"collectives": fabric_collectives(rank, world, kind)}
+    out["meta_joint_setup"] = meta_joint_setup(rank, world, kind)
+    out["refused_jit_kwargs"] = refused_jit_kwargs(rank, world, kind)
     for sdt in ("full", "sharded"):
         out[f"checkpoint_{sdt}"] = checkpoint_roundtrip(rank, world, kind, sdt, f"{tmp}/{kind}-{sdt}.ckpt")
     for case in ("raw", "function"):

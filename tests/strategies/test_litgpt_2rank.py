@@ -1,0 +1,46 @@
+"""litgpt's GPT (random init, tiny config) in litgpt's pretraining order on 2 gloo ranks, against one process.
+
+Needs litgpt (the ``test`` extra; without its heavy extras: ``pip install --no-deps litgpt==0.5.13 safetensors``
+is enough for ``from litgpt import GPT, Config``).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("litgpt", reason="litgpt is in the `test` extra (pip install -e '.[test]')")
+
+from tests.strategies.litgpt_scenarios import ACCUMULATION, STEPS, both
+from thunderviz.launch import run_ranks
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    return run_ranks(both, str(tmp_path_factory.mktemp("litgpt")), timeout=900)
+
+
+@pytest.mark.parametrize("kind", ["fsdp", "ddp"])
+def test_pretraining_order_matches_one_process(results, kind):
+    ref = results[0][kind]["reference"]
+    for rank, out in enumerate(results):
+        r = out[kind]
+        assert r["on_meta_before_setup"] is True, "init_module(empty_init=True) must leave the GPT on meta"
+        assert r["decision"]["case"] == "case 1: raw module"
+        assert len(r["log"]["losses"]) == STEPS * ACCUMULATION and len(r["log"]["norms"]) == STEPS
+        assert all(n > 0.3 for n in r["log"]["norms"]), "clipping never engaged"
+        torch.testing.assert_close(torch.tensor(r["log"]["losses"]), torch.tensor(ref["losses"]), msg=f"rank {rank}")
+        torch.testing.assert_close(torch.tensor(r["log"]["norms"]), torch.tensor(ref["norms"]), msg=f"rank {rank}")
+        for name, value in ref["params"].items():
+            torch.testing.assert_close(r["uninterrupted"][name], value, msg=f"rank {rank}: {name} after {STEPS} steps")
+
+
+@pytest.mark.parametrize("kind", ["fsdp", "ddp"])
+def test_resumed_from_checkpoint_is_bit_equal(results, kind):
+    for out in results:
+        r = out[kind]
+        assert r["resumed_counters"] == (STEPS * ACCUMULATION, STEPS)
+        assert r["resumed_log"]["losses"] == r["log"]["losses"][len(r["log"]["losses"]) // 2 :]
+        assert r["resumed"].keys() == r["uninterrupted"].keys()
+        for name, value in r["uninterrupted"].items():
+            assert torch.equal(r["resumed"][name], value), name

@@ -1,0 +1,177 @@
+"""Strategy construction and registration, without processes."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+from lightning.fabric.strategies import STRATEGY_REGISTRY
+from thunder.distributed import FSDPBucketingStrategy, FSDPType
+
+import thunderviz
+from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
+from thunderviz.strategies import base
+
+
+def test_exact_names_registered_with_fabric():
+    names = {n for n in STRATEGY_REGISTRY.available_strategies() if n.startswith("thunder")}
+    assert names == {"thunder_fsdp", "thunder_fsdp_zero3", "thunder_ddp"}
+    assert type(STRATEGY_REGISTRY.get("thunder_fsdp")) is ThunderFSDPStrategy
+    assert type(STRATEGY_REGISTRY.get("thunder_ddp")) is ThunderDDPStrategy
+    zero3 = STRATEGY_REGISTRY.get("thunder_fsdp_zero3")
+    assert type(zero3) is ThunderFSDPStrategy
+    assert zero3.sharding_strategy is FSDPType.ZERO3
+
+
+def test_fabric_builds_registered_strategies_by_name():
+    from lightning.fabric import Fabric
+
+    fabric = Fabric(accelerator="cpu", devices=1, strategy="thunder_ddp")
+    assert isinstance(fabric.strategy, ThunderDDPStrategy)
+
+
+def test_import_thunderviz_does_not_import_thunder_or_ipython():
+    """The core and the registration stay light: checked in a fresh interpreter."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, thunderviz, thunderviz.core.decisions, thunderviz.core.traces, thunderviz.render.html\n"
+        "from lightning.fabric.strategies import STRATEGY_REGISTRY\n"
+        "assert 'thunder_fsdp' in STRATEGY_REGISTRY\n"
+        "print(sorted(m for m in ('thunder', 'IPython', 'ipywidgets', 'anywidget') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_public_api_is_sorted_and_importable():
+    assert thunderviz.__all__ == sorted(thunderviz.__all__)
+    for name in thunderviz.__all__:
+        assert getattr(thunderviz, name) is not None
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [("ZERO2", FSDPType.ZERO2), ("zero3", FSDPType.ZERO3), (FSDPType.ZERO3, FSDPType.ZERO3)],
+)
+def test_sharding_strategy_accepts_names_and_enums_and_reads_back_the_enum(given, expected):
+    strategy = ThunderFSDPStrategy(sharding_strategy=given)
+    assert strategy.sharding_strategy is expected
+    assert strategy.options.sharding_strategy == expected.name  # the decision table stays plain Python
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("NONE", FSDPBucketingStrategy.NONE),
+        ("layer", FSDPBucketingStrategy.LAYER),
+        (FSDPBucketingStrategy.BLOCK, FSDPBucketingStrategy.BLOCK),
+    ],
+)
+def test_bucketing_strategy_accepts_names_and_enums_and_reads_back_the_enum(given, expected):
+    strategy = ThunderFSDPStrategy(bucketing_strategy=given)
+    assert strategy.bucketing_strategy is expected
+    assert strategy.options.bucketing_strategy == expected.name
+
+
+def test_ddp_bucket_size_reads_back():
+    assert ThunderDDPStrategy().bucket_size_in_mb == 25.0
+    assert ThunderDDPStrategy(bucket_size_in_mb=0).bucket_size_in_mb == 0.0
+
+
+def test_jit_keyword_arguments_are_kept_for_the_strategy_jit():
+    strategy = ThunderFSDPStrategy(
+        executors=["torch"], state_dict_type="full", timeout=None, disable_torch_autograd=False
+    )
+    assert strategy.executors == ["torch"]
+    assert strategy.jit_kwargs == {"disable_torch_autograd": False}
+    assert strategy.options.jit_kwargs == ("disable_torch_autograd",)
+
+
+@pytest.mark.parametrize(
+    ("factory", "message"),
+    [
+        pytest.param(
+            lambda: ThunderFSDPStrategy(sharding_strategy="ZERO1"),
+            "You set `ThunderFSDPStrategy(sharding_strategy='ZERO1')`; choose one of 'ZERO2', 'ZERO3' (or thunder's"
+            " `FSDPType` member of the same name).",
+            id="sharding",
+        ),
+        pytest.param(
+            lambda: ThunderFSDPStrategy(sharding_strategy=2),
+            "You set `ThunderFSDPStrategy(sharding_strategy=2)`; choose one of 'ZERO2', 'ZERO3' (or thunder's"
+            " `FSDPType` member of the same name).",
+            id="sharding-not-a-name",
+        ),
+        pytest.param(
+            lambda: ThunderFSDPStrategy(bucketing_strategy="ALL"),
+            "You set `ThunderFSDPStrategy(bucketing_strategy='ALL')`; choose one of 'NONE', 'LAYER', 'BLOCK' (or"
+            " thunder's `FSDPBucketingStrategy` member of the same name).",
+            id="bucketing",
+        ),
+        pytest.param(
+            lambda: ThunderDDPStrategy(state_dict_type="partial"),
+            "You set `ThunderDDPStrategy(state_dict_type='partial')`; it must be 'full' (one torch.save file with"
+            " unsharded tensors, loadable anywhere) or 'sharded' (a PyTorch Distributed Checkpoint directory,"
+            " loadable at any world size).",
+            id="state-dict-type",
+        ),
+        pytest.param(
+            lambda: ThunderDDPStrategy(bucket_size_in_mb=-1),
+            "You set `ThunderDDPStrategy(bucket_size_in_mb=-1)`; it must be a number >= 0 (megabytes of gradients"
+            " per all-reduce; 0 means one all-reduce per parameter).",
+            id="bucket-size",
+        ),
+        pytest.param(
+            lambda: ThunderFSDPStrategy(jit=False, executors=["torch"]),
+            "You set `ThunderFSDPStrategy(jit=False, executors=...)`, but with `jit=False` the strategy never calls"
+            " `thunder.jit`, so the executors would be silently ignored. Pass them to your own"
+            " `thunder.jit(..., executors=...)` call, or set `jit=True`.",
+            id="jit-false-executors",
+        ),
+        pytest.param(
+            lambda: ThunderDDPStrategy(jit=False, disable_torch_autograd=True, cache="no caching"),
+            "You set `ThunderDDPStrategy(jit=False, cache=..., disable_torch_autograd=...)`, but with `jit=False` the"
+            " strategy never calls `thunder.jit`, so these thunder.jit arguments would be silently ignored. Pass"
+            " them to your own `thunder.jit(...)` call, or set `jit=True`.",
+            id="jit-false-jit-kwargs",
+        ),
+    ],
+)
+def test_bad_knobs_fail_with_the_fix(factory, message):
+    with pytest.raises(ValueError) as err:
+        factory()
+    assert str(err.value) == message
+
+
+def test_meta_init_context_builds_on_meta_and_setup_moves_nothing():
+    """``init_module(empty_init=True)`` builds on meta; without it, on the root device (no launch needed)."""
+    import torch
+    from lightning.fabric import Fabric
+    from torch import nn
+
+    strategy = Fabric(accelerator="cpu", devices=1, strategy=ThunderFSDPStrategy()).strategy
+    with strategy.module_init_context(empty_init=True):  # what fabric.init_module(empty_init=True) enters
+        meta = nn.Linear(3, 2)
+    with strategy.module_init_context():
+        real = nn.Linear(3, 2)
+    assert meta.weight.is_meta and not real.weight.is_meta
+    strategy.module_to_device(meta)  # nothing to move: setup materializes it
+    assert meta.weight.is_meta
+    assert real.weight.device == torch.device("cpu")
+
+
+def test_zero3_warns_once_per_process():
+    base._warned.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ThunderFSDPStrategy(sharding_strategy="ZERO3")
+        ThunderFSDPStrategy(sharding_strategy="ZERO3")
+    messages = [str(w.message) for w in caught if "ZERO3" in str(w.message)]
+    assert messages == [
+        (
+            "ThunderFSDPStrategy: ZERO3 was requested, but thunder 0.2.6 traces it exactly like ZERO2 (no re-gather"
+            " in backward; the unsharded weight is kept for backward)."
+        )
+    ]
