@@ -11,11 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Union
 
-from thunderviz.core.traces import OpRecord, TraceBundle, TraceSnapshot
+from thunderviz.core.trace_model import COLLECTIVE_KINDS, OpRecord, TraceBundle, TraceSnapshot
 
 __all__ = ["COLLECTIVE_KINDS", "Ledger", "LedgerEntry", "Mismatch", "find_mismatches", "ledger_from_bundle"]
-
-COLLECTIVE_KINDS = ("all_gather", "reduce_scatter", "all_reduce", "broadcast", "wait")
 
 
 @dataclass(frozen=True)
@@ -167,9 +165,9 @@ def _append_snapshot(ledger: Ledger, snap: TraceSnapshot, grads: Mapping[str, st
                 shape=out.shape if out else None, dtype=out.dtype if out else None, bytes=None, group_size=None,
                 out_shape=out.shape if out else None, waits_for=src_pos,
             ))  # fmt: skip
-            if src_pos is not None:
+            coll_op = pending.pop(src_pos, None) if src_pos is not None else None
+            if coll_op is not None:  # a second wait on the same future (only in an edited file) measures nothing
                 src = ledger.entries[src_pos]
-                coll_op = pending.pop(src_pos)
                 ledger.entries[src_pos] = _replace(src, distance=work_pos[op.index] - work_pos[coll_op.index])
             continue
         tensors = [t for t in op.inputs if t.shape is not None]

@@ -13,8 +13,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from thunderviz.core.collectives import COLLECTIVE_KINDS
-from thunderviz.core.traces import OpRecord, TraceSnapshot
+from thunderviz.core.trace_model import COLLECTIVE_KINDS, OpRecord, TraceSnapshot
 
 __all__ = ["DiffRow", "TraceDiff", "canonical_names", "diff_traces"]
 

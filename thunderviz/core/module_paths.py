@@ -23,10 +23,8 @@ Functions traced without a module have no parameter names; their ops are grouped
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from thunderviz.core.traces import TraceSnapshot
+from thunderviz.core.trace_model import TraceSnapshot
 
 __all__ = ["assign_modules", "module_of_param", "top_group"]
 
