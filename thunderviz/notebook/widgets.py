@@ -13,7 +13,6 @@ JupyterLab prefers the live widget view over it.
 
 from __future__ import annotations
 
-import html
 import time
 from functools import lru_cache
 from pathlib import Path
@@ -24,6 +23,9 @@ import traitlets as t
 
 from thunderviz.notebook import viewdata as vd
 from thunderviz.render.graph import dot_available, to_svg
+from thunderviz.render.markup import decisions_table
+from thunderviz.render.markup import escape as _e
+from thunderviz.render.markup import table as _table
 
 __all__ = ["CompareView", "RankStatus", "TraceView"]
 
@@ -36,10 +38,6 @@ _RANK_STATES = ("waiting", "starting", "importing", "configuring", "running", "c
 @lru_cache(maxsize=None)
 def _static(name: str) -> str:
     return (_STATIC / name).read_text(encoding="utf-8")
-
-
-def _e(x: Any) -> str:
-    return html.escape(str(x), quote=True)
 
 
 class _GraphWidget(anywidget.AnyWidget):
@@ -187,12 +185,6 @@ def _graph_html(dot: str, use_svg: bool) -> str:
             f"<pre style='max-height:300px;overflow:auto'>{_e(dot)}</pre>")  # fmt: skip
 
 
-def _table(headers: list[str], rows: Iterable[Iterable[Any]]) -> str:
-    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{_e('' if c is None else c)}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
 def _panels_html(panels: dict[str, Any]) -> str:
     out = []
     ledger = panels.get("ledger")
@@ -203,9 +195,7 @@ def _panels_html(panels: dict[str, Any]) -> str:
                 for r in ledger["ranks"]]  # fmt: skip
         out.append("<h5>Collectives per rank</h5>" + _table(["rank", "collectives", "bytes sent"], rows))
     if panels.get("decisions"):
-        rows = [[d.get("target", ""), d.get("case", ""), d.get("action", ""), d.get("reason", "")]
-                for d in panels["decisions"]]  # fmt: skip
-        out.append("<h5>Decisions</h5>" + _table(["target", "case", "action", "reason"], rows))
+        out.append("<h5>Decisions</h5>" + decisions_table(panels["decisions"]))
     if panels.get("memory"):
         keys = sorted({k for r in panels["memory"] for k in r} - {"rank"})
         out.append("<h5>Memory per rank</h5>" + _table(["rank", *keys], [[r["rank"], *(r.get(k) for k in keys)]

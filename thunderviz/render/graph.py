@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Collection
 
 from thunderviz.core.module_paths import top_group
-from thunderviz.core.traces import OpRecord, TraceSnapshot
+from thunderviz.core.trace_model import OpRecord, TraceSnapshot
 
 __all__ = [
     "Group",
@@ -86,9 +86,17 @@ def short_op_name(op: str) -> str:
     return re.sub(r"(_prim)?_impl$", "", name)
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
 def dot_escape(text: str) -> str:
-    """Make ``text`` safe inside a double-quoted DOT string (also neutralises Graphviz's ``\\N``-style escapes)."""
-    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "")
+    """Make ``text`` safe inside a double-quoted DOT string (also neutralises Graphviz's ``\\N``-style escapes).
+
+    Control characters other than newline and tab are dropped: Graphviz rejects some of them, and they are never
+    part of a name a person should read.
+    """
+    text = _CONTROL.sub("", text)
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _clip(text: str, n: int = _MAX_LABEL) -> str:
@@ -131,15 +139,17 @@ def _resolve_expand(groups: list[Group], expand: Collection[str] | None) -> froz
 
 
 def format_bytes(n: int | None) -> str:
-    """``774.5 KiB``; ``n/a`` when unknown."""
+    """``774.5 KiB``; ``n/a`` when unknown. Integer arithmetic, so no size from a file is too large to print."""
     if n is None:
         return "n/a"
-    v = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if v < 1024 or unit == "TiB":
-            return f"{int(v)} B" if unit == "B" else f"{v:.1f} {unit}"
-        v /= 1024
-    return f"{n} B"
+    if n < 1024:
+        return f"{n} B"
+    units = ("KiB", "MiB", "GiB", "TiB")
+    i, scale = 0, 1024
+    while i < len(units) - 1 and n >= scale * 1024:
+        i, scale = i + 1, scale * 1024
+    tenths = (n * 10 + scale // 2) // scale
+    return f"{tenths // 10}.{tenths % 10} {units[i]}"
 
 
 def _op_label(op: OpRecord, param_names: dict[str, str]) -> str:

@@ -13,15 +13,17 @@ constant click handler, and nothing is loaded from elsewhere.
 
 from __future__ import annotations
 
-import html
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from thunderviz.core.collectives import Ledger, find_mismatches, ledger_from_bundle
 from thunderviz.core.diff import TraceDiff, diff_traces
-from thunderviz.core.traces import TraceBundle, TraceSnapshot
+from thunderviz.core.trace_model import TraceBundle, TraceSnapshot
 from thunderviz.render.graph import Group, dot_available, format_bytes, graph_view, short_op_name, to_svg
+from thunderviz.render.markup import decisions_table
+from thunderviz.render.markup import escape as _e
+from thunderviz.render.markup import page as _markup_page
 
 __all__ = ["Report", "render_html", "render_report_body"]
 
@@ -50,10 +52,6 @@ document.addEventListener('click', function (ev) {
   if (d) { d.open = true; d.scrollIntoView({behavior: 'smooth', block: 'start'}); ev.preventDefault(); }
 });
 """
-
-
-def _e(x: Any) -> str:
-    return html.escape(str(x), quote=True)
 
 
 def _shape(s: Any) -> str:
@@ -110,11 +108,7 @@ def render_html(
 
 
 def _page(title: str, body: str) -> str:
-    return (
-        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-        f"<meta name='viewport' content='width=device-width, initial-scale=1'><title>{_e(title)}</title>"
-        f"<style>{_CSS}</style></head><body><h1>{_e(title)}</h1>\n{body}\n<script>{_JS}</script></body></html>\n"
-    )
+    return _markup_page(title, body, style=_CSS, script=_JS)
 
 
 def render_report_body(
@@ -143,7 +137,7 @@ def render_report_body(
         out.append("<p class='note'>No traces.</p>")
     out.append(_overview(by_name))
     if decisions:
-        out.append(_decisions_table(decisions))
+        out.append("<h2>Decisions</h2>" + decisions_table(decisions))
     for i, (name, ranks) in enumerate(by_name.items()):
         out.append(_bundle_section(i, name, ranks, use_svg))
     if diff and len(by_name) > 1:
@@ -177,12 +171,6 @@ def _overview(by_name: Mapping[str, list[TraceBundle]]) -> str:
         + "</table><p class='note'>Peak memory is thunder's estimate from the trace "
         "(<code>get_alloc_memory</code>), per rank.</p>"
     )
-
-
-def _decisions_table(decisions: Sequence[Mapping[str, Any]]) -> str:
-    cols = ["target", "case", "action", "reason"]
-    rows = "".join("<tr>" + "".join(f"<td>{_e(d.get(c, ''))}</td>" for c in cols) + "</tr>" for d in decisions)
-    return "<h2>Decisions</h2><table><tr>" + "".join(f"<th>{c}</th>" for c in cols) + f"</tr>{rows}</table>"
 
 
 def _bundle_section(i: int, name: str, ranks: list[TraceBundle], use_svg: bool) -> str:
