@@ -6,6 +6,8 @@ Both sides start from the same live thunder trace in the same rank process, in o
 * baseline: ``thunder.examine.make_trace_dot(trace)`` -> ``dot -Tsvg`` on its source, stopped at ``--cap``
   seconds (it can take far longer; the result is then reported as "> cap").
 
+It also times ``load()`` of the saved trace file (every field checked) beside plain ``json.loads`` of the same bytes.
+
 Run: ``.venv/bin/python bench/render.py [--cap 300] [--out DIR] [--trace backward|forward]``. Needs the Graphviz
 ``dot`` binary. Writes PNGs of the collapsed view and of one expanded block to ``--out`` to look at.
 """
@@ -40,7 +42,8 @@ def _train_step_and_bench(rank: int, world_size: int, cap: float, out_dir: str, 
         return None
     from thunder.examine import make_trace_dot
 
-    from thunderviz.core.traces import capture
+    from thunderviz.core.capture import capture
+    from thunderviz.core.trace_file import load, save
     from thunderviz.render.graph import graph_view, render_dot
 
     traces = thunder.last_backward_traces(jm) if which == "backward" else thunder.last_traces(jm)
@@ -61,6 +64,14 @@ def _train_step_and_bench(rank: int, world_size: int, cap: float, out_dir: str, 
     t = time.perf_counter()
     capture(jm, "TinyGPT-fsdp", stages=False)
     res["ours_capture_again"] = time.perf_counter() - t  # without first-call imports
+
+    # --- the file: load() checks every field; beside it, plain json.loads of the same bytes (best of 5 each).
+    import json
+
+    path = save(capture(jm, "TinyGPT-fsdp", stages=True), os.path.join(out_dir, "traces-rank0.json"))
+    res["file_bytes"] = path.stat().st_size
+    res["file_load"] = min(_seconds(lambda: load(path)) for _ in range(5))
+    res["file_json"] = min(_seconds(lambda: json.loads(path.read_bytes())) for _ in range(5))
     with open(os.path.join(out_dir, f"{which}_collapsed.png"), "wb") as f:
         f.write(render_dot(view.dot, "png"))
     with open(os.path.join(out_dir, f"{which}_collapsed.svg"), "wb") as f:
@@ -88,6 +99,12 @@ def _train_step_and_bench(rank: int, world_size: int, cap: float, out_dir: str, 
     return res
 
 
+def _seconds(fn: Any) -> float:
+    t = time.perf_counter()
+    fn()
+    return time.perf_counter() - t
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cap", type=float, default=300.0, help="seconds to let `dot` lay out make_trace_dot's graph")
@@ -113,6 +130,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{r['base_dot_lines']} DOT lines)")
     print(f"  ratio baseline / thunderviz: {'> ' if capped else ''}{ratio:.0f}x")
     print(f"  expanding {r['expand_block']}: {r['expand_s']:.3f} s to DOT + PNG ({r['expand_nodes']} nodes)")
+    print(f"  trace file with every stage ({r['file_bytes'] / 2**20:.1f} MiB): load() with every field checked "
+          f"{r['file_load'] * 1000:.0f} ms vs json.loads {r['file_json'] * 1000:.0f} ms "
+          f"({r['file_load'] / r['file_json']:.1f}x)")
     print(f"  pictures in {args.out}")
     return 0
 

@@ -9,7 +9,7 @@ JupyterLab), timed from ``render()`` to the SVG in the page, for the first widge
 compiled in a worker) and for later ones, plus an expansion. The JupyterLab number "cell end -> graph visible" is
 printed by tests/browser/test_jupyterlab.py. Numbers are reported, not asserted.
 
-``--traces DIR`` reuses files from ``python -m tests.widgets.gpt_traces DIR`` (otherwise it runs the 2 ranks,
+``--traces DIR`` reuses files from ``python -m tests.helpers.gpt_traces DIR`` (otherwise it runs the 2 ranks,
 about two minutes on 2 CPU cores).
 """
 
@@ -77,14 +77,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
 
-    from tests.widgets.gpt_traces import write_gpt_traces
+    from tests.helpers.gpt_traces import write_gpt_traces
 
     if args.traces:
         files = {k: [str(Path(args.traces) / f"{k}-rank{r}.json") for r in range(2)] for k in ("fsdp", "ddp")}
     else:
         files = write_gpt_traces(tempfile.mkdtemp(prefix="thunderviz-bench-"))
 
-    from thunderviz.core.traces import load
+    from thunderviz.core.trace_file import load
     from thunderviz.notebook.compare import compare
     from thunderviz.notebook.widgets import TraceView
     from thunderviz.render.graph import dot_available

@@ -25,7 +25,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from tests.widgets.gpt_traces import decisions_for, gpt_trace_files
+from tests.helpers.gpt_traces import decisions_for, gpt_trace_files
 
 CHROMIUM = "/usr/bin/chromium"
 HERE = Path(__file__).parent
@@ -295,7 +295,7 @@ def test_compare_summary_and_diff_marks(lab: Lab) -> None:
 
 
 def test_markup_from_user_code_stays_text(lab: Lab) -> None:
-    from tests.unit.trace_fixtures import EVIL
+    from tests.helpers.trace_fixtures import EVIL
 
     root = lab.page.locator(".tv-root[data-mode=trace]").nth(1)
     root.scroll_into_view_if_needed()

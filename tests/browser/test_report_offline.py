@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from tests.unit import trace_fixtures as tf
+from tests.helpers import trace_fixtures as tf
 from thunderviz.render.graph import dot_available
 from thunderviz.render.html import render_html
 

@@ -8,7 +8,7 @@ import pytest
 from nbclient import NotebookClient
 from nbconvert import HTMLExporter
 
-from tests.distributed.trace_scenarios import two_rank_run
+from tests.helpers.trace_scenarios import two_rank_run
 from thunderviz.render.graph import dot_available
 
 pytestmark = pytest.mark.timeout(300)

@@ -1,13 +1,14 @@
 """The trace widgets from plain Python: real traces in, synced state out, no browser.
 
-Traces are real: a 2-rank thunder FSDP and DDP run of a 1-block GPT (``tests.distributed.trace_scenarios``,
-shared with the trace-model tests) and single-process jitted models (``tests.unit.trace_fixtures``), including
+Traces are real: a 2-rank thunder FSDP and DDP run of a 1-block GPT (``tests.helpers.trace_scenarios``,
+shared with the trace-model tests) and single-process jitted models (``tests.helpers.trace_fixtures``), including
 one whose source line and name carry markup. The comm is the real ``comm`` package's base class with
 ``publish_msg`` recording what would go over the wire: the transport seam, not a mock of the widget.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -16,11 +17,11 @@ from typing import Any
 import pytest
 import traitlets
 
-from tests.distributed.trace_scenarios import two_rank_run
-from tests.unit import trace_fixtures as tf
+from tests.helpers.trace_scenarios import two_rank_run
+from tests.helpers import trace_fixtures as tf
 from thunderviz.core.collectives import ledger_from_bundle
 from thunderviz.core.diff import diff_traces
-from thunderviz.core.traces import TraceBundle
+from thunderviz.core.trace_model import TraceBundle
 from thunderviz.notebook import viewdata as vd
 from thunderviz.notebook.compare import compare
 from thunderviz.notebook.widgets import CompareView, RankStatus, TraceView
@@ -200,7 +201,7 @@ def test_forward_op_details_have_source_line() -> None:
 
 def test_ledger_panel_shows_cross_rank_mismatch(fsdp: list[TraceBundle], ddp: list[TraceBundle]) -> None:
     # Rank 1 ran DDP while rank 0 ran FSDP: real traces, really different collectives.
-    r1 = TraceBundle.from_dict({**ddp[1].to_dict(), "name": fsdp[0].name})
+    r1 = dataclasses.replace(ddp[1], name=fsdp[0].name)
     w = TraceView([fsdp[0], r1])
     led = w.panels["ledger"]
     assert len(led["mismatches"]) == 1 and "Ranks 0 and 1 disagree at collective 1" in led["mismatches"][0]

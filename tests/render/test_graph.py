@@ -1,4 +1,4 @@
-"""Graph and HTML rendering on real traces: readable defaults, expansion, metadata, escaping, CLI."""
+"""DOT for real traces: readable defaults, expansion, metadata, collectives set apart, escaping."""
 
 from __future__ import annotations
 
@@ -7,12 +7,10 @@ import re
 
 import pytest
 
-from tests.unit import trace_fixtures as tf
-from thunderviz.cli import main
-from thunderviz.core.module_paths import assign_modules
-from thunderviz.core.traces import TraceBundle, load, save
-from thunderviz.render.graph import dot_available, dot_escape, graph_view, short_op_name, to_dot, to_svg
-from thunderviz.render.html import Report, render_html
+from tests.helpers import trace_fixtures as tf
+from tests.helpers.trace_fixtures import hostile_bundle
+from tests.helpers.trace_scenarios import two_rank_run
+from thunderviz.render.graph import dot_available, dot_escape, format_bytes, graph_view, short_op_name, to_dot, to_svg
 
 EVIL = tf.EVIL
 needs_dot = pytest.mark.skipif(not dot_available(), reason="Graphviz `dot` binary not installed")
@@ -73,25 +71,26 @@ def test_short_op_names(raw, short):
     assert short_op_name(raw) == short
 
 
-def test_dot_escape_neutralises_quotes_backslashes_and_newlines():
+def test_dot_escape_neutralises_quotes_backslashes_newlines_and_control_characters():
     assert dot_escape('a"b\\N\nc') == 'a\\"b\\\\N\\nc'
+    assert dot_escape("x\r\x00\x1b[31my\tz") == "x[31my\tz"
 
 
-def _hostile_bundle(tmp_path) -> TraceBundle:
-    """A real capture saved to a file, then the file edited so its module is named like markup.
+@pytest.mark.parametrize("n, text", [(None, "n/a"), (0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"),
+                                     (793_088, "774.5 KiB"), (3 * 2**30, "3.0 GiB"), (2**200, f"{2**160}.0 TiB")])
+def test_format_bytes_is_exact_for_any_size(n, text):
+    assert format_bytes(n) == text
 
-    thunder 0.2.6 itself cannot jit a module with such a name (its prologue puts the raw name into a Python
-    identifier and fails with SyntaxError), but a trace file is input from elsewhere and may say anything.
-    """
-    b = tf.evil().bundle
-    path = save(b, tmp_path / "evil.json")
-    doc = json.loads(path.read_text())
-    for snap in [doc["bundles"][0]["forward"], doc["bundles"][0]["backward"]]:
-        snap["param_names"] = {k: v.replace("proj", EVIL) for k, v in snap["param_names"].items()}
-    path.write_text(json.dumps(doc))
-    (loaded,) = load(path)
-    assign_modules(loaded.forward, loaded.backward)
-    return loaded
+
+def test_fsdp_graph_sets_collectives_apart_in_each_block():
+    ranks = two_rank_run()
+    view = graph_view(ranks[0].fsdp.forward)
+    coll_nodes = [k for k, m in view.nodes.items() if m["kind"] == "collectives"]
+    assert {view.nodes[k]["group"] for k in coll_nodes} == {g.name for g in view.groups if g.collectives}
+    assert sum(len(view.nodes[k]["ops"]) for k in coll_nodes) == 2 * len(ranks[0].param_names)
+    assert re.search(r'g\d+c \[id="g\d+c", label="\d+\u00d7 all_gather\\n\d+\u00d7 wait', view.dot)
+    assert "shape=hexagon" in view.dot
+    assert all(view.node_of[op.index] == f"{g.id}c" for g in view.groups for op in g.ops if op.collective)
 
 
 def test_thunder_cannot_jit_a_module_named_like_markup():
@@ -106,7 +105,7 @@ def test_thunder_cannot_jit_a_module_named_like_markup():
 
 
 def test_markup_in_user_code_is_text_in_dot(tmp_path):
-    b = _hostile_bundle(tmp_path)
+    b = hostile_bundle(tmp_path)
     assert {g.name for g in graph_view(b.forward).groups} == {EVIL}
     for expand in (None, {EVIL}):
         dot = to_dot(b.forward, expand=expand, title=b.name)
@@ -118,50 +117,7 @@ def test_markup_in_user_code_is_text_in_dot(tmp_path):
 
 @needs_dot
 def test_markup_in_user_code_is_escaped_in_svg(tmp_path):
-    b = _hostile_bundle(tmp_path)
+    b = hostile_bundle(tmp_path)
     svg = to_svg(to_dot(b.forward, expand={EVIL}, title=b.name))
     assert "<script" not in svg
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in svg
-
-
-@pytest.mark.parametrize("svg", [pytest.param(True, marks=needs_dot), False])
-def test_markup_in_user_code_is_escaped_in_html(tmp_path, svg):
-    b = _hostile_bundle(tmp_path)
-    decisions = [{"target": EVIL, "case": "1", "action": "jit", "reason": "</td><script>x()</script>"}]
-    page = render_html([b], decisions=decisions, svg=svg)
-    assert "<script>alert" not in page and "<script>x()" not in page
-    assert page.count("<script") == 1  # ours, at the end
-    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
-    assert "&lt;/td&gt;&lt;script&gt;x()&lt;/script&gt;" in page
-    assert "# &lt;script&gt;alert(1)&lt;/script&gt; &quot;quoted&quot;" in page  # the recorded source line
-
-
-@pytest.mark.parametrize("svg", [pytest.param(True, marks=needs_dot), False])
-def test_html_is_self_contained(svg):
-    page = render_html([tf.gpt().bundle, tf.function().bundle], svg=svg)
-    assert page.startswith("<!DOCTYPE html>")
-    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
-    assert "<link" not in page and "@import" not in page
-    assert ("<svg" in page) is svg
-    assert "tiny-gpt" in page and "_mlp_loss" in page and "blocks.1" in page
-    assert "Differences between jitted objects" in page  # two objects: a diff section
-
-
-def test_report_repr_html_is_a_fragment():
-    r = Report([tf.gpt().bundle], svg=False)
-    frag = r._repr_html_()
-    assert "<html" not in frag and "Overview" in frag and "tiny-gpt" in frag
-
-
-def test_cli_render_writes_a_report_and_reports_bad_input(tmp_path, capsys):
-    path = save(tf.gpt().bundle, tmp_path / "rank0.json")
-    out = tmp_path / "sub" / "report.html"
-    assert main(["render", str(path), "--out", str(out), "--no-svg"]) == 0
-    assert "tiny-gpt" in out.read_text() and "wrote" in capsys.readouterr().out
-    bad = tmp_path / "bad.json"
-    bad.write_text("[]")
-    assert main(["render", str(bad), "--out", str(tmp_path / "x.html")]) == 1
-    err = capsys.readouterr().err
-    assert "thunderviz render:" in err and "bad.json" in err and "thunderviz.core.traces.save" in err
-    with pytest.raises(SystemExit):
-        main(["render"])  # argparse: TRACES is required
