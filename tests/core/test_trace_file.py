@@ -93,6 +93,7 @@ FIELD_ERRORS = [
     ("bundles", {}, "bundles", "expected a list, found an object with 0 keys"),
     ("version", 99, "version", "trace format version 99"),
     ("version", "1", "version", "version of another type"),
+    ("version", True, "version", "version of another type"),
 ]
 
 

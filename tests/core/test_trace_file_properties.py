@@ -286,7 +286,7 @@ def op_level_edit(draw: st.DrawFn, doc: Any) -> None:
         op["index"] = n
     edges = []
     for e in snap["edges"]:
-        if isinstance(e, list) and len(e) == 3 and e[0] in new_of and e[1] in new_of:
+        if isinstance(e, list) and len(e) == 3 and all(type(x) is int and x in new_of for x in e[:2]):
             edges.append([new_of[e[0]], new_of[e[1]], e[2]])
     snap["edges"] = edges
 

@@ -118,7 +118,9 @@ class Mismatch:
         return self.message
 
 
-def ledger_from_bundle(source: Union[TraceBundle, TraceSnapshot, Iterable[TraceSnapshot]], rank: int | None = None) -> Ledger:
+def ledger_from_bundle(
+    source: Union[TraceBundle, TraceSnapshot, Iterable[TraceSnapshot]], rank: int | None = None
+) -> Ledger:
     """Build a rank's ledger from its bundle (forward then backward), one snapshot, or several snapshots."""
     if isinstance(source, TraceBundle):
         snaps = list(source.traces().values())
@@ -130,7 +132,9 @@ def ledger_from_bundle(source: Union[TraceBundle, TraceSnapshot, Iterable[TraceS
         snaps, name = list(source), ""
         for s in snaps:
             if not isinstance(s, TraceSnapshot):
-                raise TypeError(f"ledger_from_bundle: expected a TraceBundle or TraceSnapshot(s), got {type(s).__name__}")
+                raise TypeError(
+                    f"ledger_from_bundle: expected a TraceBundle or TraceSnapshot(s), got {type(s).__name__}"
+                )
     grads = source.gradient_params() if isinstance(source, TraceBundle) else {}
     ledger = Ledger(rank=0 if rank is None else rank, name=name)
     for snap in snaps:

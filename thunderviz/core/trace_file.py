@@ -17,7 +17,10 @@ the error also carries ``file`` and ``field`` attributes. Unknown fields are ign
 thunderviz that only added fields still opens.
 
 The dict form (``bundle_to_dict``/``bundle_from_dict``) is also how bundles travel as plain data between
-processes; it lists each field once, for both directions.
+processes; it lists each field once, for both directions. To add a field: give it a default in
+``trace_model``, write it in the ``*_to_dict`` function and read it with an ``opt_*`` accessor in the matching
+``*_from`` function, so files without it still load; bump ``FORMAT_VERSION`` only when an older reader would
+misread the new files.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from thunderviz.core.trace_model import (
     TraceBundle,
     TraceSnapshot,
 )
-from thunderviz.core.validate import Invalid, Limits, Node, parse_json
+from thunderviz.core.validate import Invalid, Limits, Node, TooLarge, WrongVersion, check_envelope, read_json_file
 from thunderviz.errors import TraceFormatError
 
 __all__ = [
@@ -266,28 +269,22 @@ def load(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> list[
     where = os.fsdecode(path)
     cap = _max_bytes_default() if max_bytes is None else max_bytes
     try:
-        with open(where, "rb") as f:
-            data = f.read(cap + 1)
-    except (OSError, ValueError, TypeError) as e:
-        raise _error(where, "", f"cannot read the file ({getattr(e, 'strerror', None) or e})") from e
-    if len(data) > cap:
-        raise _error(where, "", f"the file is larger than the limit of {cap:,} bytes",
-                     f"if you trust it, pass load(..., max_bytes=N) or set {MAX_FILE_BYTES_ENV}=N")
-    try:
-        doc = Node(parse_json(data, dataclasses.replace(_LIMITS, max_bytes=cap)))
-        fmt = doc.value.get("format") if isinstance(doc.value, dict) else None
-        if fmt != FORMAT_NAME:
-            raise _error(where, "", f'JSON without "format": "{FORMAT_NAME}"')
-        version = doc.value.get("version")
-        if version != FORMAT_VERSION or isinstance(version, bool):
-            shown = repr(version) if isinstance(version, (int, type(None))) else "of another type"
-            raise _error(where, "version", f"trace format version {shown[:40]}, this thunderviz reads version "
-                                           f"{FORMAT_VERSION}", "capture the traces again with this version, or "
-                                           "open them with the thunderviz that wrote them")  # fmt: skip
+        try:
+            doc = read_json_file(where, dataclasses.replace(_LIMITS, max_bytes=cap))
+        except Invalid:
+            raise
+        except (OSError, ValueError) as e:  # ValueError: a path with a NUL byte
+            raise _error(where, "", f"cannot read the file ({getattr(e, 'strerror', None) or e})") from e
+        check_envelope(doc, FORMAT_NAME, FORMAT_VERSION)
         budget = _Budget(MAX_OPS)
         return [_bundle_from(b, budget) for b in doc.req_list("bundles")]
+    except TooLarge as e:
+        fix = f"if you trust it, pass load(..., max_bytes=N) or set {MAX_FILE_BYTES_ENV}=N"
+        raise _error(where, "", e.problem, fix) from None
+    except WrongVersion as e:
+        raise _error(where, e.path, f"trace {e.problem}", "capture the traces again with this version, or open them "
+                                                         "with the thunderviz that wrote them") from None  # fmt: skip
     except Invalid as e:
         raise _error(where, e.path, e.problem) from None
     except (MemoryError, RecursionError) as e:
         raise _error(where, "", f"too large or too deeply nested to read ({type(e).__name__})") from None
-

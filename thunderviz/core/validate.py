@@ -13,8 +13,10 @@ way. This module is the one gate:
   typed accessors (``node["field"].integer(minimum=0)``, ``node.get("field")``, ``node.items()``) that raise
   ``Invalid`` naming that location.
 
-A file format module builds its objects through ``Node`` and turns ``Invalid`` into its own exception with the file
-name (see ``thunderviz.core.trace_file``). Nothing here knows about traces.
+A file format reads its file with ``read_json_file`` (the size cap applies before anything is parsed), checks its
+header with ``check_envelope`` (``{"format": ..., "version": ...}``), builds its objects through ``Node`` and turns
+``Invalid`` into its own exception with the file name (see ``thunderviz.core.trace_file``). Nothing here knows
+about traces.
 """
 
 from __future__ import annotations
@@ -25,7 +27,17 @@ import re
 from dataclasses import dataclass
 from typing import Any, Collection, NoReturn
 
-__all__ = ["DEFAULT_LIMITS", "Invalid", "Limits", "Node", "parse_json"]
+__all__ = [
+    "DEFAULT_LIMITS",
+    "Invalid",
+    "Limits",
+    "Node",
+    "TooLarge",
+    "WrongVersion",
+    "check_envelope",
+    "parse_json",
+    "read_json_file",
+]
 
 
 @dataclass(frozen=True)
@@ -57,6 +69,18 @@ class Invalid(ValueError):
         super().__init__(f"{path or 'the document'}: {problem}")
         self.path = path
         self.problem = problem
+
+
+class TooLarge(Invalid):
+    """The document is over ``Limits.max_bytes`` (a caller may say how to raise the cap)."""
+
+
+class WrongVersion(Invalid):
+    """The document is of this format but another version; ``found`` is what it says (any JSON value)."""
+
+    def __init__(self, path: str, problem: str, found: Any) -> None:
+        super().__init__(path, problem)
+        self.found = found
 
 
 def _describe(value: Any) -> str:
@@ -108,12 +132,39 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def read_json_file(path: str, limits: Limits = DEFAULT_LIMITS) -> Node:
+    """Read and parse a JSON file within ``limits`` (never more than ``max_bytes + 1`` bytes are read).
+
+    Raises:
+        OSError: the file cannot be read (missing, a directory, no permission).
+        TooLarge: it is over ``limits.max_bytes``.
+        Invalid: its content breaks a rule of ``parse_json``.
+    """
+    with open(path, "rb") as f:
+        data = f.read(limits.max_bytes + 1)
+    return Node(parse_json(data, limits))
+
+
+def check_envelope(doc: Node, name: str, version: int) -> None:
+    """Check ``{"format": name, "version": version, ...}``, the header every thunderviz file starts with.
+
+    Raises:
+        Invalid: not an object, or another ``format`` (the file is something else).
+        WrongVersion: this format, another version.
+    """
+    d = doc.value
+    if type(d) is not dict or d.get("format") != name:
+        raise Invalid("", f'JSON without "format": "{name}"')
+    found = d.get("version")
+    if type(found) is not int or found != version:
+        shown = repr(found) if type(found) in (int, type(None)) else "of another type"
+        raise WrongVersion("version", f"format version {shown[:40]}, this thunderviz reads version {version}", found)
+
+
 def parse_json(data: bytes | str, limits: Limits = DEFAULT_LIMITS) -> Any:
     """Parse a JSON document within ``limits``; every failure is ``Invalid``."""
     if len(data) > limits.max_bytes:
-        raise Invalid(
-            "", f"{len(data):,} bytes is over the limit of {limits.max_bytes:,} bytes (raise it if the file is trusted)"
-        )
+        raise TooLarge("", f"the file is larger than the limit of {limits.max_bytes:,} bytes")
     if isinstance(data, bytes):
         try:
             text = data.decode("utf-8")

@@ -80,7 +80,8 @@ class GraphView:
 
 
 def short_op_name(op: str) -> str:
-    """``torch_all_gather_prim_impl`` -> ``all_gather``; ``torch.ops.aten.embedding_backward`` -> ``embedding_backward``."""
+    """``torch_all_gather_prim_impl`` -> ``all_gather``; ``torch.ops.aten.embedding_backward`` ->
+    ``embedding_backward``."""
     name = op.rsplit(".", 1)[-1] if op.startswith("torch.ops.") else op
     name = re.sub(r"^torch_(prims_)?", "", name)
     return re.sub(r"(_prim)?_impl$", "", name)
@@ -273,7 +274,7 @@ def _op_meta(op: OpRecord, g: Group, pn: dict[str, str]) -> dict[str, Any]:
     return {
         "kind": "collective" if op.is_collective else "wait" if op.is_wait else "op",
         "index": op.index, "op": op.op, "group": g.name, "module": op.module, "python": op.python,
-        "source": None if op.source is None else {"file": op.source.file, "line": op.source.line, "code": op.source.code},
+        "source": None if (src := op.source) is None else {"file": src.file, "line": src.line, "code": src.code},
         "inputs": [_tensor_meta(t, pn) for t in op.inputs], "outputs": [_tensor_meta(t, pn) for t in op.outputs],
     }  # fmt: skip
 

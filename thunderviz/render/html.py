@@ -159,7 +159,8 @@ def _overview(by_name: Mapping[str, list[TraceBundle]]) -> str:
             coll = ", ".join(f"{n} {k}" for k, n in counts.items()) or "none"
             rows.append(
                 f"<tr><td>{_e(name)}</td><td class='num'>{b.rank}</td><td class='num'>{b.world_size}</td>"
-                f"<td class='num'>{len(b.forward)}</td><td class='num'>{'' if b.backward is None else len(b.backward)}</td>"
+                f"<td class='num'>{len(b.forward)}</td>"
+                f"<td class='num'>{'' if b.backward is None else len(b.backward)}</td>"
                 f"<td class='num'>{format_bytes(b.forward.peak_memory_bytes)}</td>"
                 f"<td class='num'>{'' if b.backward is None else format_bytes(b.backward.peak_memory_bytes)}</td>"
                 f"<td>{_e(coll)}</td></tr>"
@@ -210,7 +211,8 @@ def _agreement(ledgers: Mapping[int, Ledger]) -> str:
     mism = find_mismatches(ledgers)
     if not mism:
         n = len(next(iter(ledgers.values())).collectives())
-        return f"<p class='ok'>Ranks {', '.join(map(str, sorted(ledgers)))} issue the same {n} collectives in the same order.</p>"
+        ranks = ", ".join(map(str, sorted(ledgers)))
+        return f"<p class='ok'>Ranks {ranks} issue the same {n} collectives in the same order.</p>"
     return "".join(f"<p class='bad'>{_e(m.message)}</p>" for m in mism)
 
 
@@ -238,7 +240,8 @@ def _group_details(prefix: str, g: Group, snap: TraceSnapshot) -> str:
         ins = ", ".join(pn.get(t.name, t.name) for t in op.inputs)
         src = "" if op.source is None else f"{op.source.short()}: {op.source.code}"
         rows.append(
-            f"<tr{cls}><td class='num'>{op.index}</td><td class='mono' title='{_e(op.python)}'>{_e(short_op_name(op.op))}"
+            f"<tr{cls}><td class='num'>{op.index}</td>"
+            f"<td class='mono' title='{_e(op.python)}'>{_e(short_op_name(op.op))}"
             f"</td><td class='mono'>{_e(outs)}</td><td class='mono'>{_e(ins)}</td><td>{_e(op.module or '')}</td>"
             f"<td class='mono'>{_e(src)}</td></tr>"
         )
@@ -270,7 +273,8 @@ def _ledger_table(ledger: Ledger) -> str:
         cls = " class='wait'" if e.kind == "wait" else " class='coll'"
         rows.append(
             f"<tr{cls}><td class='num'>{e.position}</td><td>{_e(e.trace)}</td><td>{_e(e.kind)}</td>"
-            f"<td class='mono'>{_e(e.tensor)}</td><td class='mono'>{_e(_shape(e.shape))}</td><td>{_e(e.dtype or '')}</td>"
+            f"<td class='mono'>{_e(e.tensor)}</td><td class='mono'>{_e(_shape(e.shape))}</td>"
+            f"<td>{_e(e.dtype or '')}</td>"
             f"<td class='num'>{format_bytes(e.bytes) if e.bytes is not None else ''}</td>"
             f"<td class='num'>{'' if e.group_size is None else e.group_size}</td>"
             f"<td class='num'>{'' if e.distance is None else e.distance}</td></tr>"
