@@ -188,3 +188,13 @@ def test_unknown_fields_are_ignored(tmp_path):
 def test_save_rejects_non_bundles(tmp_path):
     with pytest.raises(TypeError, match="TraceBundle"):
         save([{"name": "x"}], tmp_path / "x.json")
+
+
+def test_the_dict_form_takes_what_python_hands_it():
+    """Bundles sent between processes as dicts hold Python values, e.g. torch's version string (a str subclass)."""
+    import torch
+
+    d = bundle_to_dict(tf.function().bundle)
+    assert bundle_from_dict({**d, "versions": {"torch": torch.__version__}}).versions == {"torch": torch.__version__}
+    with pytest.raises(Invalid, match=r"^rank: expected an integer, found true$"):
+        bundle_from_dict({**d, "rank": True})

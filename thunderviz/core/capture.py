@@ -85,7 +85,7 @@ def capture(obj: Any, name: str | None = None, *, rank: int | None = None, stage
     return TraceBundle(
         name=name or default_name, rank=_dist_rank() if rank is None else rank, world_size=_dist_world_size(),
         forward=forward, backward=backward, stages=stage_snaps,
-        versions={"thunder": getattr(thunder, "__version__", "?"), "torch": torch.__version__},
+        versions={"thunder": str(getattr(thunder, "__version__", "?")), "torch": str(torch.__version__)},
     )  # fmt: skip
 
 

@@ -246,6 +246,12 @@ def _check_str(s: str, limits: Limits, where: Any) -> None:
 _MISSING = object()
 
 
+def _int_within(v: Any, minimum: int | None, maximum: int | None) -> bool:
+    """The common, valid case of an integer field, checked without making a node."""
+    return (isinstance(v, int) and not isinstance(v, bool) and (minimum is None or v >= minimum)
+            and (maximum is None or v <= maximum))  # fmt: skip
+
+
 class Node:
     """One JSON value and where it sits in the document; the typed accessors raise ``Invalid`` naming the place.
 
@@ -277,13 +283,13 @@ class Node:
     # ------------------------------------------------------------------ the value itself
 
     def obj(self) -> dict[str, Any]:
-        if type(self.value) is not dict:
+        if not isinstance(self.value, dict):
             self._expect("an object")
         return self.value
 
     def items(self, *, max_len: int | None = None) -> list[Node]:
         """The elements of a list."""
-        if type(self.value) is not list:
+        if not isinstance(self.value, list):
             self._expect("a list")
         if max_len is not None and len(self.value) > max_len:
             self.fail(f"a list of {len(self.value):,} is longer than the limit of {max_len:,}")
@@ -296,7 +302,7 @@ class Node:
 
     def string(self, *, max_len: int | None = None, choices: Collection[str] | None = None) -> str:
         v = self.value
-        if type(v) is not str:
+        if not isinstance(v, str):
             self._expect("a string")
         if max_len is not None and len(v) > max_len:
             self.fail(f"a string of {len(v):,} characters is longer than the limit of {max_len:,}")
@@ -307,7 +313,7 @@ class Node:
     def integer(self, *, minimum: int | None = None, maximum: int | None = None) -> int:
         """An integer (``true``/``false`` and ``3.0`` are refused: they are not what a writer meant)."""
         v = self.value
-        if type(v) is not int:
+        if not isinstance(v, int) or isinstance(v, bool):
             self._expect("an integer")
         if minimum is not None and v < minimum:
             self.fail(f"{_describe(v)} is below the minimum of {minimum}")
@@ -316,14 +322,14 @@ class Node:
         return v
 
     def boolean(self) -> bool:
-        if type(self.value) is not bool:
+        if not isinstance(self.value, bool):
             self._expect("true or false")
         return self.value
 
     def str_map(self, *, max_len: int | None = None) -> dict[str, str]:
         """An object whose values are all strings."""
         d = self.obj()
-        if all(type(v) is str and (max_len is None or len(v) <= max_len) for v in d.values()):
+        if all(isinstance(v, str) and (max_len is None or len(v) <= max_len) for v in d.values()):
             return dict(d)
         return {k: v.string(max_len=max_len) for k, v in self.entries()}
 
@@ -353,7 +359,7 @@ class Node:
     def req_str(self, key: str, *, max_len: int | None = None, choices: Collection[str] | None = None) -> str:
         """A required string field."""
         v = self.obj().get(key, _MISSING)
-        if type(v) is str and (max_len is None or len(v) <= max_len) and (choices is None or v in choices):
+        if isinstance(v, str) and (max_len is None or len(v) <= max_len) and (choices is None or v in choices):
             return v
         return self[key].string(max_len=max_len, choices=choices)
 
@@ -362,7 +368,7 @@ class Node:
         v = self.obj().get(key)
         if v is None:
             return None
-        if type(v) is str and (max_len is None or len(v) <= max_len) and (choices is None or v in choices):
+        if isinstance(v, str) and (max_len is None or len(v) <= max_len) and (choices is None or v in choices):
             return v
         return self._child(v, key).string(max_len=max_len, choices=choices)
 
@@ -376,13 +382,13 @@ class Node:
     def req_int(self, key: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
         """A required integer field."""
         v = self.obj().get(key, _MISSING)
-        if type(v) is int and (minimum is None or v >= minimum) and (maximum is None or v <= maximum):
+        if _int_within(v, minimum, maximum):
             return v
         return self[key].integer(minimum=minimum, maximum=maximum)
 
     def opt_int(self, key: str, *, minimum: int | None = None, maximum: int | None = None) -> int | None:
         """An optional integer field: None when absent or null."""
         v = self.obj().get(key)
-        if v is None or (type(v) is int and (minimum is None or v >= minimum) and (maximum is None or v <= maximum)):
+        if v is None or _int_within(v, minimum, maximum):
             return v
         return self._child(v, key).integer(minimum=minimum, maximum=maximum)
