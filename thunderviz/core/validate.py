@@ -35,6 +35,7 @@ __all__ = [
     "TooLarge",
     "WrongVersion",
     "check_envelope",
+    "int_within",
     "parse_json",
     "read_json_file",
 ]
@@ -206,34 +207,72 @@ def _path_of(where: Any) -> str:
 
 
 def _check_shape(root: Any, limits: Limits) -> None:
-    """Depth, string sizes, integer range and value count, walked without recursion."""
+    """Depth, string sizes and encodability, integer range and value count, walked without recursion.
+
+    The walk keeps no locations (most documents are fine); when it finds a problem, ``_locate`` walks again
+    to name the place.
+    """
+    stack: list[tuple[Any, int]] = [(root, 1)]
+    pop, push = stack.pop, stack.append
+    seen = 1
+    max_depth, max_str, max_int, max_values = limits.max_depth, limits.max_str, limits.max_int, limits.max_values
+    while stack:
+        value, depth = pop()
+        t = type(value)
+        if t is str:
+            if len(value) > max_str or not (value.isascii() or _encodable(value)):
+                _locate(root, limits)
+        elif t is list or t is dict:
+            if depth > max_depth:
+                _locate(root, limits)
+            seen += len(value)
+            if seen > max_values:
+                raise Invalid("", f"more than {max_values:,} values")
+            d = depth + 1
+            if t is list:
+                stack.extend([(v, d) for v in value])
+            else:
+                for k, v in value.items():
+                    if len(k) > max_str or not (k.isascii() or _encodable(k)):
+                        _locate(root, limits)
+                    push((v, d))
+        elif t is int and (value > max_int or value < -max_int):
+            _locate(root, limits)
+
+
+def _encodable(s: str) -> bool:
+    """False for a string Python holds but UTF-8 cannot write (a lone surrogate from a ``\\ud800`` escape)."""
+    try:
+        s.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def _locate(root: Any, limits: Limits) -> None:
+    """The slow walk: the same rules, with locations; raises ``Invalid`` at the first problem, if there is one."""
     stack: list[tuple[Any, int, Any]] = [(root, 1, None)]
-    seen = 0
-    max_depth, max_str, max_int = limits.max_depth, limits.max_str, limits.max_int
     while stack:
         value, depth, where = stack.pop()
-        seen += 1
-        if seen > limits.max_values:
-            raise Invalid("", f"more than {limits.max_values:,} values")
         t = type(value)
         if t is list or t is dict:
-            if depth > max_depth:
-                raise Invalid(_path_of(where), f"nested deeper than {max_depth} levels")
+            if depth > limits.max_depth:
+                raise Invalid(_path_of(where), f"nested deeper than {limits.max_depth} levels")
             if t is list:
                 stack.extend((v, depth + 1, (where, i)) for i, v in enumerate(value))
             else:
                 for k, v in value.items():
-                    if len(k) > max_str or not k.isascii():
-                        _check_str(k, limits, (where, k))
+                    _check_str(k, limits, (where, k))
                     stack.append((v, depth + 1, (where, k)))
         elif t is str:
-            if len(value) > max_str or not value.isascii():
-                _check_str(value, limits, where)
-        elif t is int and (value > max_int or value < -max_int):
+            _check_str(value, limits, where)
+        elif t is int and (value > limits.max_int or value < -limits.max_int):
             raise Invalid(_path_of(where), f"{_describe(value)} is out of range")
 
 
 def _check_str(s: str, limits: Limits, where: Any) -> None:
+    if s.isascii() and len(s) <= limits.max_str:
+        return
     if len(s) > limits.max_str:
         raise Invalid(_path_of(where), f"a string of {len(s):,} characters is over the limit of {limits.max_str:,}")
     try:
@@ -244,10 +283,12 @@ def _check_str(s: str, limits: Limits, where: Any) -> None:
 
 
 _MISSING = object()
+_new_node = object.__new__  # children are made without __init__: reading a large file makes hundreds of thousands
 
 
-def _int_within(v: Any, minimum: int | None, maximum: int | None) -> bool:
-    """The common, valid case of an integer field, checked without making a node."""
+def int_within(v: Any, minimum: int | None, maximum: int | None) -> bool:
+    """Whether ``v`` is an integer (not a bool) within bounds: the fast check a format's hot loop can use before
+    falling back to a ``Node`` to name what is wrong."""
     return (isinstance(v, int) and not isinstance(v, bool) and (minimum is None or v >= minimum)
             and (maximum is None or v <= maximum))  # fmt: skip
 
@@ -263,16 +304,18 @@ class Node:
 
     __slots__ = ("_where", "value")
 
-    def __init__(self, value: Any, path: str = "", *, _where: Any = None) -> None:
+    def __init__(self, value: Any, path: str = "") -> None:
         self.value = value
-        self._where = _where if _where is not None or not path else (None, _PathPrefix(path))
+        self._where = (None, _PathPrefix(path)) if path else None
 
     @property
     def path(self) -> str:
         return _path_of(self._where)
 
     def _child(self, value: Any, key: str | int) -> Node:
-        return Node(value, _where=(self._where, key))
+        child = _new_node(Node)
+        child.value, child._where = value, (self._where, key)
+        return child
 
     def fail(self, problem: str) -> NoReturn:
         raise Invalid(self.path, problem)
@@ -293,8 +336,18 @@ class Node:
             self._expect("a list")
         if max_len is not None and len(self.value) > max_len:
             self.fail(f"a list of {len(self.value):,} is longer than the limit of {max_len:,}")
-        where = self._where
-        return [Node(v, _where=(where, i)) for i, v in enumerate(self.value)]
+        child = self._child
+        return [child(v, i) for i, v in enumerate(self.value)]
+
+    def int_list(
+        self, *, max_len: int | None = None, minimum: int | None = None, maximum: int | None = None
+    ) -> list[int]:
+        """A list of integers within bounds (checked in one pass; nodes are made only to name a bad element)."""
+        v = self.value
+        if isinstance(v, list) and (max_len is None or len(v) <= max_len):
+            if all(int_within(x, minimum, maximum) for x in v):
+                return list(v)
+        return [x.integer(minimum=minimum, maximum=maximum) for x in self.items(max_len=max_len)]
 
     def entries(self) -> list[tuple[str, Node]]:
         """The key/value pairs of an object, in order."""
@@ -382,13 +435,13 @@ class Node:
     def req_int(self, key: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
         """A required integer field."""
         v = self.obj().get(key, _MISSING)
-        if _int_within(v, minimum, maximum):
+        if int_within(v, minimum, maximum):
             return v
         return self[key].integer(minimum=minimum, maximum=maximum)
 
     def opt_int(self, key: str, *, minimum: int | None = None, maximum: int | None = None) -> int | None:
         """An optional integer field: None when absent or null."""
         v = self.obj().get(key)
-        if v is None or _int_within(v, minimum, maximum):
+        if v is None or int_within(v, minimum, maximum):
             return v
         return self._child(v, key).integer(minimum=minimum, maximum=maximum)
