@@ -1,25 +1,45 @@
 """thunderviz: Fabric strategies that decide well when to ``thunder.jit`` and where to shard, and a notebook
 layer that shows what Thunder did on every rank.
 
-Importing the package registers the ``"thunder_fsdp"`` and ``"thunder_ddp"`` Fabric strategy names; the strategy
-classes (and thunder) load on first use. The notebook layer (IPython magics, widgets) is imported only by
-``load_ipython_extension``, so importing ``thunderviz`` in a training script never pulls in IPython.
+The public API is this module's ``__all__``; each name loads its module on first use (PEP 562 ``__getattr__``),
+so ``import thunderviz`` imports none of torch, lightning, thunder, IPython or ipywidgets: a training script, a
+rank process and ``thunderviz render FILE`` pay only for what they touch. The ``"thunder_fsdp"`` /
+``"thunder_ddp"`` Fabric strategy names are registered the moment lightning's strategy registry is imported (see
+``thunderviz.strategies.registry``), so ``Fabric(strategy="thunder_fsdp")`` works after ``import thunderviz``.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 from thunderviz.errors import (
     JitDecisionError,
     RankError,
     ThundervizError,
+    TraceCaptureError,
     TraceFormatError,
     UnsupportedThunderError,
 )
-from thunderviz.strategies.registry import register_strategy_names
+from thunderviz.strategies.registry import register_when_lightning_loads as _register_strategy_names
 
 __version__ = "0.1.0"
+
+# public name -> the module that defines it, imported on first access.
+# TODO(lead, after the issue-13 merges): point capture/save/load/TraceBundle at the split trace modules and
+# run_ranks at its new home; thunderviz.core.traces and thunderviz.launch keep these names as shims meanwhile.
+_LAZY: dict[str, str] = {
+    "ThunderDDPStrategy": "thunderviz.strategies",
+    "ThunderFSDPStrategy": "thunderviz.strategies",
+    "TraceBundle": "thunderviz.core.traces",
+    "TraceView": "thunderviz.notebook.widgets",
+    "capture": "thunderviz.core.traces",
+    "compare": "thunderviz.notebook.compare",
+    "load": "thunderviz.core.traces",
+    "render_html": "thunderviz.render.html",
+    "run_ranks": "thunderviz.launch",
+    "save": "thunderviz.core.traces",
+}
 
 __all__ = [
     "JitDecisionError",
@@ -27,27 +47,34 @@ __all__ = [
     "ThunderDDPStrategy",
     "ThunderFSDPStrategy",
     "ThundervizError",
+    "TraceBundle",
+    "TraceCaptureError",
     "TraceFormatError",
+    "TraceView",
     "UnsupportedThunderError",
+    "capture",
     "compare",
+    "load",
     "load_ipython_extension",
+    "render_html",
+    "run_ranks",
+    "save",
 ]
 
-
-register_strategy_names()
+_register_strategy_names()
 
 
 def __getattr__(name: str) -> Any:
-    # The strategies import thunder (seconds); load them when first used, not on ``import thunderviz``.
-    if name in ("ThunderDDPStrategy", "ThunderFSDPStrategy"):
-        import thunderviz.strategies
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'thunderviz' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
 
-        return getattr(thunderviz.strategies, name)
-    if name == "compare":  # a widget: IPython/ipywidgets load only when it is asked for
-        from thunderviz.notebook.compare import compare
 
-        return compare
-    raise AttributeError(f"module 'thunderviz' has no attribute {name!r}")
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
 
 
 def load_ipython_extension(ipython: Any) -> None:

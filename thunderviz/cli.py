@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 from thunderviz.errors import ThundervizError
 
@@ -18,17 +18,28 @@ __all__ = ["main"]
 
 
 def _add_render_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("traces", nargs="+", type=Path, help="trace files written by thunderviz.core.traces.save (one per rank is usual)")
-    p.add_argument("--out", "-o", type=Path, default=Path("report.html"), help="HTML file to write (default: report.html)")
+    p.add_argument(
+        "traces", nargs="+", type=Path, help="trace files written by thunderviz.save (one per rank is usual)"
+    )
+    p.add_argument(
+        "--out", "-o", type=Path, default=Path("report.html"), help="HTML file to write (default: report.html)"
+    )
     p.add_argument("--title", default=None, help="page title (default: the trace files' names)")
     svg = p.add_mutually_exclusive_group()
-    svg.add_argument("--svg", dest="svg", action="store_const", const=True, default=None,
-                     help="require inline SVG graphs (fails without the Graphviz `dot` binary)")  # fmt: skip
+    svg.add_argument(
+        "--svg",
+        dest="svg",
+        action="store_const",
+        const=True,
+        default=None,
+        help="require inline SVG graphs (fails without the Graphviz `dot` binary)",
+    )
     svg.add_argument("--no-svg", dest="svg", action="store_const", const=False, help="DOT source only, no layout")
     p.add_argument("--no-diff", dest="diff", action="store_false", help="leave out the diff between jitted objects")
 
 
 def _run_render(args: argparse.Namespace) -> int:
+    # Only the trace model, its file format and the renderer: no torch, lightning or thunder (bench/cli_start.py).
     from thunderviz.core.traces import load
     from thunderviz.render.html import render_html
 
@@ -44,10 +55,15 @@ def _run_render(args: argparse.Namespace) -> int:
 
 
 def _add_demo_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", "-o", type=Path, default=Path("demo-output"), help="folder for the report (default: demo-output)")
-    p.add_argument("--scenarios", action="store_true",
-                   help="instead of the notebook tutorial, run the seed scenarios from plain Python (no Jupyter), as a"
-                        " torchrun user would")  # fmt: skip
+    p.add_argument(
+        "--out", "-o", type=Path, default=Path("demo-output"), help="folder for the report (default: demo-output)"
+    )
+    p.add_argument(
+        "--scenarios",
+        action="store_true",
+        help="instead of the notebook tutorial, run the seed scenarios from plain Python (no Jupyter), as a"
+        " torchrun user would",
+    )
     p.add_argument("--nproc", type=int, default=2, help="ranks for --scenarios (default: 2)")
     p.add_argument("--only", default=None, metavar="NAME,...", help="with --scenarios: run only these scenarios")
 
@@ -57,31 +73,42 @@ def _run_demo(args: argparse.Namespace) -> int:
         print(f"thunderviz demo: --nproc must be at least 1, got {args.nproc}", file=sys.stderr)
         return 2
     if args.scenarios:
-        from thunderviz.demo import SEED_SCENARIOS
-        from thunderviz.demo import run_demo as run_scenarios
+        return _run_scenarios(args)
+    from nbclient.exceptions import CellExecutionError
 
-        chosen = SEED_SCENARIOS
-        if args.only:
-            wanted = [n.strip() for n in args.only.split(",") if n.strip()]
-            known = {sc.name: sc for sc in SEED_SCENARIOS}
-            unknown = [n for n in wanted if n not in known]
-            if unknown:
-                print(f"thunderviz demo: unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(known)}",
-                      file=sys.stderr)  # fmt: skip
-                return 2
-            chosen = tuple(known[n] for n in wanted)
-        run_scenarios(args.out, nproc=args.nproc, scenarios=chosen)
-        return 0
-    from thunderviz.notebook.demo import TUTORIAL, run_demo
+    from thunderviz.demos.tutorial import EXECUTED_NAME, TUTORIAL, run_tutorial
 
     print(f"thunderviz demo: running {TUTORIAL.name} headlessly on 2 CPU ranks (a real kernel, the magics, real ranks)")
-    report = run_demo(args.out)
+    try:
+        report = run_tutorial(args.out)
+    except CellExecutionError as e:
+        print(f"thunderviz demo: a tutorial cell failed; see {args.out / EXECUTED_NAME}\n{e}", file=sys.stderr)
+        return 1
     summary = report.with_suffix(".txt")
     if summary.exists():
         print(summary.read_text(encoding="utf-8"))
-    print(f"executed notebook: {report.parent / 'tutorial.executed.ipynb'}")
+    print(f"executed notebook: {report.parent / EXECUTED_NAME}")
     print(f"report: {report}")
-    print("open the tutorial yourself: .venv/bin/jupyter lab --ip=127.0.0.1 notebooks/tutorial.ipynb")
+    print(f"work through the tutorial yourself: jupyter lab --ip=127.0.0.1 {report.parent / TUTORIAL.name}")
+    return 0
+
+
+def _run_scenarios(args: argparse.Namespace) -> int:
+    from thunderviz.demos.scenarios import SEED_SCENARIOS, run_scenarios
+
+    chosen = SEED_SCENARIOS
+    if args.only:
+        wanted = [n.strip() for n in args.only.split(",") if n.strip()]
+        known = {sc.name: sc for sc in SEED_SCENARIOS}
+        unknown = [n for n in wanted if n not in known]
+        if unknown:
+            print(
+                f"thunderviz demo: unknown scenario(s) {', '.join(unknown)}; choose from {', '.join(known)}",
+                file=sys.stderr,
+            )
+            return 2
+        chosen = tuple(known[n] for n in wanted)
+    run_scenarios(args.out, nproc=args.nproc, scenarios=chosen)
     return 0
 
 

@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import uuid
 from typing import Iterator
 
 import pytest
-
-os.environ.setdefault("THUNDERVIZ_TEST_SESSION", uuid.uuid4().hex)
 
 
 @pytest.fixture(scope="module")

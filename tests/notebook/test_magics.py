@@ -39,6 +39,22 @@ def test_help_lists_the_flags(shell, capsys) -> None:
     assert "--sharding {zero2,zero3}" in capsys.readouterr().out
 
 
+def _choices(magic, flag: str) -> list[str]:
+    return next(a.choices for a in magic.parser._actions if flag in a.option_strings)
+
+
+def test_flag_choices_are_the_engines_and_the_strategys(shell) -> None:
+    from thunderviz.core.decisions import BUCKETING_STRATEGIES, SHARDING_STRATEGIES
+    from thunderviz.ranks import BACKENDS, OUTPUT_MODES
+
+    magics = _magics(shell)
+    for magic in (magics.thunder_fsdp, magics.thunder_ddp):
+        assert _choices(magic, "--backend") == list(BACKENDS)
+        assert _choices(magic, "--output") == list(OUTPUT_MODES)
+    assert [c.upper() for c in _choices(magics.thunder_fsdp, "--sharding")] == list(SHARDING_STRATEGIES)
+    assert [c.upper() for c in _choices(magics.thunder_fsdp, "--bucketing")] == list(BUCKETING_STRATEGIES)
+
+
 @pytest.mark.parametrize(
     ("line", "fragment"),
     [
@@ -63,9 +79,19 @@ def test_bad_flags_are_usage_errors_and_start_nothing(shell, line: str, fragment
 
 
 def test_fsdp_cell_streams_output_and_returns_a_report(shell, capsys) -> None:
-    report = shell.run_cell_magic("thunder_fsdp", "--nproc 2 --backend gloo --sharding zero3 --name fsdp_report",
-                                  MODEL_CELL)
+    from IPython.utils.capture import capture_output
+
+    with capture_output(stdout=False, stderr=False) as displayed:
+        report = shell.run_cell_magic("thunder_fsdp", "--nproc 2 --backend gloo --sharding zero3 --name fsdp_report",
+                                      MODEL_CELL)
     out = capsys.readouterr().out
+    # the status line: a live RankStatus widget first, then (same display id) its static picture for saved notebooks
+    first, last = displayed.outputs[0], displayed.outputs[-1]
+    assert "application/vnd.jupyter.widget-view+json" in first.data
+    assert first.data["text/plain"].startswith("RankStatus(")
+    assert last.data["text/plain"] == "ranks: 0:done  1:done"
+    assert "rank 1: done" in last.data["text/html"] and "widget-view" not in str(last.data)
+    assert "<script" not in last.data["text/html"]
     assert "[rank 0] loss" in out and "[rank 1] loss" in out
     assert isinstance(report, RunReport) and shell.user_ns["fsdp_report"] is report
     assert report.strategy == {"kind": "thunder_fsdp",

@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import os
-import uuid
 from typing import Iterator
 
 import pytest
-
-# Every process a test starts inherits this, so the last test of the suite can find leftovers of *this* run only
-# (other people's clusters on the same machine are none of our business).
-os.environ.setdefault("THUNDERVIZ_TEST_SESSION", uuid.uuid4().hex)
 
 
 class OutputLog:

@@ -16,6 +16,27 @@ from thunderviz.ranks import RankEngine
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _attach_when_both_engines_registered(cluster_id: str, seconds: float = 90.0) -> RankEngine:
+    """``ipcluster --daemonize`` returns before its engines register: retry until both are there, then fail clearly
+    (never loop until pytest's timeout, never leave an engine attached with the wrong world size)."""
+    deadline = time.monotonic() + seconds
+    last = "nothing tried yet"
+    while time.monotonic() < deadline:
+        try:
+            engine = RankEngine.attach(cluster_id=cluster_id, profile="tvtest", backend="gloo", timeout=20,
+                                       on_output=lambda *a: None)
+        except Exception as exc:  # the cluster file or the engines may not be there yet
+            last = f"attach raised {type(exc).__name__}: {exc}"
+        else:
+            if engine.world_size == 2:
+                return engine
+            last = f"attached with world size {engine.world_size}, on hosts {engine.rank_hosts}"
+            engine.stop()
+        time.sleep(1.0)
+    pytest.fail(f"the 2-engine ipcluster {cluster_id} was not attachable with 2 ranks within {seconds:.0f} s; "
+                f"last try: {last}")
+
+
 @pytest.mark.timeout(300)
 def test_attach_to_an_ipcluster_maps_ranks_and_never_stops_it(tmp_path: Path) -> None:
     ipcluster = str(Path(sys.executable).with_name("ipcluster"))
@@ -32,17 +53,7 @@ def test_attach_to_an_ipcluster_maps_ranks_and_never_stops_it(tmp_path: Path) ->
     os.environ["IPYTHONDIR"] = env["IPYTHONDIR"]
     engine = None
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                engine = RankEngine.attach(cluster_id=cluster_id, profile="tvtest", backend="gloo", timeout=20,
-                                           on_output=lambda *a: None)
-                if engine.world_size == 2:
-                    break
-            except Exception:
-                if time.monotonic() > deadline:
-                    raise
-            time.sleep(1.0)
+        engine = _attach_when_both_engines_registered(cluster_id)
         engine.run("t = torch.tensor([float(rank)])\ntorch.distributed.all_reduce(t)\n"
                    "import os\nenv = (os.environ['RANK'], os.environ['WORLD_SIZE'], os.environ['MASTER_ADDR'])",
                    collect=False)

@@ -64,7 +64,7 @@ def test_output_streams_prefixed_by_rank_and_can_be_limited(engine: RankEngine, 
 
 
 def test_status_reports_every_rank(engine: RankEngine) -> None:
-    from thunderviz.ranks.engine import PHASES
+    from thunderviz.ranks import PHASES
 
     seen: list[dict[int, str]] = []
     engine.on_status = seen.append
@@ -123,3 +123,27 @@ def test_ranks_package_does_not_import_ipython() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=str(__import__('pathlib').Path(__file__).resolve().parents[2]))
     assert out.stdout.strip() == "False"
+
+
+def _phases_per_rank(engine: RankEngine, source: str) -> tuple[object, dict[int, list[str]]]:
+    seen: list[dict[int, str]] = []
+    engine.on_status = seen.append
+    try:
+        report = engine.run(source)
+    finally:
+        engine.on_status = None
+    per_rank: dict[int, list[str]] = {}
+    for phases in seen:
+        for rank, phase in phases.items():
+            if not per_rank.get(rank) or per_rank[rank][-1] != phase:
+                per_rank.setdefault(rank, []).append(phase)
+    return report, per_rank
+
+
+def test_capturing_traces_is_its_own_phase(engine: RankEngine) -> None:
+    report, phases = _phases_per_rank(engine, "double = thunder.jit(lambda x: x * 2)\ny = double(torch.ones(2))\n")
+    assert "double" in report.bundles, report.problems
+    assert phases[0][-3:] == phases[1][-3:] == ["running", "collecting", "done"], phases
+    # nothing jitted ran: nothing captured, and no "collecting" phase
+    report, phases = _phases_per_rank(engine, "z = 1\n")
+    assert report.bundles == {} and phases[0][-2:] == phases[1][-2:] == ["running", "done"], phases

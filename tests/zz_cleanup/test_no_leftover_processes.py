@@ -1,15 +1,29 @@
 """Runs last (``zz_``): no ipyparallel or rank process started by this test session is still alive.
 
-Processes are recognised by ``THUNDERVIZ_TEST_SESSION`` in their environment (set by the test conftests and
-inherited by everything they start), so clusters other people run on the same machine do not count.
+Processes are recognised by ``THUNDERVIZ_TEST_SESSION`` in their environment (set once per session by
+``tests/conftest.py`` and inherited by everything the tests start), so clusters other people run on the same
+machine do not count. The test refuses to pass without checking: it fails when the variable is unset, and first
+proves on a canary process that the scan can see a process of ours.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 
 import psutil
+
+from tests.conftest import SESSION_VARIABLE
+
+
+def _ours(proc: psutil.Process) -> str | None:
+    environ = proc.environ()
+    cmd = " ".join(proc.cmdline())
+    if "ipyparallel" in cmd or "thunderviz.ranks" in cmd or "ipykernel" in cmd or "THUNDERVIZ_CLUSTER_TAG" in environ:
+        return cmd
+    return None
 
 
 def _leftovers(session: str) -> list[str]:
@@ -19,23 +33,39 @@ def _leftovers(session: str) -> list[str]:
         if proc.pid == me:
             continue
         try:
-            if proc.environ().get("THUNDERVIZ_TEST_SESSION") != session:
+            if proc.environ().get(SESSION_VARIABLE) != session:
                 continue
-            cmd = " ".join(proc.cmdline())
+            cmd = _ours(proc)
         except (psutil.Error, OSError):
             continue
-        if "ipyparallel" in cmd or "thunderviz.ranks" in cmd or "ipykernel" in cmd or "THUNDERVIZ_CLUSTER_TAG" in str(
-            proc.environ()
-        ):
+        if cmd is not None:
             found.append(f"{proc.pid}: {cmd[:120]}")
     return found
 
 
+def _session() -> str:
+    session = os.environ.get(SESSION_VARIABLE)
+    assert session, (f"{SESSION_VARIABLE} is not set, so this test cannot tell this session's processes from "
+                     "anyone else's: tests/conftest.py sets it; run the suite through pytest from the repository root")
+    return session
+
+
+def test_the_scan_sees_a_process_of_this_session() -> None:
+    session = _session()
+    canary = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                              env={**os.environ, "THUNDERVIZ_CLUSTER_TAG": "canary"})
+    try:
+        deadline = time.monotonic() + 10
+        while not any(line.startswith(f"{canary.pid}:") for line in _leftovers(session)):
+            assert time.monotonic() < deadline, "the leftover scan cannot see a process of this session"
+            time.sleep(0.1)
+    finally:
+        canary.kill()
+        canary.wait()
+
+
 def test_no_ipyparallel_or_rank_process_is_left() -> None:
-    session = os.environ.get("THUNDERVIZ_TEST_SESSION")
-    if session is None:
-        os.environ["THUNDERVIZ_TEST_SESSION"] = "unused"
-        session = "unused"
+    session = _session()
     # a watchdog exits at most one poll (0.5 s) after its work is done; allow a little more
     deadline = time.monotonic() + 10
     left = _leftovers(session)

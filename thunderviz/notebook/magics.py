@@ -8,7 +8,6 @@ and turning engine errors into what IPython shows well (``UsageError`` for bad f
 from __future__ import annotations
 
 import argparse
-import html
 import time
 from typing import Any
 
@@ -16,19 +15,25 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, argument_group, magic_arguments, parse_argstring
 
-from thunderviz.ranks import RankEngine, RankUsageError, StrategySpec
-from thunderviz.ranks.engine import DEFAULT_TIMEOUT_S
+from thunderviz.core.decisions import BUCKETING_STRATEGIES, SHARDING_STRATEGIES
+from thunderviz.ranks import BACKENDS, DEFAULT_TIMEOUT_S, OUTPUT_MODES, RankEngine, RankUsageError, StrategySpec
+from thunderviz.ranks.topology import check_local_backend
 
 __all__ = ["ThundervizMagics", "register"]
 
 STATUS_REDRAW_S = 0.2
+#: The flags spell the FSDP choices in lower case (``--sharding zero3``); the strategy takes them upper case.
+SHARDING_CHOICES = [name.lower() for name in SHARDING_STRATEGIES]
+BUCKETING_CHOICES = [name.lower() for name in BUCKETING_STRATEGIES]
 
 
 def _nproc(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--nproc takes a whole number of ranks, got {text!r}; e.g. --nproc 2") from None
+        raise argparse.ArgumentTypeError(
+            f"--nproc takes a whole number of ranks, got {text!r}; e.g. --nproc 2"
+        ) from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"--nproc must be at least 1, got {value}; e.g. --nproc 2")
     return value
@@ -55,10 +60,11 @@ def _common_arguments(func: Any) -> Any:
     decorators = [
         argument_group("ranks"),
         argument("--nproc", type=_nproc, default=2, help="number of ranks (default 2)"),
-        argument("--backend", choices=["auto", "nccl", "gloo"], default="auto",
+        argument("--backend", choices=list(BACKENDS), default="auto",
                  help="process-group backend; auto = nccl with one GPU per local rank when CUDA is present, else gloo"),
         argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT_S,
-                 help=f"seconds a rank may wait in a collective before the cell fails (default {DEFAULT_TIMEOUT_S:.0f})"),
+                 help="seconds a rank may wait in a collective before the cell fails "
+                      f"(default {DEFAULT_TIMEOUT_S:.0f})"),
         argument("--cluster-id", default=None,
                  help="attach to a running ipyparallel cluster (e.g. `ipcluster start -n 8 --engines slurm`) "
                       "instead of starting local ranks"),
@@ -69,7 +75,7 @@ def _common_arguments(func: Any) -> Any:
         argument("--executors", default=None, help="comma-separated thunder executors, e.g. torch,python"),
         argument_group("results"),
         argument("--name", type=_identifier, default=None, help="store the report in this variable"),
-        argument("--output", choices=["all", "rank0", "none"], default="all",
+        argument("--output", choices=list(OUTPUT_MODES), default="all",
                  help="whose stdout/stderr to stream into the cell (default all)"),
     ]
     for decorate in reversed(decorators):
@@ -77,22 +83,44 @@ def _common_arguments(func: Any) -> Any:
     return func
 
 
-class _StatusLine:
-    """One line per cell: every rank's phase (starting, importing, running, done, failed...)."""
+class _LiveStatus:
+    """The cell's status line: a live ``RankStatus`` widget while the cell runs, replaced by its static picture
+    (text/plain and HTML) when the cell ends.
 
-    def __init__(self, phases: dict[int, str]) -> None:
-        self.phases = dict(phases)
+    Why the swap: the widget redraws in place in JupyterLab while the kernel is busy, but a closed notebook,
+    nbconvert, GitHub and nbval read the saved output, and keeping one widget model per cell alive would grow a
+    long session without bound. So the last state is written as plain output and the widget is closed.
+    """
 
-    def __repr__(self) -> str:
-        return "ranks: " + "  ".join(f"{rank}:{phase}" for rank, phase in sorted(self.phases.items()))
+    def __init__(self, nproc: int, label: str) -> None:
+        from IPython.display import display
 
-    def _repr_html_(self) -> str:
-        colours = {"failed": "#c00", "done": "#080", "running": "#06c"}
-        cells = " ".join(
-            f"<span style='color:{colours.get(p, '#666')}'>rank {r}: {html.escape(p)}</span>"
-            for r, p in sorted(self.phases.items())
-        )
-        return f"<div class='thunderviz-status'>{cells}</div>"
+        from thunderviz.notebook.widgets import RankStatus
+
+        self.widget = RankStatus(nproc, label=label)
+        self.widget.show({r: "starting" for r in range(nproc)})
+        self.handle = display(self.widget, display_id=True)
+        self.drawn_at = time.monotonic()
+
+    def update(self, phases: dict[int, str], *, final: bool = False) -> None:
+        """Redraw when all ranks reach a new phase or one fails; mixed states (one rank done, the other still
+        running) at most every 0.2 s, since each redraw is a message to the front end."""
+        now = time.monotonic()
+        values = set(phases.values())
+        settled = len(values) == 1 or "failed" in values
+        if not (final or settled) and now - self.drawn_at < STATUS_REDRAW_S:
+            return
+        self.drawn_at = now
+        self.widget.show(phases)
+
+    def close(self, phases: dict[int, str] | None) -> None:
+        try:
+            if phases:
+                self.update(phases, final=True)
+            if self.handle is not None:
+                self.handle.update(self.widget.static_bundle(), raw=True)
+        finally:
+            self.widget.close()
 
 
 @magics_class
@@ -103,25 +131,16 @@ class ThundervizMagics(Magics):
         super().__init__(shell)
         self.engine: RankEngine | None = None
         self._pool_key: tuple[Any, ...] | None = None
-        self._status_handle: Any = None
-        self._status_drawn_at = 0.0
+        self._status: _LiveStatus | None = None
 
     # ----------------------------------------------------------------- pool
 
-    def _on_status(self, phases: dict[int, str], *, final: bool = False) -> None:
-        """Redraw the status line when all ranks reach a new phase or one fails; mixed states (one rank done,
-        the other still running) at most every 0.2 s, since each redraw is a message to the front end."""
-        if self._status_handle is None:
+    def _on_status(self, phases: dict[int, str]) -> None:
+        if self._status is None:
             return
-        now = time.monotonic()
-        values = set(phases.values())
-        settled = len(values) == 1 or "failed" in values
-        if not (final or settled) and now - self._status_drawn_at < STATUS_REDRAW_S:
-            return
-        self._status_drawn_at = now
         try:
-            self._status_handle.update(_StatusLine(phases))
-        except Exception:
+            self._status.update(phases)
+        except Exception:  # a status line that cannot be drawn must not fail the cell
             pass
 
     def _pool(self, args: argparse.Namespace) -> RankEngine:
@@ -158,11 +177,9 @@ class ThundervizMagics(Magics):
     def _run(self, kind: str, options: dict[str, Any], args: argparse.Namespace, cell: str) -> Any:
         if not cell.strip():
             raise UsageError(f"%%{kind} needs code in the cell below the magic line.")
-        if args.backend == "nccl" and not (args.cluster_id or args.profile):
-            from thunderviz.ranks.engine import _local_cuda_devices, _resolve_backend
-
+        if not (args.cluster_id or args.profile):
             try:
-                _resolve_backend("nccl", args.nproc, _local_cuda_devices())
+                check_local_backend(args.backend, args.nproc)
             except RankUsageError as exc:
                 raise UsageError(str(exc)) from None
         executors = [e.strip() for e in args.executors.split(",") if e.strip()] if args.executors else None
@@ -170,27 +187,23 @@ class ThundervizMagics(Magics):
         if executors:
             options["executors"] = executors
         spec = StrategySpec(kind, options)
-        from IPython.display import display
-
-        phases = {r: "starting" for r in range(args.nproc)}
-        self._status_handle = display(_StatusLine(phases), display_id=True)
-        self._status_drawn_at = time.monotonic()
+        self._status = _LiveStatus(args.nproc, label=f"%%{kind}")
         try:
             engine = self._pool(args)
             report = engine.run(cell, strategy=spec, output=args.output)
         finally:
-            if self.engine is not None:
-                self._on_status(self.engine.phases, final=True)
-            self._status_handle = None
+            status, self._status = self._status, None
+            status.close(self.engine.phases if self.engine is not None else None)
         if args.name:
             self.shell.user_ns[args.name] = report
         return report
 
     @magic_arguments()
     @_common_arguments
-    @argument("--sharding", choices=["zero2", "zero3"], default="zero2", help="FSDP sharding (default zero2)")
-    @argument("--bucketing", choices=["none", "layer", "block"], default="none",
-              help="FSDP collective bucketing (default none)")
+    @argument("--sharding", choices=SHARDING_CHOICES, default=SHARDING_CHOICES[0],
+              help=f"FSDP sharding (default {SHARDING_CHOICES[0]})")
+    @argument("--bucketing", choices=BUCKETING_CHOICES, default=BUCKETING_CHOICES[0],
+              help=f"FSDP collective bucketing (default {BUCKETING_CHOICES[0]})")
     @cell_magic
     def thunder_fsdp(self, line: str, cell: str) -> Any:
         """Run the cell on every rank with ``fabric`` set up for ``ThunderFSDPStrategy``; returns a RunReport.

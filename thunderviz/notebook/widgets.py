@@ -22,6 +22,7 @@ import anywidget
 import traitlets as t
 
 from thunderviz.notebook import viewdata as vd
+from thunderviz.ranks import PHASES
 from thunderviz.render.graph import dot_available, to_svg
 from thunderviz.render.markup import decisions_table
 from thunderviz.render.markup import escape as _e
@@ -30,9 +31,6 @@ from thunderviz.render.markup import table as _table
 __all__ = ["CompareView", "RankStatus", "TraceView"]
 
 _STATIC = Path(__file__).parent / "static"
-#: The rank engine's phases (``ranks.engine``: starting ... done/failed/stopped) plus waiting and interrupted.
-_RANK_STATES = ("waiting", "starting", "importing", "configuring", "running", "collecting", "done", "failed",
-                "stopped", "interrupted")  # fmt: skip
 
 
 @lru_cache(maxsize=None)
@@ -303,11 +301,13 @@ class CompareView(_GraphWidget):
 
 
 class RankStatus(anywidget.AnyWidget):
-    """Live per-rank status of a running cell: one chip per rank (the rank engine's phases: starting, importing,
-    configuring, running, collecting, done, failed, stopped; plus waiting and interrupted).
+    """Live per-rank status of a running cell: one chip per rank in one of the rank engine's phases
+    (``thunderviz.ranks.PHASES``: starting, importing, waiting, configuring, running, collecting, done, failed,
+    interrupted, stopped) with the seconds since the widget was made when it got there.
 
     Trait updates are sent on IOPub as they happen, so a cell that is still running (the rank engine's magics)
-    can call ``set_status`` and the chips change while it runs.
+    can call ``update`` and the chips change while it runs. ``static_bundle`` is the same line without the widget
+    (text/plain and HTML), which the magics leave in the output when the cell ends.
     """
 
     _esm = t.Unicode().tag(sync=True)
@@ -315,12 +315,18 @@ class RankStatus(anywidget.AnyWidget):
     ranks = t.List(t.Dict()).tag(sync=True)
     label = t.Unicode("").tag(sync=True)
 
+    #: the states a chip can show (the engine's phases; "waiting" is a rank ready for a cell)
+    STATES = PHASES
+
     def __init__(self, world_size: int, label: str = "", **kwargs: Any) -> None:
         if world_size < 1:
             raise ValueError(f"RankStatus(world_size={world_size}): need at least one rank")
         super().__init__(_esm=_static("rank_status.js"), _css=_static("trace_view.css"), label=label, **kwargs)
         self._t0 = time.monotonic()
-        self.ranks = [{"rank": r, "state": "waiting", "detail": "", "seconds": 0.0} for r in range(world_size)]
+        self.ranks = [self._row(r, "waiting") for r in range(world_size)]
+
+    def _row(self, rank: int, state: str, detail: str = "") -> dict[str, Any]:
+        return {"rank": rank, "state": state, "detail": detail, "seconds": round(time.monotonic() - self._t0, 2)}
 
     def update(self, phases: Mapping[int, str]) -> None:
         """Set several ranks at once; the signature of the rank engine's ``on_status`` callback, so
@@ -329,24 +335,60 @@ class RankStatus(anywidget.AnyWidget):
             if self.ranks[rank]["state"] != phase:
                 self.set_status(rank, phase)
 
+    def show(self, phases: Mapping[int, str]) -> None:
+        """Show exactly these ranks (the pool may turn out larger or smaller than first drawn), one message."""
+        self._check_states(phases.values())
+        if not phases or sorted(phases) != list(range(len(phases))):
+            raise ValueError(f"show({dict(phases)!r}): give every rank 0..N-1 a phase")
+        old = {r["rank"]: r for r in self.ranks}
+        rows = [
+            old[r] if r in old and old[r]["state"] == phases[r] else self._row(r, phases[r]) for r in sorted(phases)
+        ]
+        if rows != self.ranks:
+            self.ranks = rows
+
     def set_status(self, rank: int, state: str, detail: str = "") -> None:
-        """Update one rank; ``state`` is one of ``_RANK_STATES`` (the engine's phases, waiting, interrupted)."""
-        if state not in _RANK_STATES:
-            raise ValueError(f"set_status(state={state!r}): use one of {_RANK_STATES!r}")
+        """Update one rank; ``state`` is one of ``STATES``."""
+        self._check_states([state])
         if not 0 <= rank < len(self.ranks):
             raise ValueError(f"set_status(rank={rank}): ranks are 0..{len(self.ranks) - 1}")
         rows = [dict(r) for r in self.ranks]
-        rows[rank].update(state=state, detail=detail, seconds=round(time.monotonic() - self._t0, 2))
+        rows[rank] = self._row(rank, state, detail)
         self.ranks = rows
+
+    def _check_states(self, states: Iterable[str]) -> None:
+        for state in states:
+            if state not in self.STATES:
+                raise ValueError(f"set_status(state={state!r}): use one of {self.STATES!r}")
 
     def __repr__(self) -> str:
         states = ", ".join(f"{r['rank']}:{r['state']}" for r in self.ranks)
         return f"RankStatus({states})"
 
+    def to_text(self) -> str:
+        """One line, e.g. ``ranks: 0:done  1:failed`` (what nbval and a text export read)."""
+        return "ranks: " + "  ".join(f"{r['rank']}:{r['state']}" for r in self.ranks)
+
+    def to_html(self) -> str:
+        """The chips as static HTML with inline colours (no script, no stylesheet needed)."""
+        colours = {"failed": "#fbd5d2", "done": "#dff3e4", "interrupted": "#eee", "stopped": "#eee", "waiting": "#fff"}
+        chips = []
+        for r in self.ranks:
+            detail = f" \u2014 {r['detail']}" if r["detail"] else ""
+            chips.append(
+                f"<span data-state='{_e(r['state'])}' style='padding:2px 8px;border-radius:10px;"
+                f"border:1px solid #b8c4d0;background:{colours.get(r['state'], '#fff4cc')}'>"
+                f"rank {_e(r['rank'])}: {_e(r['state'])}{_e(detail)} ({float(r['seconds']):.1f} s)</span>"
+            )
+        label = f"<span>{_e(self.label)}</span> " if self.label else ""
+        return f"<div class='thunderviz-status' style='display:flex;gap:6px'>{label}{' '.join(chips)}</div>"
+
+    def static_bundle(self) -> dict[str, str]:
+        """The status without the widget: what a notebook keeps after the cell (see ``to_text``/``to_html``)."""
+        return {"text/plain": self.to_text(), "text/html": self.to_html()}
+
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
-        rows = [[r["rank"], r["state"], r["detail"], r["seconds"]] for r in self.ranks]
-        html_text = f"<div>{_e(self.label)}</div>" + _table(["rank", "state", "detail", "seconds"], rows)
-        return _with_static_picture(self, super()._repr_mimebundle_(**kwargs), html_text)
+        return _with_static_picture(self, super()._repr_mimebundle_(**kwargs), self.to_html())
 
 
 def _with_static_picture(widget: Any, data: Any, html_text: str) -> dict[str, Any]:

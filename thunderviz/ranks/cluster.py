@@ -188,6 +188,10 @@ class LocalCluster(RankCluster):
         self._open()
 
     def close(self) -> None:
+        # Our engines hold nothing worth a graceful exit, and torch's static destructors make one take seconds
+        # (on a loaded machine long enough for ipyparallel to warn into the cell after 5 s): kill them first.
+        if self.engine_pids:
+            self.kill_engines(list(self.engine_pids))
         if self.client is not None:
             try:
                 self.client.close()

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["SEED_SCENARIOS", "Scenario", "run_demo", "run_scenarios_on_rank", "write_report"]
+__all__ = ["SEED_SCENARIOS", "Scenario", "run_scenarios", "run_scenarios_on_rank", "write_report"]
 
 
 @dataclass(frozen=True)
@@ -44,7 +44,7 @@ def run_scenarios_on_rank(rank: int, world: int, scenarios: Sequence[Scenario]) 
 
     from thunderviz.core.capture import capture
     from thunderviz.core.trace_file import bundle_to_dict
-    from thunderviz.models import TinyGPT, make_batch
+    from thunderviz.demos.models import TinyGPT, make_batch
     from thunderviz.strategies import ThunderDDPStrategy, ThunderFSDPStrategy
 
     def loss_of(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -82,7 +82,7 @@ def run_scenarios_on_rank(rank: int, world: int, scenarios: Sequence[Scenario]) 
     return out
 
 
-def run_demo(
+def run_scenarios(
     out_dir: Path | str = "demo-output",
     *,
     nproc: int = 2,
@@ -115,7 +115,7 @@ def write_report(
     bundles = [bundle_from_dict(b) for r in per_rank for b in r["bundles"]]
     decisions = per_rank[0]["decisions"]
     problems = 0
-    for i, (sc, decision) in enumerate(zip(scenarios, decisions)):
+    for i, (sc, decision) in enumerate(zip(scenarios, decisions, strict=True)):
         ledgers = {r: ledger_from_bundle(bundle_from_dict(per_rank[r]["bundles"][i])) for r in range(nproc)}
         counts = ", ".join(f"{n} {k}" for k, n in sorted(ledgers[0].counts().items())) or "none"
         mismatches = find_mismatches(ledgers)

@@ -1,0 +1,80 @@
+"""The failure model on its own: classifying a rank's remote error, and the one message a failed cell shows.
+
+The remote errors here are real ipyparallel ``RemoteError`` objects built as the client builds them from a reply;
+the end-to-end path (real ranks raising, dying, hanging) is in ``test_faults.py``.
+"""
+
+from __future__ import annotations
+
+from ipyparallel.error import RemoteError
+
+from thunderviz.ranks.failures import (
+    CellError,
+    RankFailure,
+    RanksInterrupted,
+    cell_error,
+    classify_remote_error,
+    find_collective,
+)
+
+# IPython's traceback format on the engine: frame headers carry the call's arguments.
+GLOO_TIMEOUT_TB = """---------------------------------------------------------------------------
+RuntimeError                              Traceback (most recent call last)
+Cell In[3], line 2
+----> 2     torch.distributed.all_reduce(torch.ones(4))
+File .../torch/distributed/distributed_c10d.py:2806, in all_reduce(tensor, op, group, async_op)
+-> 2806     work.wait()
+RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Read error [127.0.0.1]:1234: Connection reset
+"""
+
+
+def _remote(ename: str, evalue: str, tb: str = "") -> RemoteError:
+    return RemoteError(ename, evalue, tb)
+
+
+def test_a_raise_is_raised_with_its_traceback() -> None:
+    failure = classify_remote_error(1, _remote("ValueError", "bad batch", "Traceback...\nValueError: bad batch"),
+                                    interrupt_sent=False)
+    assert (failure.rank, failure.kind, failure.summary) == (1, "raised", "ValueError: bad batch")
+    assert "ValueError: bad batch" in failure.traceback
+
+
+def test_a_gloo_timeout_names_the_collective() -> None:
+    failure = classify_remote_error(0, _remote("RuntimeError", "gloo: Timed out waiting 5000ms", GLOO_TIMEOUT_TB),
+                                    interrupt_sent=False)
+    assert failure.kind == "timeout" and failure.collective == "all_reduce"
+    assert find_collective("  File 'x', line 1, in torch_reduce_scatter_prim_impl(\n") == "reduce_scatter"
+
+
+def test_keyboard_interrupt_is_ours_only_after_we_sent_sigint() -> None:
+    exc = _remote("KeyboardInterrupt", "", "KeyboardInterrupt")
+    assert classify_remote_error(0, exc, interrupt_sent=True).kind == "interrupted"
+    assert classify_remote_error(0, exc, interrupt_sent=False).kind == "raised"  # the cell raised it itself
+
+
+def test_a_vanished_engine_is_a_death() -> None:
+    assert classify_remote_error(2, _remote("EngineError", "Engine 3 died"), interrupt_sent=False).kind == "died"
+
+
+def test_the_message_names_every_rank_and_the_restart() -> None:
+    failures = {
+        0: RankFailure(0, "timeout", "RuntimeError: timed out", "tb0", "all_reduce"),
+        2: RankFailure(2, "killed", "killed: it did not finish"),
+    }
+    err = cell_error(failures, ranks=[0, 1, 2], timeout_s=5, restart_pending=True)
+    assert isinstance(err, CellError) and not isinstance(err, RanksInterrupted)
+    text = str(err)
+    assert text.startswith("The cell failed on 2 of 3 ranks: ")
+    assert "rank 0 is stuck: it waited 5 s (--timeout) in all_reduce that not every rank entered" in text
+    assert "rank 2 killed: it did not finish" in text
+    assert "rank(s) 1 finished the cell without entering it" in text
+    assert text.endswith("The ranks will be restarted before the next cell (their state is lost).")
+    assert err.rank == 0 and err.remote_traceback == "tb0" and err.pool_restart_pending
+    assert "[rank 0] tb0" in err._render_traceback_()
+
+
+def test_all_interrupted_is_ranks_interrupted() -> None:
+    failures = {r: RankFailure(r, "interrupted", "stopped by KeyboardInterrupt") for r in (0, 1)}
+    err = cell_error(failures, ranks=[0, 1], timeout_s=60, restart_pending=False, what="Configuring fabric")
+    assert isinstance(err, RanksInterrupted)
+    assert str(err).startswith("Configuring fabric failed on 2 of 2 ranks: rank 0 interrupted")

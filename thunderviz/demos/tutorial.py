@@ -1,0 +1,128 @@
+"""Run the tutorial notebook headlessly on 2 CPU ranks and write one offline HTML report (``thunderviz demo``).
+
+Why run the notebook itself rather than a script that imitates it: the demo then proves the path users take
+(a real kernel, ``%load_ext thunderviz``, the magics, the rank pool) and cannot drift from the tutorial.
+
+The notebook is package data (``thunderviz/demos/tutorial.ipynb``), read through ``importlib.resources``, so the
+demo works from a wheel or ``pip install .`` as well as from a checkout. The kernel starts in the output folder and
+imports the same thunderviz as this process (see ``_kernel_env``).
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import site
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
+
+__all__ = ["TUTORIAL", "run_tutorial", "summarize", "write_reports"]
+
+#: The tutorial as shipped inside the package.
+TUTORIAL: Traversable = resources.files(__package__).joinpath("tutorial.ipynb")
+
+#: The file names ``run_tutorial`` writes into its output folder.
+REPORT_NAME = "thunderviz-demo.html"
+EXECUTED_NAME = "tutorial.executed.ipynb"
+COPY_NAME = "tutorial.ipynb"
+
+# Appended to the executed copy: every RunReport the tutorial stored, in the order they were made, on one page; and
+# which thunderviz the kernel imported (the installed-package test reads it).
+_COLLECT_CELL = """
+import thunderviz as _thunderviz
+from thunderviz.demos.tutorial import write_reports as _write_reports
+print("kernel imported thunderviz from", _thunderviz.__file__)
+_reports = {{k: v for k, v in list(globals().items()) if type(v).__name__ == "RunReport" and not k.startswith("_")}}
+_write_reports(_reports, {path!r})
+"""
+
+
+def write_reports(reports: dict[str, Any], path: str) -> str:
+    """One self-contained page with each named report as a section (no script, no network), and its summary."""
+    unique: dict[str, Any] = {}
+    for name, report in reports.items():
+        if all(report is not r for r in unique.values()):  # a loop variable holding a report already named
+            unique[name] = report
+    sections = [f"<section><h2>{html.escape(n)}</h2>{r.to_html(standalone=False)}</section>" for n, r in unique.items()]
+    page = (
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>thunderviz demo</title></head><body>"
+        "<h1>thunderviz demo: the tutorial on 2 CPU ranks</h1>" + "\n".join(sections) + "</body></html>\n"
+    )
+    Path(path).write_text(page, encoding="utf-8")
+    Path(path).with_suffix(".txt").write_text(summarize(unique), encoding="utf-8")
+    return path
+
+
+def summarize(reports: dict[str, Any]) -> str:
+    """The terminal story of the demo: per cell, what the strategy decided and which collectives rank 0 traced."""
+    lines = []
+    for name, report in reports.items():
+        strategy = (report.strategy or {}).get("kind", "?")
+        lines.append(f"[{name}] {strategy} on {report.world_size} ranks ({report.backend})")
+        for d in report.decisions:
+            lines.append(f"  {d.get('case')} -> {d.get('action')}: {d.get('reason')}")
+        for obj, ledgers in report.ledgers.items():
+            counts = ", ".join(f"{n} {k}" for k, n in sorted(ledgers[min(ledgers)].counts().items())) or "none"
+            agree = "ranks agree" if not report.mismatches.get(obj) else "MISMATCH across ranks"
+            lines.append(f"  {obj}: {counts}; {agree}")
+        if not report.decisions and not report.ledgers:
+            lines.append("  (no model was set up or traced in this cell)")
+        lines.extend(f"  problem: {p}" for p in report.problems)
+    return "\n".join(lines) + "\n"
+
+
+def _kernel_env() -> dict[str, str]:
+    """The kernel's environment: ours, plus the folder holding the thunderviz we run, unless it is a site dir.
+
+    The kernel starts in the output folder, so a thunderviz this process found through its working directory (a
+    checkout run as ``python -m thunderviz.cli``) would not be found there; an installed one (wheel, editable) is
+    found anyway and its site-packages is left where the interpreter puts it.
+    """
+    import thunderviz
+
+    env = dict(os.environ)
+    package_parent = str(Path(thunderviz.__file__).resolve().parents[1])
+    site_dirs = {str(Path(p).resolve()) for p in [*site.getsitepackages(), site.getusersitepackages()]}
+    if package_parent not in site_dirs:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def _offer_a_copy(out_dir: Path) -> Path:
+    """A clean copy of the tutorial to work through in ``out_dir``; an existing one (maybe edited) is kept."""
+    copy = out_dir / COPY_NAME
+    if not copy.exists():
+        copy.write_text(TUTORIAL.read_text(encoding="utf-8"), encoding="utf-8")
+    return copy
+
+
+def run_tutorial(out_dir: Path | str, *, timeout_s: int = 900) -> Path:
+    """Execute the packaged tutorial headlessly (nbclient, a real kernel) and return the path of the HTML report.
+
+    Writes into ``out_dir``: the report (``thunderviz-demo.html``) and its text summary (``.txt``), the executed
+    notebook (``tutorial.executed.ipynb``) for inspection, and a clean ``tutorial.ipynb`` to work through (kept if
+    one is already there). A cell that fails raises nbclient's ``CellExecutionError`` naming the cell.
+    """
+    import nbformat
+    from nbclient import NotebookClient
+
+    out_dir = Path(out_dir).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    report_path = out_dir / REPORT_NAME
+    nb = nbformat.reads(TUTORIAL.read_text(encoding="utf-8"), as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(_COLLECT_CELL.format(path=str(report_path))))
+    client = NotebookClient(
+        nb, timeout=timeout_s, kernel_name="python3", resources={"metadata": {"path": str(out_dir)}}
+    )
+    try:
+        client.execute(env=_kernel_env())
+    finally:
+        nbformat.write(nb, str(out_dir / EXECUTED_NAME))
+    _offer_a_copy(out_dir)
+    if not report_path.exists():
+        raise RuntimeError(f"the tutorial ran but did not write {report_path}; see {out_dir / EXECUTED_NAME}")
+    return report_path

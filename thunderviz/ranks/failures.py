@@ -1,0 +1,192 @@
+"""The failure model: what can go wrong on a rank, how a remote error is classified, and the one message a failed
+cell shows.
+
+    ThundervizError
+    ├── RankUsageError (also ValueError)   bad arguments to the engine or the magics: nothing was started
+    └── RankError                           thunderviz.errors
+        └── CellError                       a cell failed on one or more ranks; ``failures`` tells every rank's story
+            └── RanksInterrupted            the user interrupted the cell (Ctrl-C)
+
+A ``RankFailure`` is one rank's story; its ``kind`` is one of ``FAILURE_KINDS``. The driver (``driver.py``) decides
+the kind from what the rank returned or how it stopped; ``cell_error`` turns a cell's failures into one message that
+names every rank, the collective a stuck rank waited in, and whether the pool will be restarted.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from thunderviz.errors import RankError, ThundervizError
+
+__all__ = [
+    "FAILURE_KINDS",
+    "CellError",
+    "RankFailure",
+    "RankUsageError",
+    "RanksInterrupted",
+    "cell_error",
+    "classify_remote_error",
+    "find_collective",
+    "is_collective_timeout",
+    "remote_traceback",
+]
+
+#: raised: the cell raised on that rank; died: the rank process exited; timeout: a collective timed out (the
+#: process group's ``--timeout``); killed: we had to kill it (it did not stop after a peer failed, or passed a
+#: deadline); interrupted: the user's Ctrl-C stopped it (or it was killed after not stopping in time).
+FAILURE_KINDS = ("raised", "died", "timeout", "killed", "interrupted")
+
+_COLLECTIVES = (
+    "all_gather_into_tensor",
+    "reduce_scatter_tensor",
+    "all_gather",
+    "reduce_scatter",
+    "all_reduce",
+    "all_to_all",
+    "broadcast",
+    "monitored_barrier",
+    "barrier",
+    "reduce",
+    "gather",
+    "scatter",
+    "send",
+    "recv",
+    "wait",
+)
+# Frame headers in a traceback ("..., in all_reduce(tensor, op" / "in torch_all_reduce_prim_impl(") say which
+# collective a rank was in; the gloo message itself only says "recv".
+_COLLECTIVE_RE = re.compile(r"\bin (?:torch_)?(" + "|".join(_COLLECTIVES) + r")(?:_prim_impl)?\(")
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+class RankUsageError(ThundervizError, ValueError):
+    """Bad arguments to the engine (or the magics): nothing was started."""
+
+
+@dataclass
+class RankFailure:
+    """What went wrong on one rank; ``kind`` is one of ``FAILURE_KINDS``."""
+
+    rank: int
+    kind: str
+    summary: str
+    traceback: str = ""
+    collective: str | None = None
+
+
+class CellError(RankError):
+    """A cell failed on one or more ranks; ``failures`` has every rank's story, ``rank`` the first to fail."""
+
+    def __init__(self, message: str, failures: dict[int, RankFailure], *, restarted: bool) -> None:
+        first = min(failures.values(), key=lambda f: (f.kind in ("killed", "interrupted"), f.rank))
+        super().__init__(message, rank=first.rank, remote_traceback=first.traceback)
+        self.failures = failures
+        self.pool_restart_pending = restarted
+
+    def _render_traceback_(self) -> list[str]:
+        """IPython shows this instead of the kernel-side stack, which says nothing about the ranks."""
+        lines = [f"{type(self).__name__}: {self}"]
+        for rank in sorted(self.failures):
+            failure = self.failures[rank]
+            if failure.traceback:
+                lines.append(f"--- rank {rank} traceback ---")
+                lines.extend(f"[rank {rank}] {line}" for line in failure.traceback.rstrip().splitlines())
+        return lines
+
+
+class RanksInterrupted(CellError):
+    """The user interrupted the cell; ranks that did not stop in time were killed."""
+
+
+def remote_traceback(exc: BaseException) -> str:
+    """The rank-side traceback of an ipyparallel ``RemoteError`` as plain text (no ANSI colours)."""
+    lines = getattr(exc, "traceback", None)
+    if isinstance(lines, str) and lines:
+        return _ANSI_RE.sub("", lines)
+    if isinstance(lines, list) and lines:
+        return _ANSI_RE.sub("", "\n".join(lines))
+    render = getattr(exc, "render_traceback", None)
+    if callable(render):
+        try:
+            return _ANSI_RE.sub("", "\n".join(render()))
+        except Exception:
+            pass
+    return f"{type(exc).__name__}: {exc}"
+
+
+def find_collective(text: str) -> str | None:
+    """The collective a traceback was in (the innermost meaningful one), or None."""
+    matches = _COLLECTIVE_RE.findall(text)
+    meaningful = [m for m in matches if m not in ("wait", "send", "recv")]
+    return (meaningful or matches or [None])[-1]
+
+
+def is_collective_timeout(text: str) -> bool:
+    """Whether an error text is a process-group timeout (gloo, NCCL or the c10d store)."""
+    lowered = text.lower()
+    timed_out = "timed out" in lowered or "timeout" in lowered
+    return timed_out and ("gloo" in lowered or "nccl" in lowered or "c10d" in lowered)
+
+
+def classify_remote_error(rank: int, exc: Any, *, interrupt_sent: bool) -> RankFailure:
+    """One rank's failure from the ipyparallel ``RemoteError`` its request returned.
+
+    Args:
+        rank: the rank that returned ``exc``.
+        exc: a ``RemoteError`` (``ename``, ``evalue``, ``traceback``).
+        interrupt_sent: whether we sent SIGINT to the ranks (so a ``KeyboardInterrupt`` is ours, not the cell's).
+    """
+    tb = remote_traceback(exc)
+    if exc.ename == "EngineError":  # the controller reports a vanished engine as a remote EngineError
+        return RankFailure(rank, "died", f"the rank process exited ({exc.evalue})")
+    if exc.ename == "KeyboardInterrupt" and interrupt_sent:
+        return RankFailure(rank, "interrupted", "stopped by KeyboardInterrupt", tb)
+    if is_collective_timeout(f"{exc.evalue}\n{tb}"):
+        return RankFailure(rank, "timeout", f"{exc.ename}: {exc.evalue}", tb, find_collective(tb))
+    return RankFailure(rank, "raised", f"{exc.ename}: {exc.evalue}", tb)
+
+
+def _describe(failure: RankFailure, timeout_s: float) -> str:
+    rank = failure.rank
+    if failure.kind == "raised":
+        return f"rank {rank} raised {failure.summary}"
+    if failure.kind == "died":
+        return f"rank {rank} died: {failure.summary}"
+    if failure.kind == "timeout":
+        where = f" in {failure.collective}" if failure.collective else " in a collective"
+        return f"rank {rank} is stuck: it waited {timeout_s:.0f} s (--timeout){where} that not every rank entered"
+    if failure.kind == "interrupted":
+        return f"rank {rank} interrupted ({failure.summary})"
+    return f"rank {rank} {failure.summary}"
+
+
+def cell_error(
+    failures: dict[int, RankFailure],
+    *,
+    ranks: list[int],
+    timeout_s: float,
+    restart_pending: bool,
+    what: str = "The cell",
+) -> CellError:
+    """The error a failed request raises: every rank's story in one message, ``RanksInterrupted`` when the user
+    stopped it.
+
+    Args:
+        failures: by rank, from the driver.
+        ranks: every rank of the pool (the ones not in ``failures`` finished).
+        timeout_s: the process group's timeout, quoted for a stuck rank.
+        restart_pending: whether the pool will be restarted before the next cell (the message says so).
+        what: what failed, e.g. "The cell" or "Setting up the ranks".
+    """
+    parts = [_describe(failures[rank], timeout_s) for rank in sorted(failures)]
+    finished = [r for r in ranks if r not in failures]
+    if finished and any(f.kind == "timeout" for f in failures.values()):
+        parts.append(f"rank(s) {', '.join(map(str, finished))} finished the cell without entering it")
+    message = f"{what} failed on {len(failures)} of {len(ranks)} ranks: " + "; ".join(parts) + "."
+    if restart_pending:
+        message += " The ranks will be restarted before the next cell (their state is lost)."
+    if all(f.kind == "interrupted" for f in failures.values()):
+        return RanksInterrupted(message, failures, restarted=restart_pending)
+    return CellError(message, failures, restarted=restart_pending)

@@ -1,0 +1,376 @@
+"""Code that runs inside each rank process (an ipyparallel engine); the kernel calls it through ``protocol``.
+
+The kernel never builds torch objects for the ranks: it sends ``protocol`` dataclasses, and these functions turn them
+into a process group, a launched ``Fabric`` and a namespace the user's cell can rely on (``NAMESPACE_NAMES``). After
+a user cell, the ``post_run_cell`` hook gathers what the report needs as plain picklable data (``ReportData``) and
+publishes it on the cell's data channel.
+
+Entry points (each called by ``apply`` from ``engine.py``): ``identify``, ``set_up``, ``prepare_cell``,
+``check_process_group``. The rank's bookkeeping lives in ``STATE`` (this module is imported once per rank process),
+never in the user's namespace. Importing this module is cheap (torch, thunder and IPython load inside the calls),
+so the kernel can import it to name the functions it sends.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import traceback
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from thunderviz.ranks.protocol import (
+    FABRIC_STRATEGY_KIND,
+    PHASE_DATA_KEY,
+    REPORT_DATA_KEY,
+    CellConfig,
+    RankSetup,
+    ReportData,
+)
+from thunderviz.ranks.rendezvous import torchrun_environment
+
+__all__ = [
+    "STATE",
+    "RankState",
+    "check_process_group",
+    "collect",
+    "identify",
+    "prepare_cell",
+    "set_up",
+    "snapshot_jitted_calls",
+]
+
+
+@dataclass
+class RankState:
+    """This rank's bookkeeping between cells.
+
+    ``setup``: what ``set_up`` received; ``fabric``/``fabric_spec``: the ``Fabric`` we built and the spec it was built
+    for; ``collect``: whether the hook gathers report data; ``calls_before``: call counts of jitted objects when the
+    cell started (by ``id``, so nothing is kept alive); ``decisions_before``: length of the strategy's decision log
+    then; ``hook``: the registered ``post_run_cell`` callback.
+    """
+
+    setup: RankSetup | None = None
+    fabric: Any = None
+    fabric_spec: dict[str, Any] | None = None
+    collect: bool = True
+    calls_before: dict[int, int] = field(default_factory=dict)
+    decisions_before: int = 0
+    hook: Any = None
+
+
+STATE = RankState()
+
+
+def _user_namespace() -> dict[str, Any]:
+    """The namespace user cells run in (the engine's IPython shell)."""
+    from IPython import get_ipython
+
+    return get_ipython().user_ns
+
+
+def identify() -> dict[str, Any]:
+    """Who this engine is, so the kernel can map engines to ranks (grouped by host) and kill them by pid."""
+    try:
+        import torch
+
+        cuda_devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # torch broken on this host: set_up reports the import error per rank
+        cuda_devices = 0
+    return {"host": socket.gethostname(), "pid": os.getpid(), "cuda_devices": cuda_devices, "cpus": os.cpu_count()}
+
+
+def set_up(setup: RankSetup) -> None:
+    """Set the torchrun environment, import torch and thunder, join the process group, fill the namespace, and
+    install the report hook.
+
+    The process group is created here (not by Fabric) so that its timeout is ours: it is what bounds a rank that
+    waits in a collective its peers never enter. Fabric then finds it initialised and reuses it.
+    """
+    os.environ.update(
+        torchrun_environment(
+            rank=setup.rank,
+            local_rank=setup.local_rank,
+            world_size=setup.world_size,
+            local_world_size=setup.local_world_size,
+            node_rank=setup.node_rank,
+            master_addr=setup.master_addr,
+            master_port=setup.master_port,
+            threads=setup.threads,
+        )
+    )
+    import torch
+    import torch.distributed as dist
+
+    if setup.threads:
+        torch.set_num_threads(setup.threads)
+    import thunder
+
+    if setup.backend == "nccl":
+        torch.cuda.set_device(setup.local_rank)
+        device = torch.device("cuda", setup.local_rank)
+    else:
+        device = torch.device("cpu")
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group(
+        backend=setup.backend,
+        init_method=setup.init_method,
+        rank=setup.rank,
+        world_size=setup.world_size,
+        timeout=timedelta(seconds=float(setup.timeout_s)),
+    )
+    STATE.setup = setup
+    STATE.fabric = STATE.fabric_spec = None
+    _user_namespace().update(
+        torch=torch,
+        thunder=thunder,
+        rank=setup.rank,
+        local_rank=setup.local_rank,
+        world_size=setup.world_size,
+        device=device,
+        fabric=None,
+    )
+    _install_report_hook()
+
+
+def _build_strategy(spec: dict[str, Any]) -> Any:
+    """The strategy object (or Fabric's name for one of its own) for a ``StrategySpec.to_dict()``."""
+    kind = spec["kind"]
+    options = dict(spec.get("options") or {})
+    if kind == FABRIC_STRATEGY_KIND:
+        # One of Fabric's own registered strategies by name (e.g. "ddp"): used before ours exist, and in tests.
+        return options.get("name", "ddp")
+    import thunderviz.strategies as strategies
+    from thunderviz.strategies.registry import STRATEGY_NAMES
+
+    class_name, init_params, _ = STRATEGY_NAMES[kind]
+    return getattr(strategies, class_name)(**{**init_params, **options})
+
+
+def configure_fabric(ns: dict[str, Any], spec: dict[str, Any] | None) -> None:
+    """Put a launched ``Fabric`` for ``spec`` in the namespace; keep the existing one when the spec is unchanged
+    and ``fabric`` still names it, so objects set up in earlier cells stay attached to the same strategy."""
+    if spec is None or (STATE.fabric_spec == spec and ns.get("fabric") is STATE.fabric):
+        return
+    import lightning.fabric.connector as connector
+    from lightning.fabric import Fabric
+
+    # An ipyparallel engine runs an IPython shell, so Fabric believes it is in a notebook and refuses "ddp"-style
+    # strategies (it would fork workers from there). This process *is* a worker whose group was created
+    # externally, which is exactly the case Fabric's check exists to allow.
+    connector._IS_INTERACTIVE = False
+    setup = STATE.setup
+    fabric = Fabric(
+        accelerator="cuda" if setup.backend == "nccl" else "cpu",
+        devices=setup.local_world_size,
+        num_nodes=setup.num_nodes,
+        strategy=_build_strategy(spec),
+    )
+    fabric.launch()
+    ns["fabric"] = STATE.fabric = fabric
+    STATE.fabric_spec = spec
+
+
+def prepare_cell(config: CellConfig) -> None:
+    """Before a cell whose strategy (or collect flag) changed, or after a failure: configure ``fabric`` and
+    snapshot the call counts the report compares against."""
+    ns = _user_namespace()
+    configure_fabric(ns, config.strategy)
+    STATE.collect = bool(config.collect)
+    STATE.calls_before = snapshot_jitted_calls(ns)
+
+
+def _strategy(ns: dict[str, Any]) -> Any:
+    fabric = ns.get("fabric")
+    return getattr(fabric, "strategy", None) if fabric is not None else None
+
+
+def _jitted_objects(ns: dict[str, Any]) -> dict[str, Any]:
+    try:
+        import thunder
+    except ImportError:
+        return {}
+    found = {}
+    for name, obj in list(ns.items()):
+        if name.startswith("_") or isinstance(obj, (int, float, str, bytes, type(None))):
+            continue
+        try:
+            if thunder.compile_data(obj) is not None:
+                found[name] = obj
+        except Exception:
+            continue
+    return found
+
+
+def _strategy_modules(ns: dict[str, Any]) -> list[tuple[str, Any]]:
+    return list(getattr(_strategy(ns), "thunder_modules", None) or [])
+
+
+def _calls(obj: Any) -> int:
+    import thunder
+
+    try:
+        stats = thunder.compile_stats(obj)
+    except Exception:
+        return 0
+    return int(getattr(stats, "calls", 0) or 0) if stats is not None else 0
+
+
+def snapshot_jitted_calls(ns: dict[str, Any]) -> dict[int, int]:
+    """Call counts of every jitted object (namespace and strategy), so ``collect`` can tell what ran this cell;
+    also remembers where the strategy's decision log ends."""
+    STATE.decisions_before = len(getattr(_strategy(ns), "decisions", None) or [])
+    counts = {id(obj): _calls(obj) for obj in _jitted_objects(ns).values()}
+    for _, module in _strategy_modules(ns):
+        counts[id(module)] = _calls(module)
+    return counts
+
+
+def _memory() -> dict[str, Any]:
+    import psutil
+
+    memory: dict[str, Any] = {"rss_bytes": psutil.Process().memory_info().rss}
+    if STATE.setup is not None and STATE.setup.backend == "nccl":
+        import torch
+
+        memory["cuda_max_allocated_bytes"] = int(torch.cuda.max_memory_allocated())
+        memory["cuda_allocated_bytes"] = int(torch.cuda.memory_allocated())
+    return memory
+
+
+def _targets(ns: dict[str, Any], calls_before: dict[int, int]) -> list[tuple[str, Any]]:
+    """What this cell set up through the strategy (cases 1 and 3) or called (those, and case 2's jitted
+    functions); objects from earlier cells that did not run again are not re-captured.
+
+    Objects are told apart by their compile data: Fabric's wrapper forwards attribute lookups to the
+    ThunderModule inside, so ``model`` and the strategy's module are one compiled object, captured once.
+    """
+    import thunder
+
+    targets: list[tuple[str, Any]] = []
+    seen: set[int] = set()
+
+    def key(obj: Any) -> int:
+        data = thunder.compile_data(obj)
+        return id(data) if data is not None else id(obj)
+
+    for name, module in _strategy_modules(ns):
+        if key(module) in seen:
+            continue
+        if id(module) not in calls_before or _calls(module) > calls_before[id(module)]:
+            seen.add(key(module))
+            targets.append((name, module))
+    for name, obj in _jitted_objects(ns).items():
+        if key(obj) in seen:
+            continue
+        stats = thunder.compile_stats(obj)
+        if stats is None or stats.last_traces is None:
+            continue
+        if _calls(obj) > calls_before.get(id(obj), 0):
+            seen.add(key(obj))
+            targets.append((name, obj))
+    return targets
+
+
+def collect(ns: dict[str, Any], calls_before: dict[int, int], *, keep_bundles: bool) -> ReportData:
+    """What the report needs from this rank: this cell's decisions, traces, ledgers, memory.
+
+    A part that cannot be gathered is named in ``problems`` instead of failing the cell that already ran.
+    """
+    rank = STATE.setup.rank if STATE.setup is not None else None
+    result: ReportData = {
+        "rank": rank,
+        "host": socket.gethostname(),
+        "memory": _memory(),
+        "decisions": [],
+        "bundles": {},
+        "ledgers": {},
+        "problems": [],
+    }
+    # only this cell's decisions: the log of a Fabric reused across cells keeps growing
+    for decision in list(getattr(_strategy(ns), "decisions", None) or [])[STATE.decisions_before :]:
+        try:
+            result["decisions"].append(decision.to_dict())
+        except Exception as exc:
+            result["problems"].append(f"decision {decision!r} has no usable to_dict(): {exc}")
+    try:
+        targets = _targets(ns, calls_before)
+    except Exception:
+        result["problems"].append("could not list the traced objects:\n" + traceback.format_exc())
+        return result
+    if not targets:
+        return result
+    _publish({PHASE_DATA_KEY: "collecting"})
+    try:
+        from thunderviz.core.collectives import ledger_from_bundle
+        from thunderviz.core.traces import capture
+    except ImportError as exc:
+        result["problems"].append(f"the trace model is not available in this build ({exc}); traces were not captured")
+        return result
+    for name, obj in targets:
+        try:
+            bundle = capture(obj, name, rank=rank)
+            result["ledgers"][name] = ledger_from_bundle(bundle)
+            if keep_bundles:
+                result["bundles"][name] = bundle
+        except Exception:
+            result["problems"].append(f"capturing {name!r} failed:\n" + traceback.format_exc())
+    return result
+
+
+def check_process_group(timeout_s: float) -> bool:
+    """True when every rank still answers a barrier; after a failed cell this tells whether the group is usable."""
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return False
+    try:
+        if dist.get_backend() == "gloo":
+            dist.monitored_barrier(timeout=timedelta(seconds=timeout_s))
+        else:
+            dist.barrier()
+        return True
+    except Exception:
+        return False
+
+
+def _publish(data: dict[str, Any]) -> None:
+    from ipyparallel.datapub import publish_data
+
+    publish_data(data)
+
+
+def _after_user_cell(result: Any) -> None:
+    """The ``post_run_cell`` hook: gather the report data and send it with the cell's own output.
+
+    Why a hook: it runs inside the cell's execution, before the reply, so the data reaches the kernel with the
+    reply and a warm cell costs one message per rank, not two. It also snapshots call counts for the next cell.
+    Only user cells trigger it: our own calls arrive by ``apply``, which runs no cell.
+    """
+    ns = _user_namespace()
+    data: ReportData | None = None
+    try:
+        if result.success and STATE.collect:
+            data = collect(ns, STATE.calls_before, keep_bundles=True)
+        STATE.calls_before = snapshot_jitted_calls(ns)
+    except Exception:
+        rank = STATE.setup.rank if STATE.setup is not None else None
+        data = {"rank": rank, "problems": ["collecting after the cell failed:\n" + traceback.format_exc()]}
+    if data is not None:
+        _publish({REPORT_DATA_KEY: data})
+
+
+def _install_report_hook() -> None:
+    from IPython import get_ipython
+
+    events = get_ipython().events
+    if STATE.hook is not None:
+        try:
+            events.unregister("post_run_cell", STATE.hook)
+        except ValueError:
+            pass
+    events.register("post_run_cell", _after_user_cell)
+    STATE.hook = _after_user_cell

@@ -1,0 +1,121 @@
+"""The protocol between the kernel and a rank: what a cell sends, what comes back, and what a rank's namespace holds.
+
+Everything that crosses between ``engine.py`` (kernel side) and ``inside_rank.py`` (rank side) is defined here, so
+one cell's path can be read hop by hop. Three delivery mechanisms, each for one kind of thing:
+
+1. **The user's cell** goes by ipyparallel ``execute``: it runs as a real IPython cell in the rank (magics,
+   tracebacks, the shell's ``post_run_cell`` event), and its stdout/stderr stream back while it runs.
+2. **Our own calls** go by ipyparallel ``apply`` of a plain function of ``inside_rank`` (pickled by reference),
+   with this module's dataclasses as arguments; the result comes back in the reply:
+   ``identify()`` -> ``dict`` (see ``topology.EngineIdentity``), ``set_up(RankSetup)``, ``prepare_cell(CellConfig)``
+   and ``check_process_group(seconds)`` -> ``bool``. No code strings: a static reader can follow every call.
+3. **The report data** comes back on the user cell's own data channel (``ipyparallel.datapub``): the rank's
+   ``post_run_cell`` hook publishes a ``ReportData`` under ``REPORT_DATA_KEY`` before the cell's reply, so a warm
+   cell costs one message per rank instead of a second round trip. While the hook captures traces it first
+   publishes ``{PHASE_DATA_KEY: "collecting"}``, so the kernel can show that phase.
+
+A cell therefore sends: its source (1), preceded by a ``CellConfig`` (2) only when the strategy or the collect flag
+changed, or after a failure. It gets back: the reply (ok, or a ``RemoteError``), the output, and a ``ReportData``.
+
+The rank's namespace holds ``NAMESPACE_NAMES`` (the names a user's cell can rely on) and nothing else of ours: the
+rank's bookkeeping (set-up info, the strategy spec in use, call counts before the cell) lives in
+``inside_rank``'s module state, not in ``_thunderviz_*`` variables a user could see, clobber or ``%reset``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, TypedDict
+
+from thunderviz.ranks.failures import RankUsageError
+from thunderviz.strategies.registry import STRATEGY_NAMES
+
+__all__ = [
+    "FABRIC_STRATEGY_KIND",
+    "NAMESPACE_NAMES",
+    "PHASE_DATA_KEY",
+    "REPORT_DATA_KEY",
+    "CellConfig",
+    "RankSetup",
+    "ReportData",
+    "StrategySpec",
+    "missing_report",
+]
+
+#: The names every rank's namespace has after set-up; ``fabric`` is ``None`` until a cell asks for a strategy.
+NAMESPACE_NAMES = ("torch", "thunder", "rank", "local_rank", "world_size", "device", "fabric")
+#: Key of the ``ReportData`` a rank publishes on a user cell's data channel.
+REPORT_DATA_KEY = "thunderviz_collected"
+#: Key of the phase a rank publishes while its hook runs (``"collecting"``: capturing traces for the report).
+PHASE_DATA_KEY = "thunderviz_phase"
+#: ``StrategySpec.kind`` for one of Fabric's own strategies by name (``options={"name": "ddp"}``).
+FABRIC_STRATEGY_KIND = "fabric"
+
+
+@dataclass
+class StrategySpec:
+    """Which Fabric strategy every rank builds: a thunderviz name (``strategies.registry.STRATEGY_NAMES``, e.g.
+    ``thunder_fsdp``) with keyword options, or ``fabric`` with ``options={"name": "ddp"}`` for one of Fabric's own."""
+
+    kind: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind != FABRIC_STRATEGY_KIND and self.kind not in STRATEGY_NAMES:
+            known = ", ".join([*STRATEGY_NAMES, FABRIC_STRATEGY_KIND])
+            raise RankUsageError(f"StrategySpec(kind={self.kind!r}): use one of {known}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "options": dict(self.options)}
+
+
+@dataclass(frozen=True)
+class RankSetup:
+    """What set-up sends each rank: its place in the world, the rendezvous, the backend and the group's timeout."""
+
+    rank: int
+    local_rank: int
+    world_size: int
+    local_world_size: int
+    node_rank: int
+    num_nodes: int
+    master_addr: str
+    master_port: int
+    backend: str
+    timeout_s: float
+    init_method: str
+    threads: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CellConfig:
+    """What a cell sends before its source when something changed: the strategy (``StrategySpec.to_dict()``, or
+    ``None`` to keep the current ``fabric``) and whether the report data is collected after the cell."""
+
+    strategy: dict[str, Any] | None
+    collect: bool = True
+
+
+class ReportData(TypedDict, total=False):
+    """What one rank sends back after a user cell (plain picklable data; ``RunReport.from_ranks`` merges them).
+
+    ``decisions``: this cell's entries of the strategy's decision log (``Decision.to_dict()``); ``bundles``: trace
+    bundles by object name; ``ledgers``: collectives ledgers by object name; ``memory``: ``rss_bytes`` (and CUDA
+    peaks with NCCL); ``problems``: what could not be gathered, in words.
+    """
+
+    rank: int | None
+    host: str
+    memory: dict[str, Any]
+    decisions: list[dict[str, Any]]
+    bundles: dict[str, Any]
+    ledgers: dict[str, Any]
+    problems: list[str]
+
+
+def missing_report(rank: int, why: str) -> ReportData:
+    """The stand-in for a rank whose report data did not arrive (the report says so instead of failing)."""
+    return {"rank": rank, "problems": [why]}
