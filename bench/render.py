@@ -26,11 +26,11 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _train_step_and_bench(rank: int, world_size: int, cap: float, out_dir: str, which: str) -> dict[str, Any] | None:
+    import thunder
     import torch
     import torch.distributed as dist
-    import thunder
 
-    from thunderviz.models import TinyGPT, make_batch
+    from thunderviz.demos.models import TinyGPT, make_batch
 
     dist.init_process_group("gloo")
     torch.manual_seed(0)
@@ -59,8 +59,14 @@ def _train_step_and_bench(rank: int, world_size: int, cap: float, out_dir: str, 
     t2 = time.perf_counter()
     svg = render_dot(view.dot, "svg")
     t3 = time.perf_counter()
-    res.update(ours_capture=t1 - t0, ours_dot=t2 - t1, ours_layout=t3 - t2, ours_total=t3 - t0,
-               ours_nodes=len(view.nodes), ours_svg_bytes=len(svg))  # fmt: skip
+    res.update(
+        ours_capture=t1 - t0,
+        ours_dot=t2 - t1,
+        ours_layout=t3 - t2,
+        ours_total=t3 - t0,
+        ours_nodes=len(view.nodes),
+        ours_svg_bytes=len(svg),
+    )
     t = time.perf_counter()
     capture(jm, "TinyGPT-fsdp", stages=False)
     res["ours_capture_again"] = time.perf_counter() - t  # without first-call imports
@@ -119,20 +125,30 @@ def main(argv: list[str] | None = None) -> int:
 
     r = run_ranks(_train_step_and_bench, args.cap, args.out, args.trace, nproc=2, timeout=args.cap + 600)[0]
     capped = r["base_capped"]
-    base = f"> {r['base_total']:.1f} s (dot stopped at the {args.cap:.0f} s cap)" if capped else f"{r['base_total']:.2f} s"
+    base = (
+        f"> {r['base_total']:.1f} s (dot stopped at the {args.cap:.0f} s cap)" if capped else f"{r['base_total']:.2f} s"
+    )
     ratio = r["base_total"] / r["ours_total"]
     print(f"FSDP {r['trace']} trace of TinyGPT(n_layer=4, d_model=128), rank 0: {r['n_ops']} bound symbols")
-    print(f"  thunderviz collapsed view : {r['ours_total']:.3f} s  (capture {r['ours_capture']:.3f} + DOT "
-          f"{r['ours_dot']:.3f} + dot -Tsvg {r['ours_layout']:.3f}); {r['ours_nodes']} nodes")
-    print(f"    of which the view itself (DOT + layout): {r['ours_dot'] + r['ours_layout']:.3f} s; a second capture "
-          f"takes {r['ours_capture_again']:.3f} s")
-    print(f"  make_trace_dot + dot -Tsvg: {base}  (make_trace_dot {r['base_make_dot']:.3f} s, "
-          f"{r['base_dot_lines']} DOT lines)")
+    print(
+        f"  thunderviz collapsed view : {r['ours_total']:.3f} s  (capture {r['ours_capture']:.3f} + DOT "
+        f"{r['ours_dot']:.3f} + dot -Tsvg {r['ours_layout']:.3f}); {r['ours_nodes']} nodes"
+    )
+    print(
+        f"    of which the view itself (DOT + layout): {r['ours_dot'] + r['ours_layout']:.3f} s; a second capture "
+        f"takes {r['ours_capture_again']:.3f} s"
+    )
+    print(
+        f"  make_trace_dot + dot -Tsvg: {base}  (make_trace_dot {r['base_make_dot']:.3f} s, "
+        f"{r['base_dot_lines']} DOT lines)"
+    )
     print(f"  ratio baseline / thunderviz: {'> ' if capped else ''}{ratio:.0f}x")
     print(f"  expanding {r['expand_block']}: {r['expand_s']:.3f} s to DOT + PNG ({r['expand_nodes']} nodes)")
-    print(f"  trace file with every stage ({r['file_bytes'] / 2**20:.1f} MiB): load() with every field checked "
-          f"{r['file_load'] * 1000:.0f} ms vs json.loads {r['file_json'] * 1000:.0f} ms "
-          f"({r['file_load'] / r['file_json']:.1f}x)")
+    print(
+        f"  trace file with every stage ({r['file_bytes'] / 2**20:.1f} MiB): load() with every field checked "
+        f"{r['file_load'] * 1000:.0f} ms vs json.loads {r['file_json'] * 1000:.0f} ms "
+        f"({r['file_load'] / r['file_json']:.1f}x)"
+    )
     print(f"  pictures in {args.out}")
     return 0
 

@@ -22,7 +22,7 @@ def test_snapshot_matches_thunders_trace_objects():
     assert [op.op for op in b.forward.ops] == [bs.sym.name for bs in fwd_trace.bound_symbols]
     assert [op.op for op in b.backward.ops] == [bs.sym.name for bs in bwd_trace.bound_symbols]
     assert b.memory == {"forward": get_alloc_memory(fwd_trace)[0], "backward": get_alloc_memory(bwd_trace)[0]}
-    assert [s.label for s in b.stages][0] == "computation"
+    assert next(s.label for s in b.stages) == "computation"
     assert len(b.stages) == len(thunder.last_traces(j.jitted))
     assert "Dead Code Elimination" in [s.label for s in b.stages]
 
@@ -59,7 +59,7 @@ def test_capture_explains_what_to_do_when_not_jitted_or_not_run():
     with pytest.raises(TraceCaptureError, match=r"thunder\.jit"):
         capture(torch.nn.Linear(2, 2))
     fresh = thunder.jit(torch.nn.Linear(2, 2))
-    with pytest.raises(TraceCaptureError, match="has not run yet.*Call it once"):
+    with pytest.raises(TraceCaptureError, match=r"has not run yet.*Call it once"):
         capture(fresh)
 
 
@@ -121,8 +121,16 @@ def test_a_function_of_two_modules_names_parameters_by_argument():
     fn = thunder.jit(distill)
     fn(student, teacher, torch.randn(2, 23)).backward()
     names = sorted(capture(fn).forward.param_names.values())
-    assert names == ["student.a.bias", "student.a.weight", "student.b.bias", "student.b.weight",
-                     "teacher.a.bias", "teacher.a.weight", "teacher.b.bias", "teacher.b.weight"]  # fmt: skip
+    assert names == [
+        "student.a.bias",
+        "student.a.weight",
+        "student.b.bias",
+        "student.b.weight",
+        "teacher.a.bias",
+        "teacher.a.weight",
+        "teacher.b.bias",
+        "teacher.b.weight",
+    ]
     # The student fits the function's record, and so does the teacher: which one capture(student) means is clear
     # to a person, not to the record, so it asks for the function.
     with pytest.raises(TraceCaptureError, match=r"capture\(.*distill\)"):

@@ -23,10 +23,13 @@ def test_each_rank_saved_its_own_file_and_it_loads_back_equal(ranks):
         assert fsdp.memory["forward"] > 0 and fsdp.memory["backward"] > 0
 
 
-@pytest.mark.parametrize("kind, forward_kinds, backward_kinds", [
-    pytest.param("fsdp", {"all_gather", "wait"}, {"reduce_scatter", "wait"}, id="fsdp"),
-    pytest.param("ddp", set(), {"all_reduce", "wait"}, id="ddp"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("kind", "forward_kinds", "backward_kinds"),
+    [
+        pytest.param("fsdp", {"all_gather", "wait"}, {"reduce_scatter", "wait"}, id="fsdp"),
+        pytest.param("ddp", set(), {"all_reduce", "wait"}, id="ddp"),
+    ],
+)
 def test_capture_takes_what_fabric_setup_returned_in_every_case(kind, forward_kinds, backward_kinds):
     per_rank = [r[kind] for r in setup_captures()]
     params = ["fc1.bias", "fc1.weight", "fc2.bias", "fc2.weight"]

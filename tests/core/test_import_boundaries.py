@@ -1,5 +1,6 @@
-"""Opening and drawing a saved trace needs neither thunder nor lightning (nor torch), and the core and render
-layers never import the notebook libraries. Each check runs in a fresh interpreter and reads ``sys.modules``."""
+"""Opening and drawing a saved trace needs neither thunder nor lightning (nor torch). Each check runs in a fresh
+interpreter and reads ``sys.modules``. (That the core and render layers never import the notebook stack is
+tests/test_layering.py's job.)"""
 
 from __future__ import annotations
 
@@ -7,8 +8,6 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,15 +38,24 @@ def _imported_after(modules: list[str], *, skip_package_init: bool) -> list[str]
     code = [
         "import sys, json, types",
         *(
-            [f"pkg = types.ModuleType('thunderviz'); pkg.__path__ = [{str(ROOT / 'thunderviz')!r}]",
-             "sys.modules['thunderviz'] = pkg"]
-            if skip_package_init else []
+            [
+                f"pkg = types.ModuleType('thunderviz'); pkg.__path__ = [{str(ROOT / 'thunderviz')!r}]",
+                "sys.modules['thunderviz'] = pkg",
+            ]
+            if skip_package_init
+            else []
         ),
         *(f"import {m}" for m in modules),
         "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))",
-    ]  # fmt: skip
-    proc = subprocess.run([sys.executable, "-c", "\n".join(code)], capture_output=True, text=True, timeout=180,
-                          cwd=ROOT, env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})  # fmt: skip
+    ]
+    proc = subprocess.run(
+        [sys.executable, "-c", "\n".join(code)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -63,17 +71,10 @@ def test_capture_module_defers_thunder_until_called():
     assert [m for m in HEAVY + NOTEBOOK if m in loaded] == []
 
 
-def test_core_and_render_never_import_notebook_libraries():
-    loaded = _imported_after([*FILE_TO_PICTURE, "thunderviz.core.capture"], skip_package_init=False)
-    assert [m for m in NOTEBOOK if m in loaded] == []
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="`import thunderviz` still imports lightning (strategies/registry.py registers the Fabric strategy names "
-    "at import); the public-API change of issue 13 makes that lazy, and this test then passes: remove the xfail",
-)
 def test_import_thunderviz_then_render_imports_no_thunder_or_lightning():
-    loaded = _imported_after(["thunderviz", "thunderviz.render.html", "thunderviz.core.trace_file"],
-                             skip_package_init=False)  # fmt: skip
-    assert [m for m in HEAVY if m in loaded] == []
+    """What ``thunderviz render FILE`` does: the package, then the file and the renderer."""
+    loaded = _imported_after(
+        ["thunderviz", "thunderviz.render.html", "thunderviz.core.trace_file"], skip_package_init=False
+    )
+    assert "thunderviz" in loaded
+    assert [m for m in HEAVY + NOTEBOOK if m in loaded] == []

@@ -8,16 +8,24 @@ from tests.helpers import trace_fixtures as tf
 from thunderviz.core.module_paths import module_of_param, top_group
 
 
-@pytest.mark.parametrize("qual, module", [("blocks.0.attn_qkv.weight", "blocks.0.attn_qkv"), ("bias", "(root)")])
+@pytest.mark.parametrize(("qual", "module"), [("blocks.0.attn_qkv.weight", "blocks.0.attn_qkv"), ("bias", "(root)")])
 def test_module_of_param(qual, module):
     assert module_of_param(qual) == module
 
 
 @pytest.mark.parametrize(
-    "module, group",
-    [("blocks.3.mlp.fc", "blocks.3"), ("lm_head", "lm_head"), ("encoder.layer.norm", "encoder.layer"),
-     ("@model.py:12", "@model.py:12"), ("(inputs)", "(inputs)"), (None, "(other)"), ("", "(other)"),
-     ("0", "0"), ("layers.0", "layers.0")],  # fmt: skip
+    ("module", "group"),
+    [
+        ("blocks.3.mlp.fc", "blocks.3"),
+        ("lm_head", "lm_head"),
+        ("encoder.layer.norm", "encoder.layer"),
+        ("@model.py:12", "@model.py:12"),
+        ("(inputs)", "(inputs)"),
+        (None, "(other)"),
+        ("", "(other)"),
+        ("0", "0"),
+        ("layers.0", "layers.0"),
+    ],
 )
 def test_top_group(module, group):
     assert top_group(module) == group
@@ -49,5 +57,3 @@ def test_ops_are_attributed_to_modules_in_forward_and_backward():
         if not op.is_bookkeeping and g.startswith("blocks") and g not in order:
             order.append(g)
     assert order == ["blocks.1", "blocks.0"]
-
-

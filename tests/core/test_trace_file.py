@@ -76,8 +76,12 @@ FIELD_ERRORS = [
     ("bundles.0.forward.ops.2.collective", "all_to_all", "bundles[0].forward.ops[2].collective", "not one of"),
     ("bundles.0.forward.ops.2.group_size", 0, "bundles[0].forward.ops[2].group_size", "below the minimum of 1"),
     ("bundles.0.forward.ops.2.module", {"a": 1}, "bundles[0].forward.ops[2].module", "expected a string"),
-    ("bundles.0.forward.ops.2.source", {"file": "m.py", "line": "7"}, "bundles[0].forward.ops[2].source.line",
-     "expected an integer"),
+    (
+        "bundles.0.forward.ops.2.source",
+        {"file": "m.py", "line": "7"},
+        "bundles[0].forward.ops[2].source.line",
+        "expected an integer",
+    ),
     ("bundles.0.forward.ops.2.python", "x" * (2**20 + 1), "bundles[0].forward.ops[2].python", "over the limit"),
     ("bundles.0.forward.edges.0", [0, 999, "t"], "bundles[0].forward.edges[0][1]", "above the maximum of 32"),
     ("bundles.0.forward.edges.0", [0, 1], "bundles[0].forward.edges[0]", "found a list of 2"),
@@ -85,8 +89,12 @@ FIELD_ERRORS = [
     ("bundles.0.forward.param_names", {"a.b": None}, "bundles[0].forward.param_names['a.b']", "expected a string"),
     ("bundles.0.forward.peak_memory_bytes", -5, "bundles[0].forward.peak_memory_bytes", "below the minimum"),
     ("bundles.0.forward.return_names", [1], "bundles[0].forward.return_names[0]", "expected a string"),
-    ("bundles.0.backward.ops.0.outputs.0.name", None, "bundles[0].backward.ops[0].outputs[0].name",
-     "expected a string, found null"),
+    (
+        "bundles.0.backward.ops.0.outputs.0.name",
+        None,
+        "bundles[0].backward.ops[0].outputs[0].name",
+        "expected a string, found null",
+    ),
     ("bundles.0.stages.1.ops.0.op", 7, "bundles[0].stages[1].ops[0].op", "expected a string"),
     ("bundles.0.versions", {"torch": 2}, "bundles[0].versions.torch", "expected a string"),
     ("bundles.1", [], "bundles[1]", "expected an object"),
@@ -97,7 +105,9 @@ FIELD_ERRORS = [
 ]
 
 
-@pytest.mark.parametrize("where, value, field, words", FIELD_ERRORS, ids=[f"{e[0]}={e[1]!s:.12}" for e in FIELD_ERRORS])
+@pytest.mark.parametrize(
+    ("where", "value", "field", "words"), FIELD_ERRORS, ids=[f"{e[0]}={e[1]!s:.12}" for e in FIELD_ERRORS]
+)
 def test_a_bad_field_is_named_with_the_file(tmp_path, where, value, field, words):
     path = tmp_path / "rank0.json"
     path.write_text(json.dumps(_edit(_doc(), where, value)), encoding="utf-8")
@@ -109,7 +119,7 @@ def test_a_bad_field_is_named_with_the_file(tmp_path, where, value, field, words
 
 
 @pytest.mark.parametrize(
-    "content, words",
+    ("content", "words"),
     [
         pytest.param(b"not json {", "not JSON (Expecting value at line 1, column 1)", id="not-json"),
         pytest.param(b"\xff\xfe{}", "not UTF-8 text (invalid byte at offset 0)", id="binary"),
@@ -117,24 +127,35 @@ def test_a_bad_field_is_named_with_the_file(tmp_path, where, value, field, words
         pytest.param(json.dumps({"some": "thing"}).encode(), 'without "format"', id="foreign-json"),
         pytest.param(b"[]", 'without "format"', id="list"),
         pytest.param(b'{"format": "thunderviz.traces", "format": "x"}', "appears twice", id="duplicate-key"),
-        pytest.param(b'{"format": "thunderviz.traces", "version": 1, "bundles": [NaN]}', "NaN is not a JSON number",
-                     id="nan"),
+        pytest.param(
+            b'{"format": "thunderviz.traces", "version": 1, "bundles": [NaN]}', "NaN is not a JSON number", id="nan"
+        ),
         pytest.param(b'{"format": "thunderviz.traces", "version": 1e999}', "too large to represent", id="inf"),
-        pytest.param(b'{"format": "thunderviz.traces", "version": ' + b"9" * 5000 + b"}", "not readable JSON",
-                     id="5000-digits"),
-        pytest.param(b'{"format": "thunderviz.traces", "version": 1, "bundles": ' + b"[" * 30 + b"]" * 30 + b"}",
-                     "nested deeper than 24 levels", id="deep"),
+        pytest.param(
+            b'{"format": "thunderviz.traces", "version": ' + b"9" * 5000 + b"}", "not readable JSON", id="5000-digits"
+        ),
+        pytest.param(
+            b'{"format": "thunderviz.traces", "version": 1, "bundles": ' + b"[" * 30 + b"]" * 30 + b"}",
+            "nested deeper than 24 levels",
+            id="deep",
+        ),
         pytest.param(b"[" * 100_000 + b"]" * 100_000, "nested deeper than 24 levels", id="very-deep"),
-        pytest.param(b'{"format": "thunderviz.traces", "version": 1, "bundles": ["\\ud800"]}', "lone surrogate",
-                     id="lone-surrogate"),
-        pytest.param(b'{"format": "thunderviz.traces", "version": 1, "bundles": [' + b"9" * 25 + b"]}", "out of range",
-                     id="big-int"),
+        pytest.param(
+            b'{"format": "thunderviz.traces", "version": 1, "bundles": ["\\ud800"]}',
+            "lone surrogate",
+            id="lone-surrogate",
+        ),
+        pytest.param(
+            b'{"format": "thunderviz.traces", "version": 1, "bundles": [' + b"9" * 25 + b"]}",
+            "out of range",
+            id="big-int",
+        ),
     ],
 )
 def test_a_bad_file_is_refused_with_the_reason(tmp_path, content, words):
     path = tmp_path / "bad.json"
     path.write_bytes(content)
-    with pytest.raises(TraceFormatError, match="bad.json") as info:
+    with pytest.raises(TraceFormatError, match=r"bad\.json") as info:
         load(path)
     assert words in str(info.value), str(info.value)
 

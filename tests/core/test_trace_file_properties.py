@@ -14,6 +14,7 @@ No thunder is imported: this is what opening a colleague's file on a laptop does
 from __future__ import annotations
 
 import copy
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -36,8 +37,14 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def _settings(n: int) -> settings:
-    return settings(max_examples=n, derandomize=True, deadline=None, database=None, print_blob=False,
-                    suppress_health_check=list(HealthCheck))  # fmt: skip
+    return settings(
+        max_examples=n,
+        derandomize=True,
+        deadline=None,
+        database=None,
+        print_blob=False,
+        suppress_health_check=list(HealthCheck),
+    )
 
 
 def load_and_render(path: Path) -> None:
@@ -64,7 +71,7 @@ def load_and_render(path: Path) -> None:
             json.dumps(pane, allow_nan=False)  # what the widget sends to the browser must be plain JSON
             vd.search_ops(snap, "a", expanded=opened)
         json.dumps([vd.ledger_table(subj), vd.memory_rows(subj), subj.mismatches()], allow_nan=False)
-    for a, b in zip(subjects, subjects[1:]):
+    for a, b in itertools.pairwise(subjects):
         for label in set(vd.trace_choices(a.primary)) & set(vd.trace_choices(b.primary)):
             d = vd.diff_for(a, b, label)
             vd.diff_marks(d)
@@ -83,12 +90,31 @@ def _write(tmp_path_factory: pytest.TempPathFactory, data: bytes) -> Path:
 
 # ---------------------------------------------------------------------------------------------- random input
 
-NASTY_STRINGS = ["", "<script>alert(1)</script>", "\ud800", "\x00\x1b[31m", "a\"b\\N\nc", "\u202e", "x" * 5000,
-                 "forward", "backward", "blocks.0", "@f.py:1", "(root)", "g0", "op1", "t0"]  # fmt: skip
+NASTY_STRINGS = [
+    "",
+    "<script>alert(1)</script>",
+    "\ud800",
+    "\x00\x1b[31m",
+    'a"b\\N\nc',
+    "\u202e",
+    "x" * 5000,
+    "forward",
+    "backward",
+    "blocks.0",
+    "@f.py:1",
+    "(root)",
+    "g0",
+    "op1",
+    "t0",
+]
 scalars = (
-    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
-    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=12) | st.sampled_from(NASTY_STRINGS)
-)  # fmt: skip
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(max_size=12)
+    | st.sampled_from(NASTY_STRINGS)
+)
 json_values = st.recursive(
     scalars, lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=10), c, max_size=4), max_leaves=24
 )
@@ -144,8 +170,15 @@ def _paths(node: Any, prefix: tuple = ()) -> list[tuple]:
 
 
 PATHS = [_paths(d) for d in REAL_DOCS]
-NAMES = sorted({t["name"] for d in REAL_DOCS for b in d["bundles"] for op in b["forward"]["ops"]
-                for t in op["inputs"] + op["outputs"]})  # fmt: skip
+NAMES = sorted(
+    {
+        t["name"]
+        for d in REAL_DOCS
+        for b in d["bundles"]
+        for op in b["forward"]["ops"]
+        for t in op["inputs"] + op["outputs"]
+    }
+)
 
 
 def _get(doc: Any, path: tuple) -> Any:
@@ -162,8 +195,13 @@ def same_type_nonsense(draw: st.DrawFn, current: Any) -> Any:
     if isinstance(current, int):
         return draw(st.integers(min_value=0, max_value=40) | st.sampled_from([0, 1, 2**31, 2**62]))
     if isinstance(current, str):
-        return draw(st.sampled_from(NAMES) | st.sampled_from(NASTY_STRINGS) | st.sampled_from(COLLECTIVE_KINDS)
-                    | st.sampled_from(TENSOR_KINDS) | st.text(max_size=6))  # fmt: skip
+        return draw(
+            st.sampled_from(NAMES)
+            | st.sampled_from(NASTY_STRINGS)
+            | st.sampled_from(COLLECTIVE_KINDS)
+            | st.sampled_from(TENSOR_KINDS)
+            | st.text(max_size=6)
+        )
     if current is None:
         return draw(st.sampled_from(COLLECTIVE_KINDS) | st.integers(0, 8) | st.just("blocks.1"))
     if isinstance(current, list) and current:
@@ -190,9 +228,29 @@ def same_type_nonsense(draw: st.DrawFn, current: Any) -> Any:
     return draw(json_values)
 
 
-OPTIONAL_KEYS = {"source", "python", "collective", "group_size", "module", "edges", "arg_names", "return_names",
-                 "param_names", "peak_memory_bytes", "backward", "stages", "versions", "kind", "dtype", "device",
-                 "shape", "inputs", "outputs", "code", "label"}  # fmt: skip
+OPTIONAL_KEYS = {
+    "source",
+    "python",
+    "collective",
+    "group_size",
+    "module",
+    "edges",
+    "arg_names",
+    "return_names",
+    "param_names",
+    "peak_memory_bytes",
+    "backward",
+    "stages",
+    "versions",
+    "kind",
+    "dtype",
+    "device",
+    "shape",
+    "inputs",
+    "outputs",
+    "code",
+    "label",
+}
 FREE_TEXT = {"name", "module", "label", "python", "code", "file", "dtype", "device", "symbol_id", "op"}
 SHORT_NASTY = st.sampled_from([s for s in NASTY_STRINGS if len(s) < 100 and s != "\ud800"])
 
@@ -323,7 +381,7 @@ def mutated_files(draw: st.DrawFn) -> bytes:
     data = _dumps(doc)
     if draw(st.integers(0, 9)) == 0:  # now and then, damage the bytes too
         at = draw(st.integers(0, len(data)))
-        data = draw(st.sampled_from([data[:at], data[:at] + b"\xff" + data[at:], data[:at] + data[at + 1:]]))
+        data = draw(st.sampled_from([data[:at], data[:at] + b"\xff" + data[at:], data[:at] + data[at + 1 :]]))
     return data
 
 

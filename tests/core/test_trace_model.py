@@ -17,7 +17,7 @@ from thunderviz.core.trace_model import (
 
 
 @pytest.mark.parametrize(
-    "ref, numel, nbytes, short",
+    ("ref", "numel", "nbytes", "short"),
     [
         pytest.param(TensorRef("t0", shape=(8, 64, 128), dtype="float32"), 65536, 262144, "f32[8,64,128]", id="f32"),
         pytest.param(TensorRef("t1", shape=(3,), dtype="bfloat16"), 3, 6, "bf16[3]", id="bf16"),
@@ -36,17 +36,32 @@ def test_short_dtype_and_source_ref():
     assert SourceRef("/home/me/model.py", 12, "x = f(y)").short() == "model.py:12"
 
 
-def _op(i: int, op: str, ins: tuple[str, ...] = (), outs: tuple[str, ...] = (), collective: str | None = None,
-        ) -> OpRecord:  # fmt: skip
-    return OpRecord(index=i, op=op, symbol_id=op, inputs=tuple(TensorRef(n) for n in ins),
-                    outputs=tuple(TensorRef(n) for n in outs), collective=collective)  # fmt: skip
+def _op(
+    i: int,
+    op: str,
+    ins: tuple[str, ...] = (),
+    outs: tuple[str, ...] = (),
+    collective: str | None = None,
+) -> OpRecord:
+    return OpRecord(
+        index=i,
+        op=op,
+        symbol_id=op,
+        inputs=tuple(TensorRef(n) for n in ins),
+        outputs=tuple(TensorRef(n) for n in outs),
+        collective=collective,
+    )
 
 
 def _bundle() -> TraceBundle:
     fwd = TraceSnapshot(
         label="forward",
-        ops=[_op(0, "all_gather", ("t_w",), ("f0",), "all_gather"), _op(1, "wait", ("f0",), ("w",), "wait"),
-             _op(2, "linear", ("x", "w"), ("y",)), _op(3, "python_return", ("y",))],  # fmt: skip
+        ops=[
+            _op(0, "all_gather", ("t_w",), ("f0",), "all_gather"),
+            _op(1, "wait", ("f0",), ("w",), "wait"),
+            _op(2, "linear", ("x", "w"), ("y",)),
+            _op(3, "python_return", ("y",)),
+        ],
         edges=[(0, 1, "f0"), (1, 2, "w"), (2, 3, "y")],
         arg_names=["x", "t_w"],
         param_names={"t_w": "fc.weight"},
@@ -59,7 +74,11 @@ def _bundle() -> TraceBundle:
 def test_op_kinds():
     ops = _bundle().forward.ops
     assert [(op.is_collective, op.is_wait, op.is_bookkeeping) for op in ops] == [
-        (True, False, False), (False, True, False), (False, False, False), (False, False, True)]  # fmt: skip
+        (True, False, False),
+        (False, True, False),
+        (False, False, False),
+        (False, False, True),
+    ]
     assert [op.index for op in _bundle().forward.collectives] == [0, 1]
 
 

@@ -26,7 +26,7 @@ def capture_gpt_on_rank(rank: int, world_size: int, out_dir: str, kinds: tuple[s
     from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
     from thunderviz.core.capture import capture
     from thunderviz.core.trace_file import save
-    from thunderviz.models import TinyGPT, make_batch
+    from thunderviz.demos.models import TinyGPT, make_batch
 
     paths: dict[str, str] = {}
     decisions: dict[str, Any] = {}
@@ -48,7 +48,9 @@ def capture_gpt_on_rank(rank: int, world_size: int, out_dir: str, kinds: tuple[s
     return {"paths": paths, "decisions": decisions}
 
 
-def write_gpt_traces(out_dir: str | Path, kinds: tuple[str, ...] = ("fsdp", "ddp"), nproc: int = 2) -> dict[str, list[str]]:
+def write_gpt_traces(
+    out_dir: str | Path, kinds: tuple[str, ...] = ("fsdp", "ddp"), nproc: int = 2
+) -> dict[str, list[str]]:
     """Run the ranks; return ``{kind: [rank0.json, rank1.json, ...]}``."""
     from thunderviz.launch import run_ranks
 

@@ -24,7 +24,7 @@ def gpt() -> Jitted:
     import thunder
 
     from thunderviz.core.capture import capture
-    from thunderviz.models import TinyGPT, make_batch
+    from thunderviz.demos.models import TinyGPT, make_batch
 
     torch.manual_seed(0)
     jm = thunder.jit(TinyGPT(vocab_size=64, block_size=16, d_model=32, n_layer=2, n_head=2))

@@ -22,7 +22,7 @@ from torch import nn
 
 from tests.helpers.ranks import run_ranks
 
-MODEL_KW = dict(vocab_size=64, block_size=16, d_model=32, n_layer=1, n_head=2)
+MODEL_KW = {"vocab_size": 64, "block_size": 16, "d_model": 32, "n_layer": 1, "n_head": 2}
 
 
 @dataclass
@@ -36,13 +36,13 @@ class RankResult:
 
 
 def capture_fsdp_and_ddp(rank: int, world_size: int, out_dir: str) -> RankResult:
+    import thunder
     import torch
     import torch.distributed as dist
-    import thunder
 
     from thunderviz.core.capture import capture
     from thunderviz.core.trace_file import save
-    from thunderviz.models import TinyGPT, make_batch
+    from thunderviz.demos.models import TinyGPT, make_batch
 
     dist.init_process_group("gloo")
     x, y = make_batch(batch=2, block_size=MODEL_KW["block_size"], vocab_size=MODEL_KW["vocab_size"])
@@ -97,13 +97,17 @@ def _capture_cases(rank: int, world_size: int, kind: str) -> dict:
     from thunderviz.core.capture import capture
     from thunderviz.errors import TraceCaptureError
 
-    def summary(bundle) -> dict:  # noqa: ANN001
+    def summary(bundle) -> dict:
         ops = bundle.forward.ops + (bundle.backward.ops if bundle.backward else [])
-        return {"name": bundle.name, "fwd": [op.op for op in bundle.forward.ops],
-                "bwd": [op.op for op in bundle.backward.ops] if bundle.backward else None,
-                "collectives": sorted({op.collective for op in ops if op.collective}),
-                "params": sorted(bundle.forward.param_names.values()), "rank": bundle.rank,
-                "world": bundle.world_size}  # fmt: skip
+        return {
+            "name": bundle.name,
+            "fwd": [op.op for op in bundle.forward.ops],
+            "bwd": [op.op for op in bundle.backward.ops] if bundle.backward else None,
+            "collectives": sorted({op.collective for op in ops if op.collective}),
+            "params": sorted(bundle.forward.param_names.values()),
+            "rank": bundle.rank,
+            "world": bundle.world_size,
+        }
 
     out: dict = {}
     cls = ThunderFSDPStrategy if kind == "fsdp" else ThunderDDPStrategy
@@ -121,8 +125,11 @@ def _capture_cases(rank: int, world_size: int, kind: str) -> dict:
         loss = step(model, x) if step is not None else _loss(model(x))
         fabric.backward(loss)
         direct = step if step is not None else model._forward_module
-        out[case] = {"setup": summary(capture(model)), "direct": summary(capture(direct, name="direct")),
-                     "inner": summary(capture(model.module)) if case == "2" else None}  # fmt: skip
+        out[case] = {
+            "setup": summary(capture(model)),
+            "direct": summary(capture(direct, name="direct")),
+            "inner": summary(capture(model.module)) if case == "2" else None,
+        }
         if case == "2":
             # A second jitted function used with the same model: capture(model) cannot choose, and says what to pass.
             other = thunder.jit(lambda m, x: _loss(m(x)) * 2)

@@ -50,7 +50,7 @@ def test_expanding_a_group_shows_its_ops_and_keeps_others_collapsed():
     op_meta = view.nodes[f"op{block.ops[0].index}"]
     assert op_meta["group"] == "blocks.0" and op_meta["python"]
     assert to_dot(snap, expand={block.id}) == view.dot  # ids work as well as names
-    with pytest.raises(ValueError, match="no such group.*'blocks.0'"):
+    with pytest.raises(ValueError, match=r"no such group.*'blocks\.0'"):
         to_dot(snap, expand={"blocks.7"})
 
 
@@ -62,10 +62,14 @@ def test_bookkeeping_ops_hidden_by_default():
 
 
 @pytest.mark.parametrize(
-    "raw, short",
-    [("torch_all_gather_prim_impl", "all_gather"), ("torch_wait_prim_impl", "wait"),
-     ("torch.ops.aten.embedding_backward", "embedding_backward"), ("torch_prims_reshape_impl", "reshape"),
-     ("linear", "linear")],  # fmt: skip
+    ("raw", "short"),
+    [
+        ("torch_all_gather_prim_impl", "all_gather"),
+        ("torch_wait_prim_impl", "wait"),
+        ("torch.ops.aten.embedding_backward", "embedding_backward"),
+        ("torch_prims_reshape_impl", "reshape"),
+        ("linear", "linear"),
+    ],
 )
 def test_short_op_names(raw, short):
     assert short_op_name(raw) == short
@@ -76,8 +80,18 @@ def test_dot_escape_neutralises_quotes_backslashes_newlines_and_control_characte
     assert dot_escape("x\r\x00\x1b[31my\tz") == "x[31my\tz"
 
 
-@pytest.mark.parametrize("n, text", [(None, "n/a"), (0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"),
-                                     (793_088, "774.5 KiB"), (3 * 2**30, "3.0 GiB"), (2**200, f"{2**160}.0 TiB")])
+@pytest.mark.parametrize(
+    ("n", "text"),
+    [
+        (None, "n/a"),
+        (0, "0 B"),
+        (1023, "1023 B"),
+        (1024, "1.0 KiB"),
+        (793_088, "774.5 KiB"),
+        (3 * 2**30, "3.0 GiB"),
+        (2**200, f"{2**160}.0 TiB"),
+    ],
+)
 def test_format_bytes_is_exact_for_any_size(n, text):
     assert format_bytes(n) == text
 

@@ -94,14 +94,23 @@ def _run_report(decisions: list[dict], *, with_traces: bool = True, problems: tu
     """What the rank engine builds from what each rank's ``bootstrap.collect`` returned, with real bundles."""
     ranks = two_rank_run()
     collected = {
-        r.rank: {"decisions": decisions, "bundles": {"gpt": r.fsdp} if with_traces else {},
-                 "ledgers": {"gpt": ledger_from_bundle(r.fsdp)} if with_traces else {},
-                 "memory": {"rss_bytes": 3 * 2**20}, "problems": list(problems)}
+        r.rank: {
+            "decisions": decisions,
+            "bundles": {"gpt": r.fsdp} if with_traces else {},
+            "ledgers": {"gpt": ledger_from_bundle(r.fsdp)} if with_traces else {},
+            "memory": {"rss_bytes": 3 * 2**20},
+            "problems": list(problems),
+        }
         for r in ranks
-    }  # fmt: skip
-    return RunReport.from_ranks(collected, outputs={0: "", 1: ""}, world_size=2, backend="gloo",
-                                strategy={"kind": "ThunderFSDPStrategy", "options": {"sharding": "zero2"}},
-                                seconds=1.5)  # fmt: skip
+    }
+    return RunReport.from_ranks(
+        collected,
+        outputs={0: "", 1: ""},
+        world_size=2,
+        backend="gloo",
+        strategy={"kind": "ThunderFSDPStrategy", "options": {"sharding": "zero2"}},
+        seconds=1.5,
+    )
 
 
 def test_run_report_html_shows_decisions_memory_traces_and_problems():
@@ -142,7 +151,7 @@ def test_markup_pieces_escape_everything():
         "</tbody></table>"
     )
     rows = decisions_table([{"target": "m", "reason": "<r>", "extra": "not shown"}])
-    assert [h for h in re.findall(r"<th>(\w+)</th>", rows)] == list(DECISION_COLUMNS)
+    assert list(re.findall(r"<th>(\w+)</th>", rows)) == list(DECISION_COLUMNS)
     assert "<td>m</td><td></td><td></td><td>&lt;r&gt;</td>" in rows and "not shown" not in rows
     text = page("<t>", "<p>body</p>", style="p{}", script="1;")
     assert text.startswith("<!DOCTYPE html>") and "<title>&lt;t&gt;</title>" in text and "<h1>&lt;t&gt;</h1>" in text

@@ -27,8 +27,9 @@ import linecache
 import re
 import sys
 import types
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from thunderviz.core.module_paths import assign_modules
 from thunderviz.core.trace_model import COLLECTIVE_KINDS, OpRecord, SourceRef, TensorRef, TraceBundle, TraceSnapshot
@@ -70,7 +71,7 @@ def capture(obj: Any, name: str | None = None, *, rank: int | None = None, stage
     fwd_traces = list(thunder.last_traces(target))
     try:
         bwd_traces = list(thunder.last_backward_traces(target) or [])
-    except Exception:  # noqa: BLE001 - no backward recorded
+    except Exception:
         bwd_traces = []
     param_names = _param_names(target, fwd_traces[-1])
     forward = snapshot_trace(fwd_traces[-1], label="forward", param_names=param_names)
@@ -83,10 +84,14 @@ def capture(obj: Any, name: str | None = None, *, rank: int | None = None, stage
     for s in stage_snaps:
         assign_modules(s, None)
     return TraceBundle(
-        name=name or default_name, rank=_dist_rank() if rank is None else rank, world_size=_dist_world_size(),
-        forward=forward, backward=backward, stages=stage_snaps,
+        name=name or default_name,
+        rank=_dist_rank() if rank is None else rank,
+        world_size=_dist_world_size(),
+        forward=forward,
+        backward=backward,
+        stages=stage_snaps,
         versions={"thunder": str(getattr(thunder, "__version__", "?")), "torch": str(torch.__version__)},
-    )  # fmt: skip
+    )
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -142,7 +147,7 @@ def _prologue_reads(jitted: Any) -> list[_ModuleRead]:
 
     try:
         prologues = thunder.compile_stats(jitted).last_prologue_traces
-    except Exception:  # noqa: BLE001 - not jitted, or a thunder without prologue traces
+    except Exception:
         return []
     if not prologues:
         return []
@@ -175,9 +180,12 @@ def _signature_names(jitted: Any) -> list[str]:
 
     try:
         fn = thunder.compile_data(jitted).fn
-        return [p.name for p in inspect.signature(fn).parameters.values()
-                if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]  # fmt: skip
-    except Exception:  # noqa: BLE001 - builtins and odd callables have no signature
+        return [
+            p.name
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    except Exception:
         return []
 
 
@@ -190,7 +198,7 @@ def _fits(module: Any, read: _ModuleRead) -> frozenset[int] | None:
             try:
                 t = getattr(module, getter)(qual)
                 break
-            except Exception:  # noqa: BLE001 - AttributeError when absent; odd modules raise other things
+            except Exception:
                 continue
         if t is None or tuple(t.shape) != shape or _dtype_name(t.dtype) != dtype:
             return None
@@ -258,7 +266,7 @@ def _other_modules_that_fit(read: _ModuleRead, own: frozenset[int]) -> set[froze
             continue
         try:
             ids = _fits(o, read)
-        except Exception:  # noqa: BLE001 - a module with an odd __getattr__ or __class__ cannot be the one
+        except Exception:
             continue
         if ids and ids != own:
             found.add(ids)
@@ -303,8 +311,15 @@ def snapshot_trace(
     peak = _peak_memory(trace) if memory else None
     args = set(arg_names)
     pn = {k: v for k, v in (param_names or {}).items() if k in args}
-    return TraceSnapshot(label=label, ops=ops, edges=edges, arg_names=arg_names, return_names=return_names,
-                         param_names=pn, peak_memory_bytes=peak)  # fmt: skip
+    return TraceSnapshot(
+        label=label,
+        ops=ops,
+        edges=edges,
+        arg_names=arg_names,
+        return_names=return_names,
+        param_names=pn,
+        peak_memory_bytes=peak,
+    )
 
 
 def _op_record(index: int, bsym: Any, kinds: Mapping[Any, str], inputs: list[Any]) -> OpRecord:
@@ -315,14 +330,19 @@ def _op_record(index: int, bsym: Any, kinds: Mapping[Any, str], inputs: list[Any
     group_size = _group_size(bsym.args) if collective and collective != "wait" else None
     try:
         python = "\n".join(bsym.python(indent=0, print_depth=1))
-    except Exception:  # noqa: BLE001 - printing is best effort, the structure is what we rely on
+    except Exception:
         python = ""
     return OpRecord(
-        index=index, op=str(bsym.sym.name), symbol_id=str(bsym.sym.id),
+        index=index,
+        op=str(bsym.sym.name),
+        symbol_id=str(bsym.sym.id),
         inputs=tuple(_tensor_ref(p) for p in inputs),
         outputs=tuple(_tensor_ref(p) for p in _unique(bsym.flat_proxy_outs)),
-        source=_source_ref(bsym), python=python, collective=collective, group_size=group_size,
-    )  # fmt: skip
+        source=_source_ref(bsym),
+        python=python,
+        collective=collective,
+        group_size=group_size,
+    )
 
 
 def _unique(proxies: Iterable[Any]) -> list[Any]:
@@ -341,8 +361,9 @@ def _tensor_ref(p: Any) -> TensorRef:
     if isinstance(p, (TensorProxy, FutureTensorProxy)):
         kind = "future" if isinstance(p, FutureTensorProxy) else "tensor"
         device = p.device.device_str() if hasattr(p.device, "device_str") else str(p.device)
-        return TensorRef(name=p.name, kind=kind, shape=tuple(int(d) for d in p.shape),
-                         dtype=_dtype_name(p.dtype), device=device)  # fmt: skip
+        return TensorRef(
+            name=p.name, kind=kind, shape=tuple(int(d) for d in p.shape), dtype=_dtype_name(p.dtype), device=device
+        )
     if isinstance(p, CollectionProxy):
         return TensorRef(name=p.name, kind="collection")
     if isinstance(p, NumberProxy):
@@ -373,14 +394,14 @@ def _collective_kinds() -> dict[Any, str]:
             impl = getattr(tx, f"{kind}_prim_impl", None)
             if impl is not None:
                 kinds[impl.id] = kind
-    except Exception:  # noqa: BLE001 - no distributed support in this build
+    except Exception:
         pass
     try:
         import thunder.distributed.prims as dp
 
         for kind in COLLECTIVE_KINDS:
             kinds[getattr(dp, kind).id] = kind
-    except Exception:  # noqa: BLE001
+    except Exception:
         pass
     return kinds
 
@@ -388,13 +409,13 @@ def _collective_kinds() -> dict[Any, str]:
 def _group_size(args: Any) -> int | None:
     try:
         from torch.distributed import ProcessGroup
-    except Exception:  # noqa: BLE001
+    except Exception:
         return None
     for a in _flatten(args):
         if isinstance(a, ProcessGroup):
             try:
                 return int(a.size())
-            except Exception:  # noqa: BLE001
+            except Exception:
                 return None
     return None
 
@@ -429,7 +450,7 @@ def _peak_memory(trace: Any) -> int | None:
 
         peak, _per_tensor = get_alloc_memory(trace)
         return int(peak)
-    except Exception:  # noqa: BLE001 - the estimate only understands execution traces
+    except Exception:
         return None
 
 
@@ -450,8 +471,9 @@ def _param_names(jitted: Any, trace: Any) -> dict[str, str]:
     reads = _prologue_reads(jitted)
     if reads:
         several = len(reads) > 1
-        return {proxy: f"{r.arg}.{qual}" if several else qual
-                for r in reads for qual, (proxy, _s, _d) in r.tensors.items()}  # fmt: skip
+        return {
+            proxy: f"{r.arg}.{qual}" if several else qual for r in reads for qual, (proxy, _s, _d) in r.tensors.items()
+        }
     return _param_names_by_sanitized_name(jitted, trace)
 
 
@@ -462,7 +484,7 @@ def _param_names_by_sanitized_name(obj: Any, trace: Any) -> dict[str, str]:
     by_sanitized: dict[str, str] = {}
     try:
         items = list(obj.named_parameters()) + list(obj.named_buffers())
-    except Exception:  # noqa: BLE001
+    except Exception:
         return {}
     for qual, _t in items:
         by_sanitized.setdefault(_sanitize(qual), qual)
@@ -494,7 +516,7 @@ def _dist_rank() -> int:
         import torch.distributed as dist
 
         return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
-    except Exception:  # noqa: BLE001
+    except Exception:
         return 0
 
 
@@ -503,5 +525,5 @@ def _dist_world_size() -> int:
         import torch.distributed as dist
 
         return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-    except Exception:  # noqa: BLE001
+    except Exception:
         return 1

@@ -30,8 +30,9 @@ import dataclasses
 import gc
 import json
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from thunderviz.core.trace_model import (
     COLLECTIVE_KINDS,
@@ -90,36 +91,54 @@ _FIX = "pass a file written by thunderviz.core.trace_file.save (one per rank)"
 
 
 def _tensor_to_dict(t: TensorRef) -> dict[str, Any]:
-    return {"name": t.name, "kind": t.kind, "shape": None if t.shape is None else list(t.shape),
-            "dtype": t.dtype, "device": t.device}  # fmt: skip
+    return {
+        "name": t.name,
+        "kind": t.kind,
+        "shape": None if t.shape is None else list(t.shape),
+        "dtype": t.dtype,
+        "device": t.device,
+    }
 
 
 def _op_to_dict(op: OpRecord) -> dict[str, Any]:
     src = op.source
     return {
-        "index": op.index, "op": op.op, "symbol_id": op.symbol_id,
-        "inputs": [_tensor_to_dict(t) for t in op.inputs], "outputs": [_tensor_to_dict(t) for t in op.outputs],
+        "index": op.index,
+        "op": op.op,
+        "symbol_id": op.symbol_id,
+        "inputs": [_tensor_to_dict(t) for t in op.inputs],
+        "outputs": [_tensor_to_dict(t) for t in op.outputs],
         "source": None if src is None else {"file": src.file, "line": src.line, "code": src.code},
-        "python": op.python, "collective": op.collective, "group_size": op.group_size, "module": op.module,
-    }  # fmt: skip
+        "python": op.python,
+        "collective": op.collective,
+        "group_size": op.group_size,
+        "module": op.module,
+    }
 
 
 def _snapshot_to_dict(s: TraceSnapshot) -> dict[str, Any]:
     return {
-        "label": s.label, "ops": [_op_to_dict(op) for op in s.ops], "edges": [list(e) for e in s.edges],
-        "arg_names": list(s.arg_names), "return_names": list(s.return_names), "param_names": dict(s.param_names),
+        "label": s.label,
+        "ops": [_op_to_dict(op) for op in s.ops],
+        "edges": [list(e) for e in s.edges],
+        "arg_names": list(s.arg_names),
+        "return_names": list(s.return_names),
+        "param_names": dict(s.param_names),
         "peak_memory_bytes": s.peak_memory_bytes,
-    }  # fmt: skip
+    }
 
 
 def bundle_to_dict(bundle: TraceBundle) -> dict[str, Any]:
     """The JSON-able form of a bundle, as stored in ``bundles[i]`` of a trace file."""
     return {
-        "name": bundle.name, "rank": bundle.rank, "world_size": bundle.world_size,
+        "name": bundle.name,
+        "rank": bundle.rank,
+        "world_size": bundle.world_size,
         "forward": _snapshot_to_dict(bundle.forward),
         "backward": None if bundle.backward is None else _snapshot_to_dict(bundle.backward),
-        "stages": [_snapshot_to_dict(s) for s in bundle.stages], "versions": dict(bundle.versions),
-    }  # fmt: skip
+        "stages": [_snapshot_to_dict(s) for s in bundle.stages],
+        "versions": dict(bundle.versions),
+    }
 
 
 def save(bundles: TraceBundle | Iterable[TraceBundle], path: str | os.PathLike[str]) -> Path:
@@ -171,9 +190,12 @@ def _tensor_from(n: Node) -> TensorRef:
             if numel > _MAX_NUMEL:
                 shape_node.fail(f"a tensor of this shape would have more than {_MAX_NUMEL:,} elements")
     return TensorRef(
-        name=n.req_str("name", max_len=_NAME), kind=n.str_or("kind", "tensor", choices=TENSOR_KINDS), shape=shape,
-        dtype=n.opt_str("dtype", max_len=64), device=n.opt_str("device", max_len=_NAME),
-    )  # fmt: skip
+        name=n.req_str("name", max_len=_NAME),
+        kind=n.str_or("kind", "tensor", choices=TENSOR_KINDS),
+        shape=shape,
+        dtype=n.opt_str("dtype", max_len=64),
+        device=n.opt_str("device", max_len=_NAME),
+    )
 
 
 def _op_from(n: Node, position: int) -> OpRecord:
@@ -182,14 +204,21 @@ def _op_from(n: Node, position: int) -> OpRecord:
         n["index"].fail(f"op at position {position} says index {index}: ops are stored in order, index = position")
     src = n.get("source")
     return OpRecord(
-        index=index, op=n.req_str("op", max_len=_NAME), symbol_id=n.req_str("symbol_id", max_len=_NAME),
+        index=index,
+        op=n.req_str("op", max_len=_NAME),
+        symbol_id=n.req_str("symbol_id", max_len=_NAME),
         inputs=tuple(_tensor_from(t) for t in n.opt_list("inputs")),
         outputs=tuple(_tensor_from(t) for t in n.opt_list("outputs")),
-        source=None if src is None else SourceRef(file=src.req_str("file", max_len=_NAME),
-                                                  line=src.req_int("line", minimum=0), code=src.str_or("code", "")),
-        python=n.str_or("python", ""), collective=n.opt_str("collective", choices=COLLECTIVE_KINDS),
-        group_size=n.opt_int("group_size", minimum=1, maximum=_MAX_WORLD), module=n.opt_str("module", max_len=_NAME),
-    )  # fmt: skip
+        source=None
+        if src is None
+        else SourceRef(
+            file=src.req_str("file", max_len=_NAME), line=src.req_int("line", minimum=0), code=src.str_or("code", "")
+        ),
+        python=n.str_or("python", ""),
+        collective=n.opt_str("collective", choices=COLLECTIVE_KINDS),
+        group_size=n.opt_int("group_size", minimum=1, maximum=_MAX_WORLD),
+        module=n.opt_str("module", max_len=_NAME),
+    )
 
 
 def _edges_from(n: Node | None, n_ops: int) -> list[tuple[int, int, str]]:
@@ -201,8 +230,14 @@ def _edges_from(n: Node | None, n_ops: int) -> list[tuple[int, int, str]]:
     out = []
     last = n_ops - 1
     for i, e in enumerate(n.value):
-        if (isinstance(e, list) and len(e) == 3 and int_within(e[0], 0, last) and int_within(e[1], 0, last)
-                and isinstance(e[2], str) and len(e[2]) <= _NAME):  # fmt: skip
+        if (
+            isinstance(e, list)
+            and len(e) == 3
+            and int_within(e[0], 0, last)
+            and int_within(e[1], 0, last)
+            and isinstance(e[2], str)
+            and len(e[2]) <= _NAME
+        ):
             out.append((e[0], e[1], e[2]))
         else:
             out.append(_edge_from(n._child(e, i), n_ops))
@@ -227,12 +262,14 @@ def _snapshot_from(n: Node, budget: _Budget) -> TraceSnapshot:
     return_names = [None if r.value is None else r.string(max_len=_NAME) for r in n.opt_list("return_names")]
     pm = n.get("param_names")
     return TraceSnapshot(
-        label=n.str_or("label", "", max_len=_NAME), ops=ops,
+        label=n.str_or("label", "", max_len=_NAME),
+        ops=ops,
         edges=_edges_from(n.get("edges"), len(ops)),
-        arg_names=[a.string(max_len=_NAME) for a in n.opt_list("arg_names")], return_names=return_names,
+        arg_names=[a.string(max_len=_NAME) for a in n.opt_list("arg_names")],
+        return_names=return_names,
         param_names={} if pm is None else pm.str_map(max_len=_NAME),
         peak_memory_bytes=n.opt_int("peak_memory_bytes", minimum=0),
-    )  # fmt: skip
+    )
 
 
 def bundle_from_dict(data: Any, *, path: str = "", max_ops: int = MAX_OPS) -> TraceBundle:
@@ -253,12 +290,14 @@ def _bundle_from(n: Node, budget: _Budget) -> TraceBundle:
     bwd = n.get("backward")
     vs = n.get("versions")
     return TraceBundle(
-        name=n.req_str("name", max_len=_NAME), rank=rank, world_size=world,
+        name=n.req_str("name", max_len=_NAME),
+        rank=rank,
+        world_size=world,
         forward=_snapshot_from(n["forward"], budget),
         backward=None if bwd is None else _snapshot_from(bwd, budget),
         stages=[_snapshot_from(s, budget) for s in n.opt_list("stages")],
         versions={} if vs is None else vs.str_map(max_len=_NAME),
-    )  # fmt: skip
+    )
 
 
 def _max_bytes_default() -> int:
@@ -328,8 +367,12 @@ def _load(where: str, cap: int) -> list[TraceBundle]:
         fix = f"if you trust it, pass load(..., max_bytes=N) or set {MAX_FILE_BYTES_ENV}=N"
         raise _error(where, "", e.problem, fix) from None
     except WrongVersion as e:
-        raise _error(where, e.path, f"trace {e.problem}", "capture the traces again with this version, or open them "
-                                                         "with the thunderviz that wrote them") from None  # fmt: skip
+        raise _error(
+            where,
+            e.path,
+            f"trace {e.problem}",
+            "capture the traces again with this version, or open them with the thunderviz that wrote them",
+        ) from None
     except Invalid as e:
         raise _error(where, e.path, e.problem) from None
     except (MemoryError, RecursionError) as e:

@@ -51,11 +51,23 @@ COLLECTIVE_KINDS = ("all_gather", "reduce_scatter", "all_reduce", "broadcast", "
 TENSOR_KINDS = ("tensor", "future", "collection", "number", "other")
 
 _DTYPE_BYTES = {
-    "bool": 1, "bool8": 1, "uint8": 1, "int8": 1, "float8_e4m3fn": 1, "float8_e5m2": 1,
-    "int16": 2, "float16": 2, "bfloat16": 2,
-    "int32": 4, "float32": 4, "complex32": 4,
-    "int64": 8, "float64": 8, "complex64": 8, "complex128": 16,
-}  # fmt: skip
+    "bool": 1,
+    "bool8": 1,
+    "uint8": 1,
+    "int8": 1,
+    "float8_e4m3fn": 1,
+    "float8_e5m2": 1,
+    "int16": 2,
+    "float16": 2,
+    "bfloat16": 2,
+    "int32": 4,
+    "float32": 4,
+    "complex32": 4,
+    "int64": 8,
+    "float64": 8,
+    "complex64": 8,
+    "complex128": 16,
+}
 
 
 def short_dtype(dtype: str | None) -> str:
@@ -218,7 +230,7 @@ class TraceBundle:
             return {}
         return {
             g: self.forward.param_names[a]
-            for g, a in zip(self.backward.return_names, self.forward.arg_names)
+            for g, a in zip(self.backward.return_names, self.forward.arg_names, strict=True)
             if g is not None and a in self.forward.param_names
         }
 

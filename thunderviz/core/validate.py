@@ -24,8 +24,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any, Collection, NoReturn
+from typing import Any, NoReturn
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -173,6 +174,7 @@ def parse_json(data: bytes | str, limits: Limits = DEFAULT_LIMITS) -> Any:
             raise Invalid("", f"not UTF-8 text (invalid byte at offset {e.start})") from None
     else:
         text = data
+
     def parse_float(s: str) -> float:
         f = float(s)
         if not math.isfinite(f):
@@ -180,8 +182,7 @@ def parse_json(data: bytes | str, limits: Limits = DEFAULT_LIMITS) -> Any:
         return f
 
     try:
-        value = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_no_duplicates,
-                           parse_float=parse_float)  # fmt: skip
+        value = json.loads(text, parse_constant=_no_constant, object_pairs_hook=_no_duplicates, parse_float=parse_float)
     except Invalid:
         raise
     except RecursionError:
@@ -278,8 +279,9 @@ def _check_str(s: str, limits: Limits, where: Any) -> None:
     try:
         s.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise Invalid(_path_of(where), f"a string holds a lone surrogate (\\u{ord(s[e.start]):04x}), "
-                                       "which is not Unicode text") from None  # fmt: skip
+        raise Invalid(
+            _path_of(where), f"a string holds a lone surrogate (\\u{ord(s[e.start]):04x}), which is not Unicode text"
+        ) from None
 
 
 _MISSING = object()
@@ -289,8 +291,12 @@ _new_node = object.__new__  # children are made without __init__: reading a larg
 def int_within(v: Any, minimum: int | None, maximum: int | None) -> bool:
     """Whether ``v`` is an integer (not a bool) within bounds: the fast check a format's hot loop can use before
     falling back to a ``Node`` to name what is wrong."""
-    return (isinstance(v, int) and not isinstance(v, bool) and (minimum is None or v >= minimum)
-            and (maximum is None or v <= maximum))  # fmt: skip
+    return (
+        isinstance(v, int)
+        and not isinstance(v, bool)
+        and (minimum is None or v >= minimum)
+        and (maximum is None or v <= maximum)
+    )
 
 
 class Node:
@@ -344,9 +350,9 @@ class Node:
     ) -> list[int]:
         """A list of integers within bounds (checked in one pass; nodes are made only to name a bad element)."""
         v = self.value
-        if isinstance(v, list) and (max_len is None or len(v) <= max_len):
-            if all(int_within(x, minimum, maximum) for x in v):
-                return list(v)
+        fits = isinstance(v, list) and (max_len is None or len(v) <= max_len)
+        if fits and all(int_within(x, minimum, maximum) for x in v):
+            return list(v)
         return [x.integer(minimum=minimum, maximum=maximum) for x in self.items(max_len=max_len)]
 
     def entries(self) -> list[tuple[str, Node]]:

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from thunderviz.core.collectives import Ledger, find_mismatches, ledger_from_bundle
 from thunderviz.core.diff import TraceDiff, diff_traces
@@ -184,8 +185,13 @@ def pane_data(
     nodes = dict(gv.nodes)
     for g in gv.groups:
         if g.id in gv.expanded:  # the open block's frame: clicking it offers to collapse it again
-            nodes[g.id] = {"kind": "cluster", "id": g.id, "name": g.name, "n_ops": len(g.ops),
-                           "n_compute": len(g.compute)}  # fmt: skip
+            nodes[g.id] = {
+                "kind": "cluster",
+                "id": g.id,
+                "name": g.name,
+                "n_ops": len(g.ops),
+                "n_compute": len(g.compute),
+            }
     for meta in nodes.values():
         _attach_ledger(meta, rows)
     node_of = gv.node_of
@@ -200,8 +206,9 @@ def pane_data(
         "prefix": id_prefix,
         "dot": gv.dot,
         "nodes": nodes,
-        "groups": [{"id": g.id, "name": g.name, "n_ops": len(g.ops), "expanded": g.id in gv.expanded}
-                   for g in gv.groups],  # fmt: skip
+        "groups": [
+            {"id": g.id, "name": g.name, "n_ops": len(g.ops), "expanded": g.id in gv.expanded} for g in gv.groups
+        ],
         "marks": node_marks,
         "n_ops": len(snapshot.ops),
         "n_collectives": sum(1 for op in snapshot.ops if op.is_collective),
@@ -240,8 +247,16 @@ def search_ops(
             continue
         shown = next((pn[t] for t in tensors if t in pn), None) or (op.module or "")
         kind = "collective" if op.is_collective else "wait" if op.is_wait else "op"
-        hits.append({"index": op.index, "node": node_of[op.index], "group": group_of.get(op.index, ""),
-                     "op": short_op_name(op.op), "label": f"{short_op_name(op.op)} {shown}".strip(), "kind": kind})  # fmt: skip
+        hits.append(
+            {
+                "index": op.index,
+                "node": node_of[op.index],
+                "group": group_of.get(op.index, ""),
+                "op": short_op_name(op.op),
+                "label": f"{short_op_name(op.op)} {shown}".strip(),
+                "kind": kind,
+            }
+        )
     return hits, total
 
 

@@ -66,9 +66,11 @@ class RunReport:
 
     def __repr__(self) -> str:
         kind = (self.strategy or {}).get("kind", "no strategy")
-        return (f"<RunReport {kind} on {self.world_size} ranks ({self.backend}), {len(self.decisions)} decisions, "
-                f"{len(self.bundles)} traced objects, "
-                f"{sum(len(m) for m in self.mismatches.values())} collective mismatches>")
+        return (
+            f"<RunReport {kind} on {self.world_size} ranks ({self.backend}), {len(self.decisions)} decisions, "
+            f"{len(self.bundles)} traced objects, "
+            f"{sum(len(m) for m in self.mismatches.values())} collective mismatches>"
+        )
 
     def _repr_html_(self) -> str:
         return self.to_html(standalone=False)

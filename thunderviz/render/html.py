@@ -13,9 +13,11 @@ constant click handler, and nothing is loaded from elsewhere.
 
 from __future__ import annotations
 
+import itertools
 from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from thunderviz.core.collectives import Ledger, find_mismatches, ledger_from_bundle
 from thunderviz.core.diff import TraceDiff, diff_traces
@@ -183,8 +185,10 @@ def _bundle_section(i: int, name: str, ranks: list[TraceBundle], use_svg: bool) 
         same = b is not ref and _same_structure(ref, b)
         out.append(f"<h3>rank {b.rank}</h3>")
         if same:
-            out.append(f"<p class='note'>Forward and backward have the same structure as rank {ref.rank}'s "
-                       "(ops, shapes, collectives); see there.</p>")  # fmt: skip
+            out.append(
+                f"<p class='note'>Forward and backward have the same structure as rank {ref.rank}'s "
+                "(ops, shapes, collectives); see there.</p>"
+            )
         else:
             for label, snap in b.traces().items():
                 out.append(_trace_block(f"b{i}r{b.rank}{label[0]}-", f"{name}, rank {b.rank}, {label}", snap, use_svg))
@@ -291,7 +295,7 @@ def _ledger_table(ledger: Ledger) -> str:
 def _diff_section(by_name: Mapping[str, list[TraceBundle]]) -> str:
     names = list(by_name)
     out = ["<h2>Differences between jitted objects</h2>"]
-    for a_name, b_name in zip(names, names[1:]):
+    for a_name, b_name in itertools.pairwise(names):
         a, b = by_name[a_name][0], by_name[b_name][0]
         for label, sa in a.traces().items():
             sb = b.traces().get(label)
@@ -303,4 +307,3 @@ def _diff_section(by_name: Mapping[str, list[TraceBundle]]) -> str:
                 f"<details><summary>aligned view</summary><pre>{_e(d.to_text())}</pre></details>"
             )
     return "\n".join(out)
-

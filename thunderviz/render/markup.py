@@ -7,7 +7,8 @@ decisions table looks the same in the trace report, the run report, the widgets'
 from __future__ import annotations
 
 import html
-from typing import Any, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 __all__ = ["DECISION_COLUMNS", "decisions_table", "escape", "page", "table"]
 

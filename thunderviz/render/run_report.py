@@ -7,7 +7,8 @@ draws it, reusing the trace report (``render.html``) for the traces and ``render
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Protocol, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 from thunderviz.render.html import Report
 from thunderviz.render.markup import decisions_table, escape, page, table
@@ -59,8 +60,10 @@ def run_report_html(report: RunReportLike, *, standalone: bool = True) -> str:
 
 def reports_page(reports: Mapping[str, RunReportLike], *, title: str, heading: str | None = None) -> str:
     """One page with each named report as a section (no script, no network), e.g. every report of a notebook."""
-    sections = [f"<section><h2>{escape(name)}</h2>{run_report_html(r, standalone=False)}</section>"
-                for name, r in reports.items()]  # fmt: skip
+    sections = [
+        f"<section><h2>{escape(name)}</h2>{run_report_html(r, standalone=False)}</section>"
+        for name, r in reports.items()
+    ]
     return page(title, "\n".join(sections), heading=heading)
 
 
@@ -73,8 +76,10 @@ def _decisions_html(decisions: Sequence[Mapping[str, Any]]) -> str:
 def _memory_html(memory: Mapping[int, Mapping[str, Any]]) -> str:
     if not memory:
         return ""
-    rows = [[str(rank), _mib(m.get("rss_bytes")), _mib(m.get("cuda_max_allocated_bytes"))]
-            for rank, m in sorted(memory.items())]  # fmt: skip
+    rows = [
+        [str(rank), _mib(m.get("rss_bytes")), _mib(m.get("cuda_max_allocated_bytes"))]
+        for rank, m in sorted(memory.items())
+    ]
     return "<h4>Memory per rank</h4>" + table(["rank", "process RSS", "CUDA peak allocated"], rows)
 
 
