@@ -9,7 +9,7 @@ JupyterLab), timed from ``render()`` to the SVG in the page, for the first widge
 compiled in a worker) and for later ones, plus an expansion. The JupyterLab number "cell end -> graph visible" is
 printed by tests/browser/test_jupyterlab.py. Numbers are reported, not asserted.
 
-``--traces DIR`` reuses files from ``python -m tests.widgets.gpt_traces DIR`` (otherwise it runs the 2 ranks,
+``--traces DIR`` reuses files from ``python -m tests.helpers.gpt_traces DIR`` (otherwise it runs the 2 ranks,
 about two minutes on 2 CPU cores).
 """
 
@@ -22,8 +22,9 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -46,7 +47,10 @@ async ([esm, state, expandTo]) => {
   const t0 = performance.now();
   mod.render({model, el});
   const root = el.querySelector('.tv-root');
-  const waitDrawn = (n) => new Promise((res) => { const f = () => Number(root.dataset.drawn || 0) >= n ? res() : requestAnimationFrame(f); f(); });
+  const waitDrawn = (n) => new Promise((res) => {
+    const f = () => Number(root.dataset.drawn || 0) >= n ? res() : requestAnimationFrame(f);
+    f();
+  });
   await waitDrawn(1);
   const first = performance.now() - t0;
   let expand = null;
@@ -77,14 +81,14 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
 
-    from tests.widgets.gpt_traces import write_gpt_traces
+    from tests.helpers.gpt_traces import write_gpt_traces
 
     if args.traces:
         files = {k: [str(Path(args.traces) / f"{k}-rank{r}.json") for r in range(2)] for k in ("fsdp", "ddp")}
     else:
         files = write_gpt_traces(tempfile.mkdtemp(prefix="thunderviz-bench-"))
 
-    from thunderviz.core.traces import load
+    from thunderviz.core.trace_file import load
     from thunderviz.notebook.compare import compare
     from thunderviz.notebook.widgets import TraceView
     from thunderviz.render.graph import dot_available
@@ -117,7 +121,8 @@ def main() -> None:
     state_kb = len(json.dumps({k: v for k, v in state.items() if k != "_graphviz_js"})) / 1024
     for name, ms in rows:
         print(f"  {name:<45} {ms:8.1f} ms")
-    print(f"  synced state without the Graphviz module: {state_kb:.0f} KiB; module: {len(state['_graphviz_js']) / 1024:.0f} KiB")
+    module_kb = len(state["_graphviz_js"]) / 1024
+    print(f"  synced state without the Graphviz module: {state_kb:.0f} KiB; module: {module_kb:.0f} KiB")
 
     if not Path(CHROMIUM).exists():
         print(f"browser part skipped: no {CHROMIUM} (apt-get install -y chromium)")
@@ -127,15 +132,25 @@ def main() -> None:
     esm = view._esm
     with sync_playwright() as pw, tempfile.TemporaryDirectory() as udd:
         ctx = pw.chromium.launch_persistent_context(
-            udd, executable_path=CHROMIUM, headless=True, viewport={"width": 1400, "height": 1000},
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                  "--no-first-run", "--disable-sync", "--disable-dev-shm-usage"],
-        )  # fmt: skip
+            udd,
+            executable_path=CHROMIUM,
+            headless=True,
+            viewport={"width": 1400, "height": 1000},
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--no-first-run",
+                "--disable-sync",
+                "--disable-dev-shm-usage",
+            ],
+        )
         firsts, laters, expands = [], [], []
         for _ in range(args.rounds):
             page = ctx.new_page()
             errors: list[str] = []
-            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("pageerror", lambda e, errors=errors: errors.append(str(e)))
             page.set_content("<html><body></body></html>")
             page.add_style_tag(content=view._css)
             a = page.evaluate(_PAGE_JS, [esm, dict(state), None])
@@ -148,8 +163,10 @@ def main() -> None:
             page.close()
         ctx.close()
     print(f"Chromium {CHROMIUM}, widget ES module with the real state, median of {args.rounds} fresh pages:")
-    print(f"  first widget on a page: render() -> collapsed backward SVG   {statistics.median(firsts):8.1f} ms "
-          f"(min {min(firsts):.0f}, max {max(firsts):.0f})")  # fmt: skip
+    print(
+        f"  first widget on a page: render() -> collapsed backward SVG   {statistics.median(firsts):8.1f} ms "
+        f"(min {min(firsts):.0f}, max {max(firsts):.0f})"
+    )
     print(f"  next widget (Graphviz already loaded)                       {statistics.median(laters):8.1f} ms")
     print(f"  expand {block} (new state -> SVG, layout in a worker)        {statistics.median(expands):8.1f} ms")
     print(f"  ({a['nodes']} nodes collapsed)")

@@ -20,22 +20,32 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
-from tests.widgets.gpt_traces import decisions_for, gpt_trace_files
+from tests.helpers.gpt_traces import decisions_for, gpt_trace_files
 
 CHROMIUM = "/usr/bin/chromium"
 HERE = Path(__file__).parent
 REPO = HERE.parent.parent
 SHOTS = REPO / "test-output" / "browser"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--no-first-run", "--disable-sync", "--disable-dev-shm-usage"]  # fmt: skip
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
 
 pytestmark = [
-    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"needs Debian's chromium at {CHROMIUM} (apt-get install -y chromium)"),
+    pytest.mark.skipif(
+        not Path(CHROMIUM).exists(), reason=f"needs Debian's chromium at {CHROMIUM} (apt-get install -y chromium)"
+    ),
     pytest.mark.timeout(420),
 ]
 
@@ -93,8 +103,15 @@ def _expected(files: dict[str, list[str]]) -> dict[str, Any]:
     cmp = compare(files["ddp"], files["fsdp"], trace="backward")
     decisions = decisions_for(files["fsdp"][0])
     assert decisions, "the FSDP run logged no jit decision"
-    return {"collective_nodes": collective_nodes, "groups": [g["name"] for g in pane["groups"]],
-            "all_gather": ag[0], "summary": cmp.summary, "decisions": decisions, "ledger_rows": ledger_rows, "delta": cmp.diff.collective_delta()}  # fmt: skip
+    return {
+        "collective_nodes": collective_nodes,
+        "groups": [g["name"] for g in pane["groups"]],
+        "all_gather": ag[0],
+        "summary": cmp.summary,
+        "decisions": decisions,
+        "ledger_rows": ledger_rows,
+        "delta": cmp.diff.collective_delta(),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -109,16 +126,32 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     shutil.copy(HERE / "widgets_tour.ipynb", root / "tour.ipynb")
     port, token = _free_port(), secrets.token_hex(16)
     pypath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)  # the tour imports tests.*
-    env = dict(os.environ, THUNDERVIZ_WIDGET_TRACES=json.dumps(files), JUPYTER_CONFIG_DIR=str(root / ".cfg"),
-               PYTHONPATH=pypath,
-               JUPYTER_RUNTIME_DIR=str(root / ".runtime"),
-               PYTHONWARNINGS="ignore::DeprecationWarning")  # fmt: skip
+    env = dict(
+        os.environ,
+        THUNDERVIZ_WIDGET_TRACES=json.dumps(files),
+        JUPYTER_CONFIG_DIR=str(root / ".cfg"),
+        PYTHONPATH=pypath,
+        JUPYTER_RUNTIME_DIR=str(root / ".runtime"),
+        PYTHONWARNINGS="ignore::DeprecationWarning",
+    )
     log = root / "lab.log"
-    cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-           f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--LabApp.expose_app_in_browser=True",
-           "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-           f"--LabApp.workspaces_dir={root / '.ws'}", f"--LabApp.user_settings_dir={root / '.settings'}",
-           "--LabApp.extension_manager=readonly"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "jupyter",
+        "lab",
+        "--no-browser",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={root}",
+        "--LabApp.expose_app_in_browser=True",
+        "--LabApp.news_url=",
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        f"--LabApp.workspaces_dir={root / '.ws'}",
+        f"--LabApp.user_settings_dir={root / '.settings'}",
+        "--LabApp.extension_manager=readonly",
+    ]
     if os.geteuid() == 0:  # CI containers run as root; the server refuses without this
         cmd.append("--allow-root")
     # No "get notified about Jupyter news?" toast over the widgets (and no fetch of news from the network).
@@ -134,27 +167,35 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         timings["server_s"] = time.monotonic() - t_traces
         with sync_playwright() as pw:
             ctx = pw.chromium.launch_persistent_context(
-                str(root / ".chromium"), executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True,
+                str(root / ".chromium"),
+                executable_path=CHROMIUM,
+                args=CHROMIUM_ARGS,
+                headless=True,
                 viewport={"width": 1500, "height": 1400},
-            )  # fmt: skip
+            )
             page = ctx.pages[0] if ctx.pages else ctx.new_page()
             page.on("console", lambda m: errors.append(f"console.{m.type}: {m.text}") if m.type == "error" else None)
             page.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
             page.on("dialog", lambda d: (errors.append(f"dialog: {d.message}"), d.dismiss()))
             # Long main-thread tasks, to report (not assert) whether expanding a block freezes the page.
-            page.add_init_script("window.__longtasks = []; new PerformanceObserver((l) => { for (const e of "
-                                 "l.getEntries()) window.__longtasks.push([e.startTime, e.duration]); })"
-                                 ".observe({entryTypes: ['longtask']});")  # fmt: skip
+            page.add_init_script(
+                "window.__longtasks = []; new PerformanceObserver((l) => { for (const e of "
+                "l.getEntries()) window.__longtasks.push([e.startTime, e.duration]); })"
+                ".observe({entryTypes: ['longtask']});"
+            )
             # Every rank chip ever drawn, to see the states a running cell went through (not just the last).
-            page.add_init_script("window.__rankStates = []; new MutationObserver((ms) => { for (const m of ms) "
-                                 "for (const n of m.addedNodes) if (n.classList && n.classList.contains('tv-rank')) "
-                                 "window.__rankStates.push([n.dataset.rank, n.dataset.state]); })"
-                                 ".observe(document, {childList: true, subtree: true});")  # fmt: skip
+            page.add_init_script(
+                "window.__rankStates = []; new MutationObserver((ms) => { for (const m of ms) "
+                "for (const n of m.addedNodes) if (n.classList && n.classList.contains('tv-rank')) "
+                "window.__rankStates.push([n.dataset.rank, n.dataset.state]); })"
+                ".observe(document, {childList: true, subtree: true});"
+            )
             t0 = time.monotonic()
             page.goto(f"http://127.0.0.1:{port}/lab/tree/tour.ipynb?token={token}")
             # The kernel status in the status bar reads "Python 3 (ipykernel) | Idle" once the kernel is up.
-            page.wait_for_function("(document.querySelector('#jp-main-statusbar') || {}).textContent"
-                                   "?.includes('| Idle')", timeout=90_000)  # fmt: skip
+            page.wait_for_function(
+                "(document.querySelector('#jp-main-statusbar') || {}).textContent?.includes('| Idle')", timeout=90_000
+            )
             timings["lab_open_s"] = time.monotonic() - t0
             t0 = time.monotonic()
             page.evaluate("window.jupyterapp.commands.execute('runmenu:run-all')")
@@ -194,8 +235,10 @@ def test_graph_drawn_with_expected_collective_nodes(lab: Lab) -> None:
     drawn_at = float(root.get_attribute("data-t-first-drawn"))
     lab.timings["cell_end_to_graph_ms"] = drawn_at - cell_end
     lab.timings["first_layout_ms"] = float(root.get_attribute("data-layout-ms"))
-    print(f"\ncell end -> backward graph visible: {drawn_at - cell_end:.0f} ms "
-          f"(layout {root.get_attribute('data-layout-ms')} ms)")  # fmt: skip
+    print(
+        f"\ncell end -> backward graph visible: {drawn_at - cell_end:.0f} ms "
+        f"(layout {root.get_attribute('data-layout-ms')} ms)"
+    )
     lab.shot("01-trace-view-backward", root)
 
 
@@ -252,7 +295,8 @@ def test_expand_block_stays_responsive(lab: Lab) -> None:
     assert root.locator("svg g.cluster").count() == 1
     longest = lab.page.evaluate("Math.max(0, ...window.__longtasks.map(t => t[1]))")
     lab.timings["expand_longest_task_ms"] = longest
-    print(f"\nexpand blocks.0: {lab.timings['expand_block_ms']:.0f} ms to drawn, longest main-thread task {longest:.0f} ms")
+    drawn = lab.timings["expand_block_ms"]
+    print(f"\nexpand blocks.0: {drawn:.0f} ms to drawn, longest main-thread task {longest:.0f} ms")
     lab.shot("04-expanded-block", root)
 
 
@@ -289,13 +333,13 @@ def test_compare_summary_and_diff_marks(lab: Lab) -> None:
     before = vb()
     root.locator("button[title='zoom in']").click()
     after = vb()
-    ratios = [float(b.split()[2]) / float(a.split()[2]) for a, b in zip(before, after)]
+    ratios = [float(b.split()[2]) / float(a.split()[2]) for a, b in zip(before, after, strict=True)]
     assert ratios[0] == pytest.approx(1 / 1.4, rel=1e-3) and ratios[1] == pytest.approx(1 / 1.4, rel=1e-3), ratios
     lab.shot("07-compare-ddp-vs-fsdp", root)
 
 
 def test_markup_from_user_code_stays_text(lab: Lab) -> None:
-    from tests.unit.trace_fixtures import EVIL
+    from tests.helpers.trace_fixtures import EVIL
 
     root = lab.page.locator(".tv-root[data-mode=trace]").nth(1)
     root.scroll_into_view_if_needed()

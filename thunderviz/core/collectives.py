@@ -8,14 +8,13 @@ turns that hang into a sentence naming both ranks and the collective.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Union
+from typing import Any
 
-from thunderviz.core.traces import OpRecord, TraceBundle, TraceSnapshot
+from thunderviz.core.trace_model import COLLECTIVE_KINDS, OpRecord, TraceBundle, TraceSnapshot
 
 __all__ = ["COLLECTIVE_KINDS", "Ledger", "LedgerEntry", "Mismatch", "find_mismatches", "ledger_from_bundle"]
-
-COLLECTIVE_KINDS = ("all_gather", "reduce_scatter", "all_reduce", "broadcast", "wait")
 
 
 @dataclass(frozen=True)
@@ -49,23 +48,37 @@ class LedgerEntry:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "position": self.position, "trace": self.trace, "op_index": self.op_index, "kind": self.kind,
-            "tensor": self.tensor, "shape": None if self.shape is None else list(self.shape), "dtype": self.dtype,
-            "bytes": self.bytes, "group_size": self.group_size,
+            "position": self.position,
+            "trace": self.trace,
+            "op_index": self.op_index,
+            "kind": self.kind,
+            "tensor": self.tensor,
+            "shape": None if self.shape is None else list(self.shape),
+            "dtype": self.dtype,
+            "bytes": self.bytes,
+            "group_size": self.group_size,
             "out_shape": None if self.out_shape is None else list(self.out_shape),
-            "distance": self.distance, "waits_for": self.waits_for,
-        }  # fmt: skip
+            "distance": self.distance,
+            "waits_for": self.waits_for,
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> LedgerEntry:
         shape, out_shape = d.get("shape"), d.get("out_shape")
         return cls(
-            position=int(d["position"]), trace=str(d["trace"]), op_index=int(d["op_index"]), kind=str(d["kind"]),
-            tensor=str(d["tensor"]), shape=None if shape is None else tuple(shape), dtype=d.get("dtype"),
-            bytes=d.get("bytes"), group_size=d.get("group_size"),
-            out_shape=None if out_shape is None else tuple(out_shape), distance=d.get("distance"),
+            position=int(d["position"]),
+            trace=str(d["trace"]),
+            op_index=int(d["op_index"]),
+            kind=str(d["kind"]),
+            tensor=str(d["tensor"]),
+            shape=None if shape is None else tuple(shape),
+            dtype=d.get("dtype"),
+            bytes=d.get("bytes"),
+            group_size=d.get("group_size"),
+            out_shape=None if out_shape is None else tuple(out_shape),
+            distance=d.get("distance"),
             waits_for=d.get("waits_for"),
-        )  # fmt: skip
+        )
 
 
 @dataclass
@@ -83,7 +96,7 @@ class Ledger:
         return iter(self.entries)
 
     def counts(self) -> dict[str, int]:
-        out = {k: 0 for k in COLLECTIVE_KINDS}
+        out = dict.fromkeys(COLLECTIVE_KINDS, 0)
         for e in self.entries:
             out[e.kind] = out.get(e.kind, 0) + 1
         return {k: v for k, v in out.items() if v}
@@ -100,8 +113,11 @@ class Ledger:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Ledger:
-        return cls(rank=int(d["rank"]), name=str(d.get("name", "")),
-                   entries=[LedgerEntry.from_dict(e) for e in d.get("entries", ())])  # fmt: skip
+        return cls(
+            rank=int(d["rank"]),
+            name=str(d.get("name", "")),
+            entries=[LedgerEntry.from_dict(e) for e in d.get("entries", ())],
+        )
 
 
 @dataclass(frozen=True)
@@ -120,7 +136,9 @@ class Mismatch:
         return self.message
 
 
-def ledger_from_bundle(source: Union[TraceBundle, TraceSnapshot, Iterable[TraceSnapshot]], rank: int | None = None) -> Ledger:
+def ledger_from_bundle(
+    source: TraceBundle | TraceSnapshot | Iterable[TraceSnapshot], rank: int | None = None
+) -> Ledger:
     """Build a rank's ledger from its bundle (forward then backward), one snapshot, or several snapshots."""
     if isinstance(source, TraceBundle):
         snaps = list(source.traces().values())
@@ -132,7 +150,9 @@ def ledger_from_bundle(source: Union[TraceBundle, TraceSnapshot, Iterable[TraceS
         snaps, name = list(source), ""
         for s in snaps:
             if not isinstance(s, TraceSnapshot):
-                raise TypeError(f"ledger_from_bundle: expected a TraceBundle or TraceSnapshot(s), got {type(s).__name__}")
+                raise TypeError(
+                    f"ledger_from_bundle: expected a TraceBundle or TraceSnapshot(s), got {type(s).__name__}"
+                )
     grads = source.gradient_params() if isinstance(source, TraceBundle) else {}
     ledger = Ledger(rank=0 if rank is None else rank, name=name)
     for snap in snaps:
@@ -162,25 +182,44 @@ def _append_snapshot(ledger: Ledger, snap: TraceSnapshot, grads: Mapping[str, st
                 # A gradient's proxy name (t3723) means nothing to a person; the parameter's name does.
                 ledger.entries[src_pos] = _replace(ledger.entries[src_pos], tensor=f"grad of {grads[out.name]}")
             tensor = ledger.entries[src_pos].tensor if src_pos is not None else (fut.name if fut else "?")
-            ledger.entries.append(LedgerEntry(
-                position=pos, trace=snap.label, op_index=op.index, kind="wait", tensor=tensor,
-                shape=out.shape if out else None, dtype=out.dtype if out else None, bytes=None, group_size=None,
-                out_shape=out.shape if out else None, waits_for=src_pos,
-            ))  # fmt: skip
-            if src_pos is not None:
+            ledger.entries.append(
+                LedgerEntry(
+                    position=pos,
+                    trace=snap.label,
+                    op_index=op.index,
+                    kind="wait",
+                    tensor=tensor,
+                    shape=out.shape if out else None,
+                    dtype=out.dtype if out else None,
+                    bytes=None,
+                    group_size=None,
+                    out_shape=out.shape if out else None,
+                    waits_for=src_pos,
+                )
+            )
+            coll_op = pending.pop(src_pos, None) if src_pos is not None else None
+            if coll_op is not None:  # a second wait on the same future (only in an edited file) measures nothing
                 src = ledger.entries[src_pos]
-                coll_op = pending.pop(src_pos)
                 ledger.entries[src_pos] = _replace(src, distance=work_pos[op.index] - work_pos[coll_op.index])
             continue
         tensors = [t for t in op.inputs if t.shape is not None]
         inp = tensors[0] if tensors else None
         out = next((t for t in op.outputs if t.shape is not None), None)
         tensor = "?" if inp is None else snap.param_names.get(inp.name, inp.name)
-        ledger.entries.append(LedgerEntry(
-            position=pos, trace=snap.label, op_index=op.index, kind=op.collective or "?", tensor=tensor,
-            shape=inp.shape if inp else None, dtype=inp.dtype if inp else None, bytes=inp.bytes if inp else None,
-            group_size=op.group_size, out_shape=out.shape if out else None,
-        ))  # fmt: skip
+        ledger.entries.append(
+            LedgerEntry(
+                position=pos,
+                trace=snap.label,
+                op_index=op.index,
+                kind=op.collective or "?",
+                tensor=tensor,
+                shape=inp.shape if inp else None,
+                dtype=inp.dtype if inp else None,
+                bytes=inp.bytes if inp else None,
+                group_size=op.group_size,
+                out_shape=out.shape if out else None,
+            )
+        )
         for t in op.outputs:
             if t.kind == "future":
                 future_owner[t.name] = pos
@@ -215,7 +254,7 @@ def find_mismatches(ledgers: Mapping[int, Ledger]) -> list[Mismatch]:
 
 
 def _first_difference(ra: int, a: list[LedgerEntry], rb: int, b: list[LedgerEntry]) -> Mismatch | None:
-    for i, (ea, eb) in enumerate(zip(a, b)):
+    for i, (ea, eb) in enumerate(zip(a, b, strict=False)):  # unequal lengths are reported below
         for fld in ("kind", "shape", "dtype", "group_size"):
             va, vb = getattr(ea, fld), getattr(eb, fld)
             if va != vb:

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import difflib
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
-from thunderviz.core.collectives import COLLECTIVE_KINDS
-from thunderviz.core.traces import OpRecord, TraceSnapshot
+from thunderviz.core.trace_model import COLLECTIVE_KINDS, OpRecord, TraceSnapshot
 
 __all__ = ["DiffRow", "TraceDiff", "canonical_names", "diff_traces"]
 
@@ -149,15 +148,16 @@ def diff_traces(a: TraceSnapshot, b: TraceSnapshot, *, include_bookkeeping: bool
     rows: list[DiffRow] = []
     for tag, i1, i2, j1, j2 in sm.get_opcodes():
         if tag == "equal":
-            rows += [DiffRow("=", ops_a[i], ops_b[j]) for i, j in zip(range(i1, i2), range(j1, j2))]
+            rows += [DiffRow("=", ops_a[i], ops_b[j]) for i, j in zip(range(i1, i2), range(j1, j2), strict=True)]
         elif tag == "delete":
             rows += [DiffRow("-", ops_a[i], None) for i in range(i1, i2)]
         elif tag == "insert":
             rows += [DiffRow("+", None, ops_b[j]) for j in range(j1, j2)]
         else:
             rows += list(_pair_replaced(ops_a[i1:i2], ops_b[j1:j2]))
-    return TraceDiff(a_label=a.label, b_label=b.label, rows=rows, names_a=canonical_names(a),
-                     names_b=canonical_names(b))  # fmt: skip
+    return TraceDiff(
+        a_label=a.label, b_label=b.label, rows=rows, names_a=canonical_names(a), names_b=canonical_names(b)
+    )
 
 
 def _pair_replaced(xs: list[OpRecord], ys: list[OpRecord]) -> Iterable[DiffRow]:
@@ -165,7 +165,7 @@ def _pair_replaced(xs: list[OpRecord], ys: list[OpRecord]) -> Iterable[DiffRow]:
     inner = difflib.SequenceMatcher(None, [o.op for o in xs], [o.op for o in ys], autojunk=False)
     for tag, i1, i2, j1, j2 in inner.get_opcodes():
         if tag == "equal":
-            yield from (DiffRow("~", xs[i], ys[j]) for i, j in zip(range(i1, i2), range(j1, j2)))
+            yield from (DiffRow("~", xs[i], ys[j]) for i, j in zip(range(i1, i2), range(j1, j2), strict=True))
         else:
             yield from (DiffRow("-", xs[i], None) for i in range(i1, i2))
             yield from (DiffRow("+", None, ys[j]) for j in range(j1, j2))

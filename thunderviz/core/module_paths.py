@@ -23,10 +23,8 @@ Functions traced without a module have no parameter names; their ops are grouped
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from thunderviz.core.traces import TraceSnapshot
+from thunderviz.core.trace_model import TraceSnapshot
 
 __all__ = ["assign_modules", "module_of_param", "top_group"]
 
@@ -44,7 +42,7 @@ def top_group(module: str | None) -> str:
     first two components; source-line groups (``@file.py:12``) are kept whole."""
     if not module:
         return "(other)"
-    if module.startswith("@") or module.startswith("("):
+    if module.startswith(("@", "(")):
         return module
     parts = module.split(".")
     for i, p in enumerate(parts):
@@ -69,7 +67,7 @@ def assign_modules(forward: TraceSnapshot, backward: TraceSnapshot | None = None
         return
     returns: dict[str, str] = {}
     if len(backward.return_names) == len(forward.arg_names):
-        for grad_name, arg_name in zip(backward.return_names, forward.arg_names):
+        for grad_name, arg_name in zip(backward.return_names, forward.arg_names, strict=True):
             if grad_name and arg_name in forward.param_names:
                 returns[grad_name] = module_of_param(forward.param_names[arg_name])
     # Names are shared between forward and backward (saved tensors keep theirs), so what forward learned about
@@ -195,4 +193,3 @@ def _carry_from(forward: TraceSnapshot, backward: TraceSnapshot) -> None:
         if mods:
             op.module = mods[-1]
     _fill_gaps(backward)
-

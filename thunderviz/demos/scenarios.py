@@ -42,7 +42,8 @@ def run_scenarios_on_rank(rank: int, world: int, scenarios: Sequence[Scenario]) 
     import torch
     from lightning.fabric import Fabric
 
-    from thunderviz.core.traces import capture
+    from thunderviz.core.capture import capture
+    from thunderviz.core.trace_file import bundle_to_dict
     from thunderviz.demos.models import TinyGPT, make_batch
     from thunderviz.strategies import ThunderDDPStrategy, ThunderFSDPStrategy
 
@@ -76,7 +77,7 @@ def run_scenarios_on_rank(rank: int, world: int, scenarios: Sequence[Scenario]) 
         traced = step_fn if step_fn is not None else strategy.thunder_modules[-1][1]
         decision = strategy.decisions[-1].to_dict()
         out["decisions"].append({**decision, "target": f"{sc.name} ({decision['target']})"})
-        out["bundles"].append(capture(traced, name=sc.name, rank=rank, stages=False).to_dict())
+        out["bundles"].append(bundle_to_dict(capture(traced, name=sc.name, rank=rank, stages=False)))
         out.setdefault("losses", []).append(float(fabric.all_reduce(loss.detach())))
     return out
 
@@ -105,17 +106,17 @@ def write_report(
 ) -> Path:
     """Print each decision and rank 0's collectives, check the ranks agree, and write the offline report."""
     from thunderviz.core.collectives import find_mismatches, ledger_from_bundle
-    from thunderviz.core.traces import TraceBundle, save
+    from thunderviz.core.trace_file import bundle_from_dict, save
     from thunderviz.render.html import render_html
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     nproc = len(per_rank)
-    bundles = [TraceBundle.from_dict(b) for r in per_rank for b in r["bundles"]]
+    bundles = [bundle_from_dict(b) for r in per_rank for b in r["bundles"]]
     decisions = per_rank[0]["decisions"]
     problems = 0
     for i, (sc, decision) in enumerate(zip(scenarios, decisions, strict=True)):
-        ledgers = {r: ledger_from_bundle(TraceBundle.from_dict(per_rank[r]["bundles"][i])) for r in range(nproc)}
+        ledgers = {r: ledger_from_bundle(bundle_from_dict(per_rank[r]["bundles"][i])) for r in range(nproc)}
         counts = ", ".join(f"{n} {k}" for k, n in sorted(ledgers[0].counts().items())) or "none"
         mismatches = find_mismatches(ledgers)
         problems += len(mismatches)

@@ -15,7 +15,9 @@ from thunderviz.notebook.widgets import CompareView
 __all__ = ["compare"]
 
 
-def compare(a: Any, b: Any, *, trace: str | None = None, name: str | tuple[str | None, str | None] | None = None) -> CompareView:
+def compare(
+    a: Any, b: Any, *, trace: str | None = None, name: str | tuple[str | None, str | None] | None = None
+) -> CompareView:
     """Show ``a`` and ``b`` side by side; ``a`` is the baseline (left), ``b`` the one compared with it (right).
 
     Args:

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from thunderviz.core.collectives import Ledger, find_mismatches, ledger_from_bundle
 from thunderviz.core.diff import TraceDiff, diff_traces
-from thunderviz.core.traces import TraceBundle, TraceSnapshot, load
-from thunderviz.render.graph import GraphView, graph_view, short_op_name
+from thunderviz.core.trace_file import bundle_from_dict, load
+from thunderviz.core.trace_model import TraceBundle, TraceSnapshot
+from thunderviz.render.graph import graph_view, short_op_name
 
 __all__ = [
     "Subject",
@@ -89,7 +91,7 @@ def subject_of(obj: Any, name: str | None = None) -> Subject:
     """Turn anything the widgets accept into a ``Subject``.
 
     Accepts a ``Subject``, a ``TraceBundle``, a ``TraceSnapshot``, a path to a file written by
-    ``core.traces.save``, a list of bundles and/or paths (one per rank is usual), ``render.html.Report`` and the
+    ``core.trace_file.save``, a list of bundles and/or paths (one per rank is usual), ``render.html.Report`` and the
     rank engine's ``RunReport`` (anything with ``bundles``; a ``RunReport`` also brings its decisions, every
     rank's ledger and memory). ``name`` picks one jitted object when the input holds several.
     """
@@ -112,7 +114,7 @@ def subject_of(obj: Any, name: str | None = None) -> Subject:
     if isinstance(bundles, Mapping):  # the rank engine's RunReport: rank 0's bundles by name + per-rank ledgers
         chosen = _pick(bundles, name, what)
         b = bundles[chosen]
-        b = b if isinstance(b, TraceBundle) else TraceBundle.from_dict(b)
+        b = b if isinstance(b, TraceBundle) else bundle_from_dict(b, path=f"bundles[{chosen!r}]")
         raw_ledgers = (getattr(obj, "ledgers", None) or {}).get(chosen, {})
         ledgers = {int(r): (lg if isinstance(lg, Ledger) else Ledger.from_dict(lg)) for r, lg in raw_ledgers.items()}
         ledgers = ledgers or {b.rank: ledger_from_bundle(b)}
@@ -124,7 +126,7 @@ def subject_of(obj: Any, name: str | None = None) -> Subject:
         subj.decisions = [dict(d) for d in (getattr(obj, "decisions", None) or [])]
         return subj
     raise TypeError(
-        f"thunderviz widgets show traces; got {type(obj).__name__}. Pass a TraceBundle (thunderviz.core.traces."
+        f"thunderviz widgets show traces; got {type(obj).__name__}. Pass a TraceBundle (thunderviz.core.capture."
         "capture(jitted)), a list of them (one per rank), a saved trace file's path, or a run report."
     )
 
@@ -146,20 +148,6 @@ def snapshot_of(bundle: TraceBundle, label: str) -> TraceSnapshot:
         if s.label == label:
             return s
     raise ValueError(f"no trace {label!r} in {bundle.name!r}; choose from {trace_choices(bundle)!r}")
-
-
-def node_of_ops(gv: GraphView) -> dict[int, str]:
-    """Op index -> the id of the node that draws it (mirrors ``render.graph.graph_view``)."""
-    out: dict[int, str] = {}
-    for g in gv.groups:
-        for op in g.ops:
-            if g.id in gv.expanded:
-                out[op.index] = f"op{op.index}"
-            elif op.collective is not None:
-                out[op.index] = f"{g.id}c"
-            else:
-                out[op.index] = g.id
-    return out
 
 
 def _ledger_rows(ledger: Ledger | None, label: str) -> dict[int, dict[str, Any]]:
@@ -197,11 +185,16 @@ def pane_data(
     nodes = dict(gv.nodes)
     for g in gv.groups:
         if g.id in gv.expanded:  # the open block's frame: clicking it offers to collapse it again
-            nodes[g.id] = {"kind": "cluster", "id": g.id, "name": g.name, "n_ops": len(g.ops),
-                           "n_compute": len(g.compute)}  # fmt: skip
+            nodes[g.id] = {
+                "kind": "cluster",
+                "id": g.id,
+                "name": g.name,
+                "n_ops": len(g.ops),
+                "n_compute": len(g.compute),
+            }
     for meta in nodes.values():
         _attach_ledger(meta, rows)
-    node_of = node_of_ops(gv)
+    node_of = gv.node_of
     node_marks: dict[str, dict[str, int]] = {}
     for idx, tag in (marks or {}).items():
         nid = node_of.get(idx)
@@ -213,8 +206,9 @@ def pane_data(
         "prefix": id_prefix,
         "dot": gv.dot,
         "nodes": nodes,
-        "groups": [{"id": g.id, "name": g.name, "n_ops": len(g.ops), "expanded": g.id in gv.expanded}
-                   for g in gv.groups],  # fmt: skip
+        "groups": [
+            {"id": g.id, "name": g.name, "n_ops": len(g.ops), "expanded": g.id in gv.expanded} for g in gv.groups
+        ],
         "marks": node_marks,
         "n_ops": len(snapshot.ops),
         "n_collectives": sum(1 for op in snapshot.ops if op.is_collective),
@@ -235,7 +229,7 @@ def search_ops(
     if not q:
         return [], 0
     gv = graph_view(snapshot, [n for n in expanded if n in {g.name for g in graph_view(snapshot).groups}])
-    node_of = node_of_ops(gv)
+    node_of = gv.node_of
     group_of = {op.index: g.name for g in gv.groups for op in g.ops}
     pn = snapshot.param_names
     hits: list[dict[str, Any]] = []
@@ -253,8 +247,16 @@ def search_ops(
             continue
         shown = next((pn[t] for t in tensors if t in pn), None) or (op.module or "")
         kind = "collective" if op.is_collective else "wait" if op.is_wait else "op"
-        hits.append({"index": op.index, "node": node_of[op.index], "group": group_of.get(op.index, ""),
-                     "op": short_op_name(op.op), "label": f"{short_op_name(op.op)} {shown}".strip(), "kind": kind})  # fmt: skip
+        hits.append(
+            {
+                "index": op.index,
+                "node": node_of[op.index],
+                "group": group_of.get(op.index, ""),
+                "op": short_op_name(op.op),
+                "label": f"{short_op_name(op.op)} {shown}".strip(),
+                "kind": kind,
+            }
+        )
     return hits, total
 
 

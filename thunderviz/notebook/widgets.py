@@ -13,11 +13,11 @@ JupyterLab prefers the live widget view over it.
 
 from __future__ import annotations
 
-import html
 import time
-from functools import lru_cache
+from collections.abc import Iterable, Mapping
+from functools import cache
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import anywidget
 import traitlets as t
@@ -25,19 +25,18 @@ import traitlets as t
 from thunderviz.notebook import viewdata as vd
 from thunderviz.ranks import PHASES
 from thunderviz.render.graph import dot_available, to_svg
+from thunderviz.render.markup import decisions_table
+from thunderviz.render.markup import escape as _e
+from thunderviz.render.markup import table as _table
 
 __all__ = ["CompareView", "RankStatus", "TraceView"]
 
 _STATIC = Path(__file__).parent / "static"
 
 
-@lru_cache(maxsize=None)
+@cache
 def _static(name: str) -> str:
     return (_STATIC / name).read_text(encoding="utf-8")
-
-
-def _e(x: Any) -> str:
-    return html.escape(str(x), quote=True)
 
 
 class _GraphWidget(anywidget.AnyWidget):
@@ -63,8 +62,12 @@ class _GraphWidget(anywidget.AnyWidget):
     height = t.Int(520).tag(sync=True)
 
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(_esm=_static("trace_view.js"), _css=_static("trace_view.css"),
-                         _graphviz_js=_static("graphviz-wasm.js"), **kwargs)  # fmt: skip
+        super().__init__(
+            _esm=_static("trace_view.js"),
+            _css=_static("trace_view.css"),
+            _graphviz_js=_static("graphviz-wasm.js"),
+            **kwargs,
+        )
 
     # ------------------------------------------------------------------ subclasses fill these in
 
@@ -104,8 +107,16 @@ class _GraphWidget(anywidget.AnyWidget):
             snap = vd.snapshot_of(subject.primary, self.trace)
             ledger = subject.ledgers.get(subject.primary.rank)
             prefix = f"p{i}-" if len(specs) > 1 else ""
-            panes.append(vd.pane_data(snap, expanded=self.expanded, ledger=ledger, title=f"{subject.title} \u00b7 {self.trace}",
-                                      id_prefix=prefix, marks=marks))  # fmt: skip
+            panes.append(
+                vd.pane_data(
+                    snap,
+                    expanded=self.expanded,
+                    ledger=ledger,
+                    title=f"{subject.title} \u00b7 {self.trace}",
+                    id_prefix=prefix,
+                    marks=marks,
+                )
+            )
         self.panes = panes
         self._run_search()
 
@@ -166,12 +177,16 @@ class _GraphWidget(anywidget.AnyWidget):
         use_svg = dot_available()
         cells = []
         for p in self.panes:
-            cells.append(f"<td style='vertical-align:top'><div><b>{_e(p['title'])}</b> ({p['n_ops']} ops, "
-                         f"{p['n_collectives']} collectives)</div>{_graph_html(p['dot'], use_svg)}</td>")  # fmt: skip
+            cells.append(
+                f"<td style='vertical-align:top'><div><b>{_e(p['title'])}</b> ({p['n_ops']} ops, "
+                f"{p['n_collectives']} collectives)</div>{_graph_html(p['dot'], use_svg)}</td>"
+            )
         parts.append(f"<table><tr>{''.join(cells)}</tr></table>")
         parts.append(_panels_html(self.panels))
-        parts.append("<p style='color:#5b6b7c'>Static picture from when the cell ran; open the notebook in "
-                     "JupyterLab with a kernel for zoom, search, details and expanding blocks.</p></div>")  # fmt: skip
+        parts.append(
+            "<p style='color:#5b6b7c'>Static picture from when the cell ran; open the notebook in "
+            "JupyterLab with a kernel for zoom, search, details and expanding blocks.</p></div>"
+        )
         return "\n".join(parts)
 
 
@@ -181,14 +196,10 @@ def _graph_html(dot: str, use_svg: bool) -> str:
             return f"<div style='max-width:100%;overflow:auto'>{to_svg(dot, timeout=30)}</div>"
         except RuntimeError as e:
             return f"<p>(no SVG: {_e(e)})</p><pre>{_e(dot)}</pre>"
-    return ("<p>Graphviz <code>dot</code> is not installed here, so the static picture is the DOT source:</p>"
-            f"<pre style='max-height:300px;overflow:auto'>{_e(dot)}</pre>")  # fmt: skip
-
-
-def _table(headers: list[str], rows: Iterable[Iterable[Any]]) -> str:
-    head = "".join(f"<th>{_e(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{_e('' if c is None else c)}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+    return (
+        "<p>Graphviz <code>dot</code> is not installed here, so the static picture is the DOT source:</p>"
+        f"<pre style='max-height:300px;overflow:auto'>{_e(dot)}</pre>"
+    )
 
 
 def _panels_html(panels: dict[str, Any]) -> str:
@@ -197,17 +208,19 @@ def _panels_html(panels: dict[str, Any]) -> str:
     if ledger:
         for msg in ledger.get("mismatches", []):
             out.append(f"<p style='color:#b3261e'><b>{_e(msg)}</b></p>")
-        rows = [[r, ", ".join(f"{n} {k}" for k, n in ledger["counts"][r].items()), ledger["bytes"][r]]
-                for r in ledger["ranks"]]  # fmt: skip
+        rows = [
+            [r, ", ".join(f"{n} {k}" for k, n in ledger["counts"][r].items()), ledger["bytes"][r]]
+            for r in ledger["ranks"]
+        ]
         out.append("<h5>Collectives per rank</h5>" + _table(["rank", "collectives", "bytes sent"], rows))
     if panels.get("decisions"):
-        rows = [[d.get("target", ""), d.get("case", ""), d.get("action", ""), d.get("reason", "")]
-                for d in panels["decisions"]]  # fmt: skip
-        out.append("<h5>Decisions</h5>" + _table(["target", "case", "action", "reason"], rows))
+        out.append("<h5>Decisions</h5>" + decisions_table(panels["decisions"]))
     if panels.get("memory"):
         keys = sorted({k for r in panels["memory"] for k in r} - {"rank"})
-        out.append("<h5>Memory per rank</h5>" + _table(["rank", *keys], [[r["rank"], *(r.get(k) for k in keys)]
-                                                                         for r in panels["memory"]]))  # fmt: skip
+        out.append(
+            "<h5>Memory per rank</h5>"
+            + _table(["rank", *keys], [[r["rank"], *(r.get(k) for k in keys)] for r in panels["memory"]])
+        )
     if panels.get("diff"):
         rows = [[r["tag"], r["a"], r["b"]] for r in panels["diff"]["rows"][:60]]
         out.append("<h5>Structural diff (first rows)</h5>" + _table(["", "a", "b"], rows))
@@ -226,8 +239,15 @@ class TraceView(_GraphWidget):
             does not carry it (saved trace files do not; the rank engine's report does).
     """
 
-    def __init__(self, source: Any, *, name: str | None = None, trace: str = "forward",
-                 decisions: Iterable[Mapping[str, Any]] | None = None, **kwargs: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        source: Any,
+        *,
+        name: str | None = None,
+        trace: str = "forward",
+        decisions: Iterable[Mapping[str, Any]] | None = None,
+        **kwargs: Any,
+    ) -> None:
         self._subject = vd.subject_of(source, name)
         if decisions is not None:
             self._subject.decisions = [dict(d) for d in decisions]
@@ -239,8 +259,11 @@ class TraceView(_GraphWidget):
         with self.hold_trait_notifications():
             self.title = f"{self._subject.title}: rank {b.rank} of {b.world_size}"
             self.traces = choices
-            self.panels = {"ledger": vd.ledger_table(self._subject), "decisions": self._subject.decisions,
-                           "memory": vd.memory_rows(self._subject)}  # fmt: skip
+            self.panels = {
+                "ledger": vd.ledger_table(self._subject),
+                "decisions": self._subject.decisions,
+                "memory": vd.memory_rows(self._subject),
+            }
         self.trace = trace
 
     @property
@@ -252,8 +275,10 @@ class TraceView(_GraphWidget):
 
     def __repr__(self) -> str:
         p = self.panes[0] if self.panes else {"n_ops": 0, "n_collectives": 0}
-        return (f"TraceView({self._subject.title!r}, trace={self.trace!r}: {p['n_ops']} ops, "
-                f"{p['n_collectives']} collectives, {len(self._subject.bundles)} rank(s))")  # fmt: skip
+        return (
+            f"TraceView({self._subject.title!r}, trace={self.trace!r}: {p['n_ops']} ops, "
+            f"{p['n_collectives']} collectives, {len(self._subject.bundles)} rank(s))"
+        )
 
 
 class CompareView(_GraphWidget):
@@ -296,8 +321,15 @@ class CompareView(_GraphWidget):
         d = self._diff_for(self.trace)
         self._marks = vd.diff_marks(d)
         self.summary = vd.compare_header(self._a, self._b, self.trace, d)
-        rows = [{"tag": r.tag, "a": d.describe(r.a, "a") if r.a is not None else "",
-                 "b": d.describe(r.b, "b") if r.b is not None else ""} for r in d.rows if r.tag != "="]  # fmt: skip
+        rows = [
+            {
+                "tag": r.tag,
+                "a": d.describe(r.a, "a") if r.a is not None else "",
+                "b": d.describe(r.b, "b") if r.b is not None else "",
+            }
+            for r in d.rows
+            if r.tag != "="
+        ]
         self.panels = {
             "diff": {"rows": rows[:500], "total": len(rows), "delta": d.collective_delta(), "unchanged": d.unchanged},
             "memory": [{"side": s.title, **m} for s in (self._a, self._b) for m in vd.memory_rows(s)],

@@ -17,15 +17,16 @@ import re
 import shutil
 import subprocess
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any, Collection
+from typing import Any
 
 from thunderviz.core.module_paths import top_group
-from thunderviz.core.traces import OpRecord, TraceSnapshot
+from thunderviz.core.trace_model import OpRecord, TraceSnapshot
 
 __all__ = [
-    "Group",
     "GraphView",
+    "Group",
     "dot_available",
     "dot_escape",
     "format_bytes",
@@ -80,15 +81,24 @@ class GraphView:
 
 
 def short_op_name(op: str) -> str:
-    """``torch_all_gather_prim_impl`` -> ``all_gather``; ``torch.ops.aten.embedding_backward`` -> ``embedding_backward``."""
+    """``torch_all_gather_prim_impl`` -> ``all_gather``; ``torch.ops.aten.embedding_backward`` ->
+    ``embedding_backward``."""
     name = op.rsplit(".", 1)[-1] if op.startswith("torch.ops.") else op
     name = re.sub(r"^torch_(prims_)?", "", name)
     return re.sub(r"(_prim)?_impl$", "", name)
 
 
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
 def dot_escape(text: str) -> str:
-    """Make ``text`` safe inside a double-quoted DOT string (also neutralises Graphviz's ``\\N``-style escapes)."""
-    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\r", "")
+    """Make ``text`` safe inside a double-quoted DOT string (also neutralises Graphviz's ``\\N``-style escapes).
+
+    Control characters other than newline and tab are dropped: Graphviz rejects some of them, and they are never
+    part of a name a person should read.
+    """
+    text = _CONTROL.sub("", text)
+    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def _clip(text: str, n: int = _MAX_LABEL) -> str:
@@ -131,15 +141,17 @@ def _resolve_expand(groups: list[Group], expand: Collection[str] | None) -> froz
 
 
 def format_bytes(n: int | None) -> str:
-    """``774.5 KiB``; ``n/a`` when unknown."""
+    """``774.5 KiB``; ``n/a`` when unknown. Integer arithmetic, so no size from a file is too large to print."""
     if n is None:
         return "n/a"
-    v = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if v < 1024 or unit == "TiB":
-            return f"{int(v)} B" if unit == "B" else f"{v:.1f} {unit}"
-        v /= 1024
-    return f"{n} B"
+    if n < 1024:
+        return f"{n} B"
+    units = ("KiB", "MiB", "GiB", "TiB")
+    i, scale = 0, 1024
+    while i < len(units) - 1 and n >= scale * 1024:
+        i, scale = i + 1, scale * 1024
+    tenths = (n * 10 + scale // 2) // scale
+    return f"{tenths // 10}.{tenths % 10} {units[i]}"
 
 
 def _op_label(op: OpRecord, param_names: dict[str, str]) -> str:
@@ -211,13 +223,17 @@ def graph_view(
     for g in groups:
         if g.id in opened:
             lines.append(f"  subgraph cluster_{g.id} {{")
-            lines.append(f'    label="{dot_escape(_clip(g.name))}"; style="rounded,filled"; fillcolor="#f3f7fb"; '
-                         f'color="#3d6e9e"; id="{id_prefix}{g.id}"; tooltip="{dot_escape(g.name)}";')  # fmt: skip
+            lines.append(
+                f'    label="{dot_escape(_clip(g.name))}"; style="rounded,filled"; fillcolor="#f3f7fb"; '
+                f'color="#3d6e9e"; id="{id_prefix}{g.id}"; tooltip="{dot_escape(g.name)}";'
+            )
             for op in g.ops:
                 style = _COLLECTIVE_STYLE if op.is_collective else _WAIT_STYLE if op.is_wait else _OP_STYLE
                 nid = f"op{op.index}"
-                lines.append(f'    {nid} [id="{id_prefix}{nid}", label="{dot_escape(_op_label(op, pn))}", '
-                             f'tooltip="{dot_escape(_op_tooltip(op))}", {style}];')  # fmt: skip
+                lines.append(
+                    f'    {nid} [id="{id_prefix}{nid}", label="{dot_escape(_op_label(op, pn))}", '
+                    f'tooltip="{dot_escape(_op_tooltip(op))}", {style}];'
+                )
                 nodes[nid] = _op_meta(op, g, pn)
             lines.append("  }")
             continue
@@ -226,18 +242,26 @@ def graph_view(
         top = Counter(short_op_name(op.op) for op in compute).most_common(3)
         if top:
             label += "\n" + ", ".join(f"{n} {k}" for k, n in top)
-        lines.append(f'  {g.id} [id="{id_prefix}{g.id}", label="{dot_escape(label)}", tooltip="{dot_escape(g.name)}: '
-                     f'click to expand", {_GROUP_STYLE}];')  # fmt: skip
+        lines.append(
+            f'  {g.id} [id="{id_prefix}{g.id}", label="{dot_escape(label)}", tooltip="{dot_escape(g.name)}: '
+            f'click to expand", {_GROUP_STYLE}];'
+        )
         nodes[g.id] = _group_meta(g, snapshot)
         if g.collectives or g.waits:
             text, nbytes = _coll_summary(g)
             if nbytes:
                 text += f"\n{format_bytes(nbytes)}"
             cid = f"{g.id}c"
-            lines.append(f'  {cid} [id="{id_prefix}{cid}", label="{dot_escape(text)}", '
-                         f'tooltip="{dot_escape(g.name)}: collectives", {_COLLECTIVE_STYLE}];')  # fmt: skip
-            nodes[cid] = {"kind": "collectives", "group": g.name, "group_id": g.id,
-                          "ops": [_op_meta(op, g, pn) for op in g.ops if op.collective is not None]}  # fmt: skip
+            lines.append(
+                f'  {cid} [id="{id_prefix}{cid}", label="{dot_escape(text)}", '
+                f'tooltip="{dot_escape(g.name)}: collectives", {_COLLECTIVE_STYLE}];'
+            )
+            nodes[cid] = {
+                "kind": "collectives",
+                "group": g.name,
+                "group_id": g.id,
+                "ops": [_op_meta(op, g, pn) for op in g.ops if op.collective is not None],
+            }
 
     # Edges between drawn nodes, merged: two collapsed groups get one edge however many tensors cross.
     edge_count: Counter[tuple[str, str]] = Counter()
@@ -255,29 +279,45 @@ def graph_view(
 
 
 def _tensor_meta(t: Any, pn: dict[str, str]) -> dict[str, Any]:
-    return {"name": pn.get(t.name, t.name), "shape": None if t.shape is None else list(t.shape),
-            "dtype": t.dtype, "device": t.device, "kind": t.kind}  # fmt: skip
+    return {
+        "name": pn.get(t.name, t.name),
+        "shape": None if t.shape is None else list(t.shape),
+        "dtype": t.dtype,
+        "device": t.device,
+        "kind": t.kind,
+    }
 
 
 def _op_meta(op: OpRecord, g: Group, pn: dict[str, str]) -> dict[str, Any]:
     return {
         "kind": "collective" if op.is_collective else "wait" if op.is_wait else "op",
-        "index": op.index, "op": op.op, "group": g.name, "module": op.module, "python": op.python,
-        "source": None if op.source is None else {"file": op.source.file, "line": op.source.line, "code": op.source.code},
-        "inputs": [_tensor_meta(t, pn) for t in op.inputs], "outputs": [_tensor_meta(t, pn) for t in op.outputs],
-    }  # fmt: skip
+        "index": op.index,
+        "op": op.op,
+        "group": g.name,
+        "module": op.module,
+        "python": op.python,
+        "source": None if (src := op.source) is None else {"file": src.file, "line": src.line, "code": src.code},
+        "inputs": [_tensor_meta(t, pn) for t in op.inputs],
+        "outputs": [_tensor_meta(t, pn) for t in op.outputs],
+    }
 
 
 def _group_meta(g: Group, snap: TraceSnapshot) -> dict[str, Any]:
     modules = Counter(op.module for op in g.ops if op.module)
     sources = Counter(f"{op.source.short()}: {op.source.code}" for op in g.ops if op.source is not None)
     return {
-        "kind": "group", "id": g.id, "name": g.name, "n_ops": len(g.ops), "n_compute": len(g.compute),
-        "first_index": g.ops[0].index if g.ops else None, "last_index": g.ops[-1].index if g.ops else None,
+        "kind": "group",
+        "id": g.id,
+        "name": g.name,
+        "n_ops": len(g.ops),
+        "n_compute": len(g.compute),
+        "first_index": g.ops[0].index if g.ops else None,
+        "last_index": g.ops[-1].index if g.ops else None,
         "op_counts": dict(Counter(short_op_name(op.op) for op in g.compute).most_common()),
         "collectives": dict(Counter(op.collective for op in g.ops if op.collective)),
-        "modules": dict(modules.most_common()), "sources": [s for s, _ in sources.most_common(8)],
-    }  # fmt: skip
+        "modules": dict(modules.most_common()),
+        "sources": [s for s, _ in sources.most_common(8)],
+    }
 
 
 def to_dot(
@@ -331,4 +371,3 @@ def to_svg(dot: str, *, timeout: float = 60.0) -> str:
     svg = render_dot(dot, "svg", timeout=timeout).decode("utf-8")
     start = svg.find("<svg")
     return svg[start:] if start >= 0 else svg
-

@@ -13,15 +13,19 @@ constant click handler, and nothing is loaded from elsewhere.
 
 from __future__ import annotations
 
-import html
+import itertools
 from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from thunderviz.core.collectives import Ledger, find_mismatches, ledger_from_bundle
 from thunderviz.core.diff import TraceDiff, diff_traces
-from thunderviz.core.traces import TraceBundle, TraceSnapshot
+from thunderviz.core.trace_model import TraceBundle, TraceSnapshot
 from thunderviz.render.graph import Group, dot_available, format_bytes, graph_view, short_op_name, to_svg
+from thunderviz.render.markup import decisions_table
+from thunderviz.render.markup import escape as _e
+from thunderviz.render.markup import page as _markup_page
 
 __all__ = ["Report", "render_html", "render_report_body"]
 
@@ -50,10 +54,6 @@ document.addEventListener('click', function (ev) {
   if (d) { d.open = true; d.scrollIntoView({behavior: 'smooth', block: 'start'}); ev.preventDefault(); }
 });
 """
-
-
-def _e(x: Any) -> str:
-    return html.escape(str(x), quote=True)
 
 
 def _shape(s: Any) -> str:
@@ -110,11 +110,7 @@ def render_html(
 
 
 def _page(title: str, body: str) -> str:
-    return (
-        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
-        f"<meta name='viewport' content='width=device-width, initial-scale=1'><title>{_e(title)}</title>"
-        f"<style>{_CSS}</style></head><body><h1>{_e(title)}</h1>\n{body}\n<script>{_JS}</script></body></html>\n"
-    )
+    return _markup_page(title, body, style=_CSS, script=_JS)
 
 
 def render_report_body(
@@ -143,7 +139,7 @@ def render_report_body(
         out.append("<p class='note'>No traces.</p>")
     out.append(_overview(by_name))
     if decisions:
-        out.append(_decisions_table(decisions))
+        out.append("<h2>Decisions</h2>" + decisions_table(decisions))
     for i, (name, ranks) in enumerate(by_name.items()):
         out.append(_bundle_section(i, name, ranks, use_svg))
     if diff and len(by_name) > 1:
@@ -165,7 +161,8 @@ def _overview(by_name: Mapping[str, list[TraceBundle]]) -> str:
             coll = ", ".join(f"{n} {k}" for k, n in counts.items()) or "none"
             rows.append(
                 f"<tr><td>{_e(name)}</td><td class='num'>{b.rank}</td><td class='num'>{b.world_size}</td>"
-                f"<td class='num'>{len(b.forward)}</td><td class='num'>{'' if b.backward is None else len(b.backward)}</td>"
+                f"<td class='num'>{len(b.forward)}</td>"
+                f"<td class='num'>{'' if b.backward is None else len(b.backward)}</td>"
                 f"<td class='num'>{format_bytes(b.forward.peak_memory_bytes)}</td>"
                 f"<td class='num'>{'' if b.backward is None else format_bytes(b.backward.peak_memory_bytes)}</td>"
                 f"<td>{_e(coll)}</td></tr>"
@@ -179,12 +176,6 @@ def _overview(by_name: Mapping[str, list[TraceBundle]]) -> str:
     )
 
 
-def _decisions_table(decisions: Sequence[Mapping[str, Any]]) -> str:
-    cols = ["target", "case", "action", "reason"]
-    rows = "".join("<tr>" + "".join(f"<td>{_e(d.get(c, ''))}</td>" for c in cols) + "</tr>" for d in decisions)
-    return "<h2>Decisions</h2><table><tr>" + "".join(f"<th>{c}</th>" for c in cols) + f"</tr>{rows}</table>"
-
-
 def _bundle_section(i: int, name: str, ranks: list[TraceBundle], use_svg: bool) -> str:
     out = [f"<h2>{_e(name)}</h2>"]
     ledgers = {b.rank: ledger_from_bundle(b) for b in ranks}
@@ -194,8 +185,10 @@ def _bundle_section(i: int, name: str, ranks: list[TraceBundle], use_svg: bool) 
         same = b is not ref and _same_structure(ref, b)
         out.append(f"<h3>rank {b.rank}</h3>")
         if same:
-            out.append(f"<p class='note'>Forward and backward have the same structure as rank {ref.rank}'s "
-                       "(ops, shapes, collectives); see there.</p>")  # fmt: skip
+            out.append(
+                f"<p class='note'>Forward and backward have the same structure as rank {ref.rank}'s "
+                "(ops, shapes, collectives); see there.</p>"
+            )
         else:
             for label, snap in b.traces().items():
                 out.append(_trace_block(f"b{i}r{b.rank}{label[0]}-", f"{name}, rank {b.rank}, {label}", snap, use_svg))
@@ -222,7 +215,8 @@ def _agreement(ledgers: Mapping[int, Ledger]) -> str:
     mism = find_mismatches(ledgers)
     if not mism:
         n = len(next(iter(ledgers.values())).collectives())
-        return f"<p class='ok'>Ranks {', '.join(map(str, sorted(ledgers)))} issue the same {n} collectives in the same order.</p>"
+        ranks = ", ".join(map(str, sorted(ledgers)))
+        return f"<p class='ok'>Ranks {ranks} issue the same {n} collectives in the same order.</p>"
     return "".join(f"<p class='bad'>{_e(m.message)}</p>" for m in mism)
 
 
@@ -250,7 +244,8 @@ def _group_details(prefix: str, g: Group, snap: TraceSnapshot) -> str:
         ins = ", ".join(pn.get(t.name, t.name) for t in op.inputs)
         src = "" if op.source is None else f"{op.source.short()}: {op.source.code}"
         rows.append(
-            f"<tr{cls}><td class='num'>{op.index}</td><td class='mono' title='{_e(op.python)}'>{_e(short_op_name(op.op))}"
+            f"<tr{cls}><td class='num'>{op.index}</td>"
+            f"<td class='mono' title='{_e(op.python)}'>{_e(short_op_name(op.op))}"
             f"</td><td class='mono'>{_e(outs)}</td><td class='mono'>{_e(ins)}</td><td>{_e(op.module or '')}</td>"
             f"<td class='mono'>{_e(src)}</td></tr>"
         )
@@ -282,7 +277,8 @@ def _ledger_table(ledger: Ledger) -> str:
         cls = " class='wait'" if e.kind == "wait" else " class='coll'"
         rows.append(
             f"<tr{cls}><td class='num'>{e.position}</td><td>{_e(e.trace)}</td><td>{_e(e.kind)}</td>"
-            f"<td class='mono'>{_e(e.tensor)}</td><td class='mono'>{_e(_shape(e.shape))}</td><td>{_e(e.dtype or '')}</td>"
+            f"<td class='mono'>{_e(e.tensor)}</td><td class='mono'>{_e(_shape(e.shape))}</td>"
+            f"<td>{_e(e.dtype or '')}</td>"
             f"<td class='num'>{format_bytes(e.bytes) if e.bytes is not None else ''}</td>"
             f"<td class='num'>{'' if e.group_size is None else e.group_size}</td>"
             f"<td class='num'>{'' if e.distance is None else e.distance}</td></tr>"
@@ -299,7 +295,7 @@ def _ledger_table(ledger: Ledger) -> str:
 def _diff_section(by_name: Mapping[str, list[TraceBundle]]) -> str:
     names = list(by_name)
     out = ["<h2>Differences between jitted objects</h2>"]
-    for a_name, b_name in zip(names, names[1:]):
+    for a_name, b_name in itertools.pairwise(names):
         a, b = by_name[a_name][0], by_name[b_name][0]
         for label, sa in a.traces().items():
             sb = b.traces().get(label)
@@ -311,4 +307,3 @@ def _diff_section(by_name: Mapping[str, list[TraceBundle]]) -> str:
                 f"<details><summary>aligned view</summary><pre>{_e(d.to_text())}</pre></details>"
             )
     return "\n".join(out)
-

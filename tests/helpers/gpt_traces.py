@@ -24,8 +24,9 @@ def capture_gpt_on_rank(rank: int, world_size: int, out_dir: str, kinds: tuple[s
     from lightning.fabric import Fabric
 
     from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
-    from thunderviz.core.traces import capture, save
-    from thunderviz.models import TinyGPT, make_batch
+    from thunderviz.core.capture import capture
+    from thunderviz.core.trace_file import save
+    from thunderviz.demos.models import TinyGPT, make_batch
 
     paths: dict[str, str] = {}
     decisions: dict[str, Any] = {}
@@ -39,7 +40,7 @@ def capture_gpt_on_rank(rank: int, world_size: int, out_dir: str, kinds: tuple[s
         logits = model(x)
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
         fabric.backward(loss)
-        bundle = capture(strategy.thunder_modules[-1][1], name=f"gpt-{kind}", rank=rank, stages=False)
+        bundle = capture(model, name=f"gpt-{kind}", rank=rank, stages=False)  # what fabric.setup returned
         path = Path(out_dir) / f"{kind}-rank{rank}.json"
         save(bundle, path)
         paths[kind] = str(path)
@@ -47,7 +48,9 @@ def capture_gpt_on_rank(rank: int, world_size: int, out_dir: str, kinds: tuple[s
     return {"paths": paths, "decisions": decisions}
 
 
-def write_gpt_traces(out_dir: str | Path, kinds: tuple[str, ...] = ("fsdp", "ddp"), nproc: int = 2) -> dict[str, list[str]]:
+def write_gpt_traces(
+    out_dir: str | Path, kinds: tuple[str, ...] = ("fsdp", "ddp"), nproc: int = 2
+) -> dict[str, list[str]]:
     """Run the ranks; return ``{kind: [rank0.json, rank1.json, ...]}``."""
     from thunderviz.launch import run_ranks
 
@@ -70,7 +73,7 @@ def decisions_for(trace_file: str | Path) -> list[dict[str, Any]]:
 def gpt_trace_files() -> dict[str, list[str]]:
     """``write_gpt_traces`` once per process, into a fresh temporary folder.
 
-    ``THUNDERVIZ_GPT_TRACES=<folder>`` reuses files an earlier ``python -m tests.widgets.gpt_traces <folder>``
+    ``THUNDERVIZ_GPT_TRACES=<folder>`` reuses files an earlier ``python -m tests.helpers.gpt_traces <folder>``
     wrote (saves two minutes while working on the widgets; CI never sets it, so it always tests fresh traces).
     """
     reuse = os.environ.get("THUNDERVIZ_GPT_TRACES")

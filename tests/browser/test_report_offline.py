@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from tests.unit import trace_fixtures as tf
+from tests.helpers import trace_fixtures as tf
 from thunderviz.render.graph import dot_available
 from thunderviz.render.html import render_html
 
@@ -23,8 +23,14 @@ def test_offline_report_renders_and_a_click_opens_the_blocks_ops(tmp_path):
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(
             executable_path=CHROMIUM,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                  "--no-first-run", "--disable-sync"],  # fmt: skip
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--no-first-run",
+                "--disable-sync",
+            ],
         )
         try:
             page = browser.new_context(offline=True).new_page()

@@ -8,7 +8,7 @@ import pytest
 from nbclient import NotebookClient
 from nbconvert import HTMLExporter
 
-from tests.distributed.trace_scenarios import two_rank_run
+from tests.helpers.trace_scenarios import two_rank_run
 from thunderviz.render.graph import dot_available
 
 pytestmark = pytest.mark.timeout(300)
@@ -17,14 +17,20 @@ pytestmark = pytest.mark.timeout(300)
 def test_nbconvert_html_shows_the_graph_without_widget_state(tmp_path) -> None:
     path = two_rank_run()[0].path
     nb = nbformat.v4.new_notebook()
-    nb.cells.append(nbformat.v4.new_code_cell(
-        "from thunderviz.notebook.widgets import TraceView\n"
-        f"TraceView({path!r}, name='gpt-fsdp', trace='backward')"
-    ))  # fmt: skip
+    nb.cells.append(
+        nbformat.v4.new_code_cell(
+            f"from thunderviz.notebook.widgets import TraceView\nTraceView({path!r}, name='gpt-fsdp', trace='backward')"
+        )
+    )
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     # Saved without widget state, as this project commits notebooks (state adds megabytes).
-    NotebookClient(nb, timeout=240, kernel_name="python3", store_widget_state=False,
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()  # fmt: skip
+    NotebookClient(
+        nb,
+        timeout=240,
+        kernel_name="python3",
+        store_widget_state=False,
+        resources={"metadata": {"path": str(tmp_path)}},
+    ).execute()
     out = nb.cells[0].outputs
     assert [o["output_type"] for o in out] == ["execute_result"], out
     data = out[0]["data"]

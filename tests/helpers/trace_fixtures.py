@@ -23,8 +23,8 @@ def gpt() -> Jitted:
     """A 2-block GPT (d=32) through thunder.jit, one forward and backward."""
     import thunder
 
-    from thunderviz.core.traces import capture
-    from thunderviz.models import TinyGPT, make_batch
+    from thunderviz.core.capture import capture
+    from thunderviz.demos.models import TinyGPT, make_batch
 
     torch.manual_seed(0)
     jm = thunder.jit(TinyGPT(vocab_size=64, block_size=16, d_model=32, n_layer=2, n_head=2))
@@ -47,10 +47,10 @@ class EvilSource(nn.Module):
 @functools.lru_cache(maxsize=1)
 def evil() -> Jitted:
     """Markup in the bundle name and in a source line. (thunder 0.2.6 cannot jit a module *named* like markup:
-    its prologue puts the raw name into a Python identifier; see test_render for how that case is covered.)"""
+    its prologue puts the raw name into a Python identifier; ``hostile_bundle`` covers that case.)"""
     import thunder
 
-    from thunderviz.core.traces import capture
+    from thunderviz.core.capture import capture
 
     jm = thunder.jit(EvilSource())
     jm(torch.randn(4, 8)).sum().backward()
@@ -67,10 +67,32 @@ def function() -> Jitted:
     """A plain function (no module, so no parameter names) through thunder.jit."""
     import thunder
 
-    from thunderviz.core.traces import capture
+    from thunderviz.core.capture import capture
 
     jf = thunder.jit(_mlp_loss)
     w1 = torch.randn(8, 16, requires_grad=True)
     w2 = torch.randn(16, 4, requires_grad=True)
     jf(torch.randn(4, 8), w1, w2).backward()
     return Jitted(jf, capture(jf))
+
+
+def hostile_bundle(tmp_path: Any) -> Any:
+    """A real capture saved to a file, then the file edited so its module is named like markup.
+
+    thunder 0.2.6 itself cannot jit a module with such a name (its prologue puts the raw name into a Python
+    identifier and fails with SyntaxError), but a trace file is input from elsewhere and may say anything.
+    """
+    import json
+
+    from thunderviz.core.module_paths import assign_modules
+    from thunderviz.core.trace_file import load, save
+
+    b = evil().bundle
+    path = save(b, tmp_path / "evil.json")
+    doc = json.loads(path.read_text())
+    for snap in [doc["bundles"][0]["forward"], doc["bundles"][0]["backward"]]:
+        snap["param_names"] = {k: v.replace("proj", EVIL) for k, v in snap["param_names"].items()}
+    path.write_text(json.dumps(doc))
+    (loaded,) = load(path)
+    assign_modules(loaded.forward, loaded.backward)
+    return loaded

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from tests.distributed.trace_scenarios import two_rank_run
+from tests.helpers.trace_scenarios import two_rank_run
 from thunderviz.core.collectives import Ledger, find_mismatches, ledger_from_bundle
 
 

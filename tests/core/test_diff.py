@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.distributed.trace_scenarios import two_rank_run
-from tests.unit import trace_fixtures as tf
+from tests.helpers import trace_fixtures as tf
+from tests.helpers.trace_scenarios import two_rank_run
 from thunderviz.core.diff import canonical_names, diff_traces
 
 

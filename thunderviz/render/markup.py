@@ -1,0 +1,46 @@
+"""The small HTML pieces every thunderviz page is built from: escaping, tables, the decisions table, a page.
+
+One place, so that every name from user code goes through the same ``escape`` (text and attribute safe) and the
+decisions table looks the same in the trace report, the run report, the widgets' static picture and the demo page.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+__all__ = ["DECISION_COLUMNS", "decisions_table", "escape", "page", "table"]
+
+#: The columns of a strategy decision shown to people (``Decision.to_dict()`` keys).
+DECISION_COLUMNS = ("target", "case", "action", "reason")
+
+
+def escape(value: Any) -> str:
+    """``str(value)`` made safe for HTML text and quoted attributes."""
+    return html.escape(str(value), quote=True)
+
+
+def table(headers: Sequence[str], rows: Iterable[Iterable[Any]]) -> str:
+    """A plain table; every cell is escaped, ``None`` shows as empty."""
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{escape('' if c is None else c)}</td>" for c in r) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def decisions_table(decisions: Sequence[Mapping[str, Any]]) -> str:
+    """The strategies' jit decisions, one row each (missing keys show as empty)."""
+    return table(DECISION_COLUMNS, ([d.get(c, "") for c in DECISION_COLUMNS] for d in decisions))
+
+
+def page(title: str, body: str, *, heading: str | None = None, style: str = "", script: str = "") -> str:
+    """A complete, self-contained page: ``title`` in ``<title>``, ``heading`` (default: the title) as ``<h1>``,
+    our own style and script only."""
+    head_style = f"<style>{style}</style>" if style else ""
+    tail_script = f"<script>{script}</script>" if script else ""
+    return (
+        "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<meta name='viewport' content='width=device-width, initial-scale=1'><title>{escape(title)}</title>"
+        f"{head_style}</head><body><h1>{escape(title if heading is None else heading)}</h1>\n{body}\n{tail_script}"
+        "</body></html>\n"
+    )

@@ -1,0 +1,96 @@
+"""HTML for the rank engine's ``RunReport`` (what one notebook cell did on every rank), and a page of several.
+
+Static HTML on purpose: the report must read the same in JupyterLab, in nbconvert output and on GitHub, none of
+which run our JavaScript. The report object (``thunderviz.ranks.report.RunReport``) keeps the data; this module
+draws it, reusing the trace report (``render.html``) for the traces and ``render.markup`` for every table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from thunderviz.render.html import Report
+from thunderviz.render.markup import decisions_table, escape, page, table
+
+__all__ = ["RunReportLike", "reports_page", "run_report_html", "run_report_title"]
+
+
+class RunReportLike(Protocol):
+    """The fields of ``RunReport`` this module reads (a Protocol, so render never imports the rank engine)."""
+
+    world_size: int
+    backend: str
+    strategy: dict[str, Any] | None
+    seconds: float
+    decisions: list[dict[str, Any]]
+    bundles_by_rank: dict[int, dict[str, Any]]
+    ledgers: dict[str, dict[int, Any]]
+    memory: dict[int, dict[str, Any]]
+    problems: list[str]
+
+
+def _mib(n: int | None) -> str:
+    return "-" if n is None else f"{n / 2**20:,.1f} MiB"
+
+
+def run_report_title(report: RunReportLike) -> str:
+    """``ThunderFSDPStrategy(sharding=zero2) on 2 ranks, gloo: 3.20 s``."""
+    spec = report.strategy or {}
+    options = ", ".join(f"{k}={v}" for k, v in sorted((spec.get("options") or {}).items()))
+    kind = spec.get("kind", "no strategy")
+    return f"{kind}({options}) on {report.world_size} ranks, {report.backend}: {report.seconds:.2f} s"
+
+
+def run_report_html(report: RunReportLike, *, standalone: bool = True) -> str:
+    """The report as self-contained HTML (no scripts, no network): a page when ``standalone``, else a fragment."""
+    parts = [f"<div class='thunderviz-report'><h3>{escape(run_report_title(report))}</h3>"]
+    traces = _traces_html(report.bundles_by_rank, report.ledgers, report.decisions)
+    if traces is None or not report.bundles_by_rank:
+        parts.append(_decisions_html(report.decisions))  # otherwise the trace report carries the decisions
+    parts.append(_memory_html(report.memory))
+    parts.append(traces or "")
+    if report.problems:
+        items = "".join(f"<li><pre>{escape(p)}</pre></li>" for p in report.problems)
+        parts.append(f"<h4>Not shown</h4><ul>{items}</ul>")
+    parts.append("</div>")
+    body = "\n".join(parts)
+    return page("thunderviz report", body) if standalone else body
+
+
+def reports_page(reports: Mapping[str, RunReportLike], *, title: str, heading: str | None = None) -> str:
+    """One page with each named report as a section (no script, no network), e.g. every report of a notebook."""
+    sections = [
+        f"<section><h2>{escape(name)}</h2>{run_report_html(r, standalone=False)}</section>"
+        for name, r in reports.items()
+    ]
+    return page(title, "\n".join(sections), heading=heading)
+
+
+def _decisions_html(decisions: Sequence[Mapping[str, Any]]) -> str:
+    if not decisions:
+        return "<h4>Decisions</h4><p>No decisions were recorded (no object went through a thunderviz strategy).</p>"
+    return "<h4>Decisions</h4>" + decisions_table(decisions)
+
+
+def _memory_html(memory: Mapping[int, Mapping[str, Any]]) -> str:
+    if not memory:
+        return ""
+    rows = [
+        [str(rank), _mib(m.get("rss_bytes")), _mib(m.get("cuda_max_allocated_bytes"))]
+        for rank, m in sorted(memory.items())
+    ]
+    return "<h4>Memory per rank</h4>" + table(["rank", "process RSS", "CUDA peak allocated"], rows)
+
+
+def _traces_html(
+    bundles_by_rank: Mapping[int, Mapping[str, Any]], ledgers: Mapping[str, Any], decisions: Sequence[Mapping[str, Any]]
+) -> str | None:
+    """The trace section from ``render.html`` (graphs, per-rank ledgers, mismatches flagged)."""
+    if not bundles_by_rank:
+        if ledgers:
+            return None
+        return "<h4>Traces</h4><p>No thunder-compiled object ran in this cell.</p>"
+    bundles = [b for rank in sorted(bundles_by_rank) for b in bundles_by_rank[rank].values()]
+    # Report's notebook form is static (inline style, SVG or DOT text, no script): it survives nbconvert/GitHub.
+    return Report(bundles, decisions=decisions or None, title="traces")._repr_html_()
