@@ -132,12 +132,14 @@ def build_rank_timeline(
         windows = []
         rule = ""
     warmup_included = False
+    first = 1  # steps are numbered as the cell ran them: step 1 is the first (thunder compiles on it)
     if len(windows) >= 2:
         windows = windows[1 : 1 + steps]
+        first = 2
     elif len(windows) == 1:
         warmup_included = True
         notes.append("only one step ran, so the timeline shows it even though thunder compiles on the first step")
-    step_regions = [Region("step", a, b, i) for i, (a, b) in enumerate(windows)]
+    step_regions = [Region("step", a, b, first + i) for i, (a, b) in enumerate(windows)]
 
     def step_of(t: float) -> int | None:
         for s in step_regions:
