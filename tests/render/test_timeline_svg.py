@@ -7,7 +7,13 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from tests.helpers.timeline_runs import recorded
-from thunderviz.core.timeline import CollectiveEvent, RankTimeline, Region, Segment, Timeline
+from thunderviz.core.timeline import (
+    CollectiveEvent,
+    RankTimeline,
+    Region,
+    Segment,
+    Timeline,
+)
 from thunderviz.render import graph
 from thunderviz.render.timeline_svg import COLOURS, timeline_html, timeline_svg
 
