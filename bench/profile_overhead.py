@@ -157,7 +157,7 @@ def main() -> None:
             for _ in range(args.pages):
                 page = browser.new_page(viewport={"width": 1300, "height": 900})
                 errors: list[str] = []
-                page.on("pageerror", lambda e: errors.append(str(e)))
+                page.on("pageerror", lambda e, errs=errors: errs.append(str(e)))
                 page.set_content("<html><body></body></html>")
                 page.add_style_tag(content=view._css)
                 r = page.evaluate(_PAGE_JS, [view._esm, state])

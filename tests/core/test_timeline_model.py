@@ -278,3 +278,17 @@ def test_explicit_step_calls_define_the_steps():
             rec.step()
     assert [s.step for s in rec.result.steps] == [2, 3]
     assert [r.kind for r in rec.result.regions] == ["forward", "forward"]
+
+
+def test_the_timeline_model_opens_without_thunder_or_ipython():
+    """Loading and drawing a saved timeline needs neither thunder nor IPython (nor more than ``import thunderviz``)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, thunderviz; before = set(sys.modules); "
+            "import thunderviz.core.timeline, thunderviz.core.timeline_analysis, thunderviz.core.timeline_build, "
+            "thunderviz.core.timeline_chrome, thunderviz.render.timeline_svg; "
+            "new = set(sys.modules) - before; "
+            "print(sorted(m for m in new if m.split('.')[0] in ('torch', 'thunder', 'IPython', 'anywidget', 'ipywidgets')))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr

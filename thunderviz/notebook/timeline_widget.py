@@ -49,18 +49,23 @@ def view_data(timeline: Timeline) -> dict[str, Any]:
         return gid[name]
 
     ledger_rows: list[dict[str, Any]] = []
+    row_ids: dict[tuple[Any, ...], int] = {}  # the same collective repeats every step: one row for all of them
     ranks = []
     for rank, tl in sorted(timeline.ranks.items()):
         coll = []
         for i, c in enumerate(tl.collectives):
-            ledger_rows.append({
+            row = {
                 "kind": c.kind, "tensor": c.tensor, "shape": None if c.shape is None else list(c.shape),
                 "dtype": c.dtype, "bytes": c.bytes, "group size": c.group_size, "trace": c.trace,
                 "ledger position": c.ledger_position, "trace op": c.op_index, "module group": c.group,
                 "region": c.region, "async": not c.sync,
-            })  # fmt: skip
+            }  # fmt: skip
+            key = tuple(str(v) for v in row.values())
+            if key not in row_ids:
+                row_ids[key] = len(ledger_rows)
+                ledger_rows.append(row)
             coll.append([i, c.step, c.index, c.kind, c.tensor, _r(c.issue_start), _r(c.issue_end), _r(c.start), _r(c.end),
-                         _r(c.wait_start), _r(c.wait_end), c.group, c.sync, len(ledger_rows) - 1])  # fmt: skip
+                         _r(c.wait_start), _r(c.wait_end), c.group, c.sync, row_ids[key]])  # fmt: skip
         busy = [[_r(a), _r(b)] for a, b in _coarse(union(tl.ops.intervals(0)), 2.0)]
         unc = tl.clock.uncertainty
         ranks.append({
@@ -162,12 +167,8 @@ class TimelineView(anywidget.AnyWidget):
 
     def _row_index(self, first: Any, evs: dict[int, Any]) -> int:
         rank = next(iter(evs))
-        n = 0
-        for r, tl in sorted(self._timeline.ranks.items()):
-            if r == rank:
-                return n + tl.collectives.index(first)
-            n += len(tl.collectives)
-        return 0
+        lane = next(r for r in self.data["ranks"] if r["rank"] == rank)
+        return lane["coll"][self._timeline.ranks[rank].collectives.index(first)][13]
 
     def select_worst(self) -> dict[str, Any]:
         """Select the collective that made a rank wait longest (what the "worst wait" button does)."""
