@@ -34,6 +34,17 @@ async ([esm, state]) => {
 }
 """
 
+_VISIBLE_POINT = """
+(sel) => {
+  const r = document.querySelector(sel);
+  const b = r.getBoundingClientRect();
+  for (let x = b.left + 1; x < b.right; x += 1) {
+    if (document.elementFromPoint(x, b.top + b.height / 2) === r) return [x, b.top + b.height / 2];
+  }
+  return null;
+}
+"""
+
 
 @pytest.fixture(scope="module")
 def view() -> TimelineView:
@@ -87,7 +98,10 @@ def test_in_chromium_lanes_per_rank_a_clicked_collective_shows_arrivals_and_the_
             assert page.locator("g.tl-lane").count() == 2
             assert page.locator("g.tl-lane[data-rank='1'] rect.tl-coll").count() > 0
             assert page.locator(".tl-summary .tl-line").first.inner_text().startswith("Straggler: rank 1 arrived last")
-            page.locator(f"g.tl-lane[data-rank='1'] rect.tl-coll[data-key='{worst}']").click()
+            # Concurrent collectives overlap in the communication row: click a point where this one is on top.
+            point = page.evaluate(_VISIBLE_POINT, f"g.tl-lane[data-rank='0'] rect.tl-coll[data-key='{worst}']")
+            assert point is not None, "the straggled collective is hidden under others"
+            page.mouse.click(point[0], point[1])
             rows = page.locator(".tl-arrivals tr[data-rank]")
             assert rows.count() == 2
             last = page.locator(".tl-arrivals tr.tl-last")
