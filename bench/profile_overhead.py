@@ -37,8 +37,11 @@ def _setup(kind: str, world_size: int, model_kind: str):
     from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
     from thunderviz.models import TinyGPT
 
-    fabric = Fabric(accelerator="cpu", devices=world_size,
-                    strategy=ThunderFSDPStrategy() if kind == "fsdp" else ThunderDDPStrategy())  # fmt: skip
+    fabric = Fabric(
+        accelerator="cpu",
+        devices=world_size,
+        strategy=ThunderFSDPStrategy() if kind == "fsdp" else ThunderDDPStrategy(),
+    )
     fabric.launch()
     torch.manual_seed(0)
     net = fresh_gpt() if model_kind == "gpt" else TinyGPT(n_layer=2, d_model=64)
@@ -99,13 +102,16 @@ _PAGE_JS = """
 async ([esm, state]) => {
   const url = URL.createObjectURL(new Blob([esm], {type: 'text/javascript'}));
   const mod = (await import(url)).default;
-  const model = { get: (k) => state[k], set: (k, v) => { state[k] = v; }, save_changes: () => {}, on: () => {}, off: () => {} };
+  const model = { get: (k) => state[k], set: (k, v) => { state[k] = v; }, save_changes: () => {},
+    on: () => {}, off: () => {} };
   const el = document.createElement('div'); el.style.width = '1200px';
   document.body.append(el);
   const t0 = performance.now();
   mod.render({model, el});
   const root = el.querySelector('.tl-root');
-  await new Promise((res) => { const f = () => Number(root.dataset.drawn || 0) >= 1 ? res() : requestAnimationFrame(f); f(); });
+  await new Promise((res) => {
+    const f = () => Number(root.dataset.drawn || 0) >= 1 ? res() : requestAnimationFrame(f); f();
+  });
   await new Promise((res) => requestAnimationFrame(() => res()));  // the frame that paints it
   return {ms: performance.now() - t0, rects: el.querySelectorAll('rect').length};
 }
@@ -125,11 +131,15 @@ def main() -> None:
     for kind in ("fsdp", "ddp"):
         res = run_ranks(overhead, kind, args.rounds, args.steps, args.model, nproc=2, timeout=3600)[0]
         p, q = statistics.median(res["plain"]), statistics.median(res["profiled"])
-        print(f"{kind}: step time without recording {p * 1e3:8.1f} ms, with record_timeline {q * 1e3:8.1f} ms "
-              f"(medians of {len(res['plain'])} / {len(res['profiled'])} steps); ratio {q / p:.3f} (target <= 1.15)")  # fmt: skip
-        print(f"      end of a {args.steps}-step recording (profile -> timeline, names): "
-              f"median {statistics.median(res['finish']) * 1e3:.0f} ms once per cell; "
-              f"{res['collectives']} collectives recorded on rank 0")  # fmt: skip
+        print(
+            f"{kind}: step time without recording {p * 1e3:8.1f} ms, with record_timeline {q * 1e3:8.1f} ms "
+            f"(medians of {len(res['plain'])} / {len(res['profiled'])} steps); ratio {q / p:.3f} (target <= 1.15)"
+        )
+        print(
+            f"      end of a {args.steps}-step recording (profile -> timeline, names): "
+            f"median {statistics.median(res['finish']) * 1e3:.0f} ms once per cell; "
+            f"{res['collectives']} collectives recorded on rank 0"
+        )
 
     out_dir = tempfile.mkdtemp(prefix="thunderviz-bench-timeline-")
     paths = run_ranks(record20, out_dir, args.model, nproc=2, timeout=3600)
@@ -143,8 +153,10 @@ def main() -> None:
     state = json.loads(json.dumps({k: v for k, v in view.get_state().items() if not k.startswith("_")}))
     n_coll = sum(len(t.collectives) for t in tl.ranks.values())
     n_ops = sum(len(t.ops) for t in tl.ranks.values())
-    print(f"timeline: {len(tl.ranks)} ranks x {len(tl.steps)} steps, {n_coll} collectives, {n_ops} top-level ops; "
-          f"TimelineView state {build_ms:.0f} ms in the kernel, {len(json.dumps(state)) / 1024:.0f} KiB synced")  # fmt: skip
+    print(
+        f"timeline: {len(tl.ranks)} ranks x {len(tl.steps)} steps, {n_coll} collectives, {n_ops} top-level ops; "
+        f"TimelineView state {build_ms:.0f} ms in the kernel, {len(json.dumps(state)) / 1024:.0f} KiB synced"
+    )
     if not Path(CHROMIUM).exists():
         print(f"browser part skipped: no {CHROMIUM}")
         return
@@ -152,7 +164,9 @@ def main() -> None:
 
     times, rects = [], 0
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+        )
         try:
             for _ in range(args.pages):
                 page = browser.new_page(viewport={"width": 1300, "height": 900})
@@ -168,8 +182,10 @@ def main() -> None:
                 page.close()
         finally:
             browser.close()
-    print(f"Chromium: render() -> timeline drawn, median {statistics.median(times):.0f} ms over {len(times)} fresh pages "
-          f"(min {min(times):.0f}, max {max(times):.0f}; {rects} rectangles); target <= 1000 ms")  # fmt: skip
+    print(
+        f"Chromium: render() -> timeline drawn, median {statistics.median(times):.0f} ms over {len(times)} fresh pages "
+        f"(min {min(times):.0f}, max {max(times):.0f}; {rects} rectangles); target <= 1000 ms"
+    )
     print(f"load: {os.getloadavg()}")
 
 

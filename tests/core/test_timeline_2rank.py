@@ -53,7 +53,9 @@ def test_collectives_carry_ledger_names_times_and_module_groups(timeline):
             assert [c.index for c in cs] == list(range(1, len(cs) + 1))
             fwd = [c for c in cs if c.region == "forward"]
             bwd = [c for c in cs if c.region == "backward"]
-            assert fwd and bwd and {c.kind for c in fwd} == {"all_gather"} and {c.kind for c in bwd} == {"reduce_scatter"}
+            assert (
+                fwd and bwd and {c.kind for c in fwd} == {"all_gather"} and {c.kind for c in bwd} == {"reduce_scatter"}
+            )
             assert "blocks.0.attn_qkv.weight" in {c.tensor for c in fwd}
             assert any(c.tensor.startswith("grad of ") for c in bwd)
             for c in cs:
@@ -115,7 +117,9 @@ def _assert_nested_per_thread(events):
         for a, b in sorted(spans, key=lambda s: (s[0], -s[1])):
             while stack and stack[-1] <= a + 1e-3:
                 stack.pop()
-            assert not stack or b <= stack[-1] + 1e-3, f"thread {key}: [{a}, {b}] overlaps its parent ending {stack[-1]}"
+            assert not stack or b <= stack[-1] + 1e-3, (
+                f"thread {key}: [{a}, {b}] overlaps its parent ending {stack[-1]}"
+            )
             stack.append(b)
 
 

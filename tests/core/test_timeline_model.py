@@ -50,7 +50,9 @@ def test_a_rank_without_samples_is_flagged():
 
 # ---------------------------------------------------------------------------------------------- intervals
 
-ivs = st.lists(st.tuples(st.integers(0, 200), st.integers(0, 50)).map(lambda p: (float(p[0]), float(p[0] + p[1]))), max_size=12)
+ivs = st.lists(
+    st.tuples(st.integers(0, 200), st.integers(0, 50)).map(lambda p: (float(p[0]), float(p[0] + p[1]))), max_size=12
+)
 
 
 def _points(xs):
@@ -109,9 +111,16 @@ _MODULE = ModuleInfo(
 
 
 def _build(events, metas, *, closed, steps=5, modules=None):
-    return build_rank_timeline(events, rank=0, world_size=1, steps=steps, collectives=metas,
-                               modules={0: _MODULE} if modules is None else modules, closed_steps=closed,
-                               end=max(e.end for e in events))  # fmt: skip
+    return build_rank_timeline(
+        events,
+        rank=0,
+        world_size=1,
+        steps=steps,
+        collectives=metas,
+        modules={0: _MODULE} if modules is None else modules,
+        closed_steps=closed,
+        end=max(e.end for e in events),
+    )
 
 
 def test_the_first_step_is_dropped_and_the_rest_numbered_as_the_cell_ran_them():
@@ -177,8 +186,11 @@ def test_save_and_load_one_file_per_rank(tmp_path):
     r0, d1 = _small_timeline()
     r0.world_size = 2
     save(r0, tmp_path / "r0.json")
-    (tmp_path / "r1.json").write_text(json.dumps({"format": "thunderviz.timeline", "version": 1, "name": "",
-                                                  "world_size": 2, "problems": [], "ranks": [d1]}))  # fmt: skip
+    (tmp_path / "r1.json").write_text(
+        json.dumps(
+            {"format": "thunderviz.timeline", "version": 1, "name": "", "world_size": 2, "problems": [], "ranks": [d1]}
+        )
+    )
     tl = load(tmp_path / "r0.json", tmp_path / "r1.json")
     assert isinstance(tl, Timeline) and tl.rank_ids == [0, 1] and tl.steps == [2, 3]
     assert tl.ranks[0].steps[0].start == 0.0  # common clock, from the first step
@@ -194,7 +206,10 @@ def _doc(mutate):
 @pytest.mark.parametrize(
     ("mutate", "field"),
     [
-        (lambda d: d["ranks"][0]["collectives"][1].__setitem__("issue_start", "soon"), "ranks[0].collectives[1].issue_start"),
+        (
+            lambda d: d["ranks"][0]["collectives"][1].__setitem__("issue_start", "soon"),
+            "ranks[0].collectives[1].issue_start",
+        ),
         (lambda d: d["ranks"][0]["collectives"][0].__setitem__("end", -1e9), "ranks[0].collectives[0].end"),
         (lambda d: d["ranks"][0]["steps"][0].pop("step"), "ranks[0].steps[0].step"),
         (lambda d: d["ranks"][0].__setitem__("rank", 7), "ranks[0].rank"),
@@ -216,8 +231,12 @@ def test_every_malformed_field_is_named_with_the_file(tmp_path, mutate, field):
 
 @pytest.mark.parametrize(
     ("text", "says"),
-    [("{", "not JSON"), ('{"format": "other"}', "without"), ('{"format": "thunderviz.timeline", "version": 99}', "version 99"),
-     ("[" * 100000, "not JSON")],
+    [
+        ("{", "not JSON"),
+        ('{"format": "other"}', "without"),
+        ('{"format": "thunderviz.timeline", "version": 99}', "version 99"),
+        ("[" * 100000, "not JSON"),
+    ],
 )
 def test_files_that_are_not_timelines(tmp_path, text, says):
     p = tmp_path / "x.json"
@@ -251,11 +270,17 @@ def test_a_block_that_raises_undoes_every_wrapper_and_keeps_what_ran():
     before = dist.all_reduce
     net = torch.nn.Linear(4, 4)
     opt = torch.optim.SGD(net.parameters(), lr=0.1)
-    with pytest.raises(RuntimeError, match="boom"), record_timeline(steps=2, modules=[net]) as rec:
-        for _ in range(2):
-            net(torch.randn(2, 4)).sum().backward()
-            opt.step()
-        raise RuntimeError("boom")
+    rec = record_timeline(steps=2, modules=[net])
+
+    def train_then_fail() -> None:
+        with rec:
+            for _ in range(2):
+                net(torch.randn(2, 4)).sum().backward()
+                opt.step()
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        train_then_fail()
     assert dist.all_reduce is before and not rec.recording
     assert net._forward_pre_hooks == {} and net._forward_hooks == {}
     assert [s.step for s in rec.result.steps] == [2]
@@ -285,10 +310,12 @@ def test_the_timeline_model_opens_without_thunder_or_ipython():
     import subprocess
     import sys
 
-    code = ("import sys, thunderviz; before = set(sys.modules); "
-            "import thunderviz.core.timeline, thunderviz.core.timeline_analysis, thunderviz.core.timeline_build, "
-            "thunderviz.core.timeline_chrome, thunderviz.render.timeline_svg; "
-            "new = set(sys.modules) - before; "
-            "print(sorted(m for m in new if m.split('.')[0] in ('torch', 'thunder', 'IPython', 'anywidget', 'ipywidgets')))")  # fmt: skip
+    code = (
+        "import sys, thunderviz; before = set(sys.modules); "
+        "import thunderviz.core.timeline, thunderviz.core.timeline_analysis, thunderviz.core.timeline_build, "
+        "thunderviz.core.timeline_chrome, thunderviz.render.timeline_svg; "
+        "new = set(sys.modules) - before; "
+        "print(sorted(m for m in new if m.split('.')[0] in ('torch', 'thunder', 'IPython', 'anywidget', 'ipywidgets')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr

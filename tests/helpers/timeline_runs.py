@@ -49,7 +49,9 @@ def record_fsdp(rank: int, world_size: int, out_dir: str, kind: str = "fsdp", sl
     model = fabric.setup(TinyGPT(**MODEL_KW))
     opt = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=0.1))
     x, y = make_batch(batch=2, block_size=MODEL_KW["block_size"], vocab_size=MODEL_KW["vocab_size"])
-    originals = {name: getattr(dist, name) for name in ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor")}
+    originals = {
+        name: getattr(dist, name) for name in ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor")
+    }
     with record_timeline(steps=STEPS, fabric=fabric, name=f"gpt-{kind}") as rec:
         for _ in range(STEPS + 2):  # one warm-up step, STEPS recorded, one more after recording stopped
             logits = model(x)

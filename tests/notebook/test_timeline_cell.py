@@ -38,7 +38,9 @@ def test_rank_side_start_and_finish_around_a_cell_that_raises():
     out = finish_cell_recording(ns, failed=True)
     assert dist.all_reduce is before and NS_KEY not in ns
     assert [s.step for s in out["timeline"].steps] == [2] and "raised" in out["timeline"].notes[-1]
-    assert finish_cell_recording(ns, failed=False) == {"problems": ["--timeline: no recording was running on this rank"]}
+    assert finish_cell_recording(ns, failed=False) == {
+        "problems": ["--timeline: no recording was running on this rank"]
+    }
 
 
 def _rank(r: int, steps: bool = True) -> RankTimeline:
@@ -54,7 +56,8 @@ def test_a_rank_that_sent_nothing_is_named_and_the_others_still_shown():
 
 
 def test_a_cell_without_a_step_says_what_a_step_is():
-    tl, problems = timeline_from_collected({0: {"timeline": _rank(0, False)}, 1: {"timeline": _rank(1, False)}},
-                                           world_size=2)  # fmt: skip
+    tl, problems = timeline_from_collected(
+        {0: {"timeline": _rank(0, False)}, 1: {"timeline": _rank(1, False)}}, world_size=2
+    )
     assert tl is not None and tl.steps == []
     assert "ran no training step" in problems[0] and "optimizer's step()" in problems[0]

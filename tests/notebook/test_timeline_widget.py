@@ -22,14 +22,17 @@ async ([esm, state]) => {
   const mod = (await import(url)).default;
   const listeners = {};
   window.__tl = { state, listeners, saved: [] };
-  const model = { get: (k) => state[k], set: (k, v) => { state[k] = v; }, save_changes: () => { window.__tl.saved.push(JSON.stringify(state.selected)); },
+  const model = { get: (k) => state[k], set: (k, v) => { state[k] = v; },
+    save_changes: () => { window.__tl.saved.push(JSON.stringify(state.selected)); },
     on: (ev, fn) => { (listeners[ev] = listeners[ev] || []).push(fn); }, off: () => {} };
   const el = document.createElement('div'); el.style.width = '1200px';
   document.body.append(el);
   const t0 = performance.now();
   mod.render({model, el});
   const root = el.querySelector('.tl-root');
-  await new Promise((res) => { const f = () => Number(root.dataset.drawn || 0) >= 1 ? res() : requestAnimationFrame(f); f(); });
+  await new Promise((res) => {
+    const f = () => Number(root.dataset.drawn || 0) >= 1 ? res() : requestAnimationFrame(f); f();
+  });
   return performance.now() - t0;
 }
 """
@@ -83,10 +86,13 @@ def test_static_picture_and_stable_text_ride_along(view):
 def test_in_chromium_lanes_per_rank_a_clicked_collective_shows_arrivals_and_the_slow_rank(view):
     from playwright.sync_api import sync_playwright
 
+    label = view.select_worst()["label"]
     state = json.loads(json.dumps({k: v for k, v in view.get_state().items() if not k.startswith("_")}))
     worst = view.data["worst"]
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+        )
         try:
             page = browser.new_context(offline=True, viewport={"width": 1300, "height": 900}).new_page()
             errors: list[str] = []
@@ -98,10 +104,16 @@ def test_in_chromium_lanes_per_rank_a_clicked_collective_shows_arrivals_and_the_
             assert page.locator("g.tl-lane").count() == 2
             assert page.locator("g.tl-lane[data-rank='1'] rect.tl-coll").count() > 0
             assert page.locator(".tl-summary .tl-line").first.inner_text().startswith("Straggler: rank 1 arrived last")
-            # Concurrent collectives overlap in the communication row: click a point where this one is on top.
-            point = page.evaluate(_VISIBLE_POINT, f"g.tl-lane[data-rank='0'] rect.tl-coll[data-key='{worst}']")
-            assert point is not None, "the straggled collective is hidden under others"
+            # Concurrent collectives overlap in the communication row: click a point where this one is on top
+            # (on the rank that waited, its span is long; the late rank's may be hidden under the next one).
+            points = [
+                page.evaluate(_VISIBLE_POINT, f"g.tl-lane[data-rank='{r}'] rect.tl-coll[data-key='{worst}']")
+                for r in (0, 1)
+            ]
+            point = next((p for p in points if p is not None), None)
+            assert point is not None, f"collective {worst} is hidden under others on both ranks"
             page.mouse.click(point[0], point[1])
+            assert page.locator(".tl-details-title").inner_text() == label
             rows = page.locator(".tl-arrivals tr[data-rank]")
             assert rows.count() == 2
             last = page.locator(".tl-arrivals tr.tl-last")

@@ -23,11 +23,30 @@ HOSTILE = '<script>alert("x")</script>&'
 def _hostile_timeline() -> Timeline:
     ranks = []
     for r in range(2):
-        c = CollectiveEvent(step=2, index=1, kind="all_gather", tensor=HOSTILE, issue_start=10.0 + r, issue_end=12.0 + r,
-                            start=13.0 + 40 * r, end=60.0, wait_start=55.0, wait_end=60.0, group=HOSTILE)  # fmt: skip
-        ranks.append(RankTimeline(rank=r, world_size=2, steps=[Region("step", 0.0, 100.0, 2)],
-                                  regions=[Region("forward", 5.0, 90.0, 2, HOSTILE)], collectives=[c],
-                                  segments=[Segment(HOSTILE, 20.0, 50.0, 2, "forward")], aligned=True))  # fmt: skip
+        c = CollectiveEvent(
+            step=2,
+            index=1,
+            kind="all_gather",
+            tensor=HOSTILE,
+            issue_start=10.0 + r,
+            issue_end=12.0 + r,
+            start=13.0 + 40 * r,
+            end=60.0,
+            wait_start=55.0,
+            wait_end=60.0,
+            group=HOSTILE,
+        )
+        ranks.append(
+            RankTimeline(
+                rank=r,
+                world_size=2,
+                steps=[Region("step", 0.0, 100.0, 2)],
+                regions=[Region("forward", 5.0, 90.0, 2, HOSTILE)],
+                collectives=[c],
+                segments=[Segment(HOSTILE, 20.0, 50.0, 2, "forward")],
+                aligned=True,
+            )
+        )
     return Timeline.from_ranks(ranks, name=HOSTILE)
 
 

@@ -52,10 +52,16 @@ __all__ = ["TimelineRecorder", "record_timeline"]
 
 #: ``torch.distributed`` functions wrapped while recording, and the collective kind each one is.
 WRAPPED_COLLECTIVES = {
-    "all_gather_into_tensor": "all_gather", "all_gather": "all_gather", "reduce_scatter_tensor": "reduce_scatter",
-    "reduce_scatter": "reduce_scatter", "all_reduce": "all_reduce", "broadcast": "broadcast", "barrier": "barrier",
-    "all_to_all_single": "all_to_all", "reduce": "reduce",
-}  # fmt: skip
+    "all_gather_into_tensor": "all_gather",
+    "all_gather": "all_gather",
+    "reduce_scatter_tensor": "reduce_scatter",
+    "reduce_scatter": "reduce_scatter",
+    "all_reduce": "all_reduce",
+    "broadcast": "broadcast",
+    "barrier": "barrier",
+    "all_to_all_single": "all_to_all",
+    "reduce": "reduce",
+}
 
 
 def record_timeline(
@@ -79,8 +85,15 @@ def record_timeline(
         cuda: record CUDA activity; by default when CUDA is available.
         capture_ledgers: on exit, read each watched module's traces to name collectives and attribute compute.
     """
-    return TimelineRecorder(steps, name=name, fabric=fabric, modules=modules, clock_rounds=clock_rounds, cuda=cuda,
-                            capture_ledgers=capture_ledgers)  # fmt: skip
+    return TimelineRecorder(
+        steps,
+        name=name,
+        fabric=fabric,
+        modules=modules,
+        clock_rounds=clock_rounds,
+        cuda=cuda,
+        capture_ledgers=capture_ledgers,
+    )
 
 
 class _TimedWork:
@@ -102,8 +115,17 @@ class _TimedWork:
 class TimelineRecorder:
     """Records this rank while the ``with`` block runs; ``result`` is the ``RankTimeline`` afterwards."""
 
-    def __init__(self, steps: int = 5, *, name: str = "", fabric: Any = None, modules: Iterable[Any] | None = None,
-                 clock_rounds: int = 6, cuda: bool | None = None, capture_ledgers: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        steps: int = 5,
+        *,
+        name: str = "",
+        fabric: Any = None,
+        modules: Iterable[Any] | None = None,
+        clock_rounds: int = 6,
+        cuda: bool | None = None,
+        capture_ledgers: bool = True,
+    ) -> None:
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise ValueError(
                 f"record_timeline(steps={steps!r}): steps must be a whole number >= 1 (how many training steps to "
@@ -208,7 +230,7 @@ class TimelineRecorder:
         with self._rf(f"{MARK}clock"):
             pass
         t1 = time.monotonic_ns()
-        self._clock_marks = getattr(self, "_clock_marks", []) + [(t0 + t1) / 2]
+        self._clock_marks = [*getattr(self, "_clock_marks", []), (t0 + t1) / 2]
 
     def _boundary(self) -> None:
         if not self.recording:
@@ -259,6 +281,7 @@ class TimelineRecorder:
         if self._explicit_modules is not None:
             # Hooks on the modules themselves: run by nn.Module.__call__, outside any jitted code.
             for m in self._explicit_modules:
+
                 def pre(mod: Any, _args: Any, _m: Any = m) -> None:
                     mod._thunderviz_marked = enter_forward(mod)
 
@@ -387,14 +410,26 @@ class TimelineRecorder:
 
     def _build(self, *, failed: bool) -> RankTimeline:
         events, offset_notes = self._raw_events()
-        modules = self._module_infos() if self._capture_ledgers and not failed else {
-            n: ModuleInfo(_module_name(m, n)) for n, m in self._modules.items()
-        }
+        modules = (
+            self._module_infos()
+            if self._capture_ledgers and not failed
+            else {n: ModuleInfo(_module_name(m, n)) for n, m in self._modules.items()}
+        )
         result = build_rank_timeline(
-            events, rank=self._rank, world_size=self._world, steps=self.steps, collectives=dict(self._collectives),
-            modules=modules, closed_steps=list(self._closed_steps), end=self._end_us, clock_samples=self._samples,
-            host=socket.gethostname(), pid=os.getpid(), device=self._device, backend=self._backend,
-        )  # fmt: skip
+            events,
+            rank=self._rank,
+            world_size=self._world,
+            steps=self.steps,
+            collectives=dict(self._collectives),
+            modules=modules,
+            closed_steps=list(self._closed_steps),
+            end=self._end_us,
+            clock_samples=self._samples,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            device=self._device,
+            backend=self._backend,
+        )
         result.notes.extend(offset_notes)
         if failed:
             result.notes.append("the profiled code raised; the timeline holds what ran before the error")
@@ -406,12 +441,12 @@ class TimelineRecorder:
         notes: list[str] = []
         try:
             kevents = list(self._prof.profiler.kineto_results.events())
-        except Exception as e:  # noqa: BLE001 - an empty or failed profile
+        except Exception as e:
             return [], [f"torch.profiler returned no events ({type(e).__name__}: {e})"]
         clocks = [e.start_ns() for e in kevents if e.name() == f"{MARK}clock"]
         marks = getattr(self, "_clock_marks", [])
         if clocks and len(clocks) == len(marks):
-            shifts = [m - c for m, c in zip(marks, clocks)]
+            shifts = [m - c for m, c in zip(marks, clocks, strict=False)]
             shift = sum(shifts) / len(shifts)
         elif clocks:
             shift = marks[0] - clocks[0]
@@ -424,8 +459,15 @@ class TimelineRecorder:
         cpu = DeviceType.CPU
         for e in kevents:  # ~15k events per step of a small GPT: keep this loop tight
             start = (e.start_ns() + shift) / 1000
-            out.append(RawEvent(e.name(), e.start_thread_id(), start, start + e.duration_ns() / 1000,
-                                "cpu" if e.device_type() == cpu else "cuda"))  # fmt: skip
+            out.append(
+                RawEvent(
+                    e.name(),
+                    e.start_thread_id(),
+                    start,
+                    start + e.duration_ns() / 1000,
+                    "cpu" if e.device_type() == cpu else "cuda",
+                )
+            )
         return out, notes
 
     def _module_infos(self) -> dict[int, ModuleInfo]:
@@ -441,7 +483,7 @@ class TimelineRecorder:
                 info.ledger = [e.to_dict() for e in ledger_from_bundle(bundle)]
                 for label, snap in bundle.traces().items():
                     info.op_groups[label] = [None if op.is_bookkeeping else top_group(op.module) for op in snap.ops]
-            except Exception as e:  # noqa: BLE001 - names are a bonus: the timing stands without them
+            except Exception as e:
                 info.problem = f"{type(e).__name__}: {e}"
             out[n] = info
         return out
@@ -452,7 +494,7 @@ def _thunder_module_types() -> tuple[type, ...]:
         from thunder.core.module import ThunderModule
 
         return (ThunderModule,)
-    except Exception:  # noqa: BLE001 - without thunder, only explicitly listed modules are watched
+    except Exception:
         return ()
 
 
@@ -470,7 +512,7 @@ def _dist_info() -> tuple[int, int, str]:
 
 
 def _async_op_position(fn: Callable[..., Any]) -> int | None:
-    """Where ``async_op`` sits positionally (thunder passes it so: ``all_gather_into_tensor(out, a, group, do_async)``)."""
+    """Where ``async_op`` sits positionally (thunder: ``all_gather_into_tensor(out, a, group, do_async)``)."""
     import inspect
 
     try:
@@ -498,10 +540,15 @@ def _describe(kind: str, sync: bool, args: tuple[Any, ...], kwargs: dict[str, An
             import torch.distributed as dist
 
             size = dist.get_world_size() if dist.is_initialized() else None
-    except Exception:  # noqa: BLE001
+    except Exception:
         size = None
     if t is None:
         return CollectiveMeta(kind=kind, sync=sync, group_size=size)
-    return CollectiveMeta(kind=kind, sync=sync, shape=tuple(int(d) for d in t.shape),
-                          dtype=str(t.dtype).removeprefix("torch."), bytes=t.numel() * t.element_size(),
-                          group_size=size)  # fmt: skip
+    return CollectiveMeta(
+        kind=kind,
+        sync=sync,
+        shape=tuple(int(d) for d in t.shape),
+        dtype=str(t.dtype).removeprefix("torch."),
+        bytes=t.numel() * t.element_size(),
+        group_size=size,
+    )

@@ -96,8 +96,14 @@ class Segment:
         return Segment(self.group, self.start + dt, self.end + dt, self.step, self.trace, self.share)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"group": self.group, "start": self.start, "end": self.end, "step": self.step,
-                "trace": self.trace, "share": self.share}  # fmt: skip
+        return {
+            "group": self.group,
+            "start": self.start,
+            "end": self.end,
+            "step": self.step,
+            "trace": self.trace,
+            "share": self.share,
+        }
 
 
 @dataclass
@@ -165,34 +171,67 @@ class CollectiveEvent:
             return None if x is None else x + dt
 
         d = self.to_dict()
-        d.update(issue_start=self.issue_start + dt, issue_end=self.issue_end + dt, start=s(self.start), end=s(self.end),
-                 wait_start=s(self.wait_start), wait_end=s(self.wait_end))  # fmt: skip
+        d.update(
+            issue_start=self.issue_start + dt,
+            issue_end=self.issue_end + dt,
+            start=s(self.start),
+            end=s(self.end),
+            wait_start=s(self.wait_start),
+            wait_end=s(self.wait_end),
+        )
         return CollectiveEvent.from_dict(d)
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "step": self.step, "index": self.index, "kind": self.kind, "tensor": self.tensor,
-            "issue_start": self.issue_start, "issue_end": self.issue_end, "start": self.start, "end": self.end,
-            "wait_start": self.wait_start, "wait_end": self.wait_end, "sync": self.sync,
-            "shape": None if self.shape is None else list(self.shape), "dtype": self.dtype, "bytes": self.bytes,
-            "group_size": self.group_size, "region": self.region, "trace": self.trace, "group": self.group,
-            "ledger_position": self.ledger_position, "op_index": self.op_index, "wait_op_index": self.wait_op_index,
-        }  # fmt: skip
+            "step": self.step,
+            "index": self.index,
+            "kind": self.kind,
+            "tensor": self.tensor,
+            "issue_start": self.issue_start,
+            "issue_end": self.issue_end,
+            "start": self.start,
+            "end": self.end,
+            "wait_start": self.wait_start,
+            "wait_end": self.wait_end,
+            "sync": self.sync,
+            "shape": None if self.shape is None else list(self.shape),
+            "dtype": self.dtype,
+            "bytes": self.bytes,
+            "group_size": self.group_size,
+            "region": self.region,
+            "trace": self.trace,
+            "group": self.group,
+            "ledger_position": self.ledger_position,
+            "op_index": self.op_index,
+            "wait_op_index": self.wait_op_index,
+        }
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> CollectiveEvent:
         shape = d.get("shape")
         return cls(
-            step=int(d["step"]), index=int(d["index"]), kind=str(d["kind"]), tensor=str(d["tensor"]),
-            issue_start=float(d["issue_start"]), issue_end=float(d["issue_end"]), start=_opt_float(d.get("start")),
-            end=_opt_float(d.get("end")), wait_start=_opt_float(d.get("wait_start")),
-            wait_end=_opt_float(d.get("wait_end")), sync=bool(d.get("sync", False)),
-            shape=None if shape is None else tuple(int(x) for x in shape), dtype=_opt_str(d.get("dtype")),
-            bytes=_opt_int(d.get("bytes")), group_size=_opt_int(d.get("group_size")), region=str(d.get("region", "")),
-            trace=_opt_str(d.get("trace")), group=_opt_str(d.get("group")),
-            ledger_position=_opt_int(d.get("ledger_position")), op_index=_opt_int(d.get("op_index")),
+            step=int(d["step"]),
+            index=int(d["index"]),
+            kind=str(d["kind"]),
+            tensor=str(d["tensor"]),
+            issue_start=float(d["issue_start"]),
+            issue_end=float(d["issue_end"]),
+            start=_opt_float(d.get("start")),
+            end=_opt_float(d.get("end")),
+            wait_start=_opt_float(d.get("wait_start")),
+            wait_end=_opt_float(d.get("wait_end")),
+            sync=bool(d.get("sync", False)),
+            shape=None if shape is None else tuple(int(x) for x in shape),
+            dtype=_opt_str(d.get("dtype")),
+            bytes=_opt_int(d.get("bytes")),
+            group_size=_opt_int(d.get("group_size")),
+            region=str(d.get("region", "")),
+            trace=_opt_str(d.get("trace")),
+            group=_opt_str(d.get("group")),
+            ledger_position=_opt_int(d.get("ledger_position")),
+            op_index=_opt_int(d.get("op_index")),
             wait_op_index=_opt_int(d.get("wait_op_index")),
-        )  # fmt: skip
+        )
 
 
 @dataclass
@@ -224,14 +263,16 @@ class OpTable:
         self.lane.append(lane)
 
     def rows(self) -> Iterable[tuple[str, float, float, int]]:
-        for i, s, d, ln in zip(self.name_ids, self.start, self.dur, self.lane):
+        for i, s, d, ln in zip(self.name_ids, self.start, self.dur, self.lane, strict=False):
             yield self.names[i], s, d, ln
 
     def intervals(self, lane: int = 0) -> list[tuple[float, float]]:
-        return [(s, s + d) for s, d, ln in zip(self.start, self.dur, self.lane) if ln == lane]
+        return [(s, s + d) for s, d, ln in zip(self.start, self.dur, self.lane, strict=False) if ln == lane]
 
     def shifted(self, dt: float) -> OpTable:
-        return OpTable(list(self.names), list(self.name_ids), [s + dt for s in self.start], list(self.dur), list(self.lane))
+        return OpTable(
+            list(self.names), list(self.name_ids), [s + dt for s in self.start], list(self.dur), list(self.lane)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {"names": self.names, "name_ids": self.name_ids, "start": self.start, "dur": self.dur, "lane": self.lane}
@@ -293,24 +334,45 @@ class RankTimeline:
     def shifted(self, dt: float) -> RankTimeline:
         """A copy with every time moved by ``dt`` microseconds (clock samples stay local)."""
         return RankTimeline(
-            rank=self.rank, world_size=self.world_size, steps=[s.shifted(dt) for s in self.steps],
-            regions=[r.shifted(dt) for r in self.regions], collectives=[c.shifted(dt) for c in self.collectives],
-            segments=[s.shifted(dt) for s in self.segments], ops=self.ops.shifted(dt),
-            clock_samples=list(self.clock_samples), clock=self.clock, aligned=self.aligned, host=self.host,
-            pid=self.pid, device=self.device, backend=self.backend, step_rule=self.step_rule,
-            warmup_included=self.warmup_included, notes=list(self.notes),
-        )  # fmt: skip
+            rank=self.rank,
+            world_size=self.world_size,
+            steps=[s.shifted(dt) for s in self.steps],
+            regions=[r.shifted(dt) for r in self.regions],
+            collectives=[c.shifted(dt) for c in self.collectives],
+            segments=[s.shifted(dt) for s in self.segments],
+            ops=self.ops.shifted(dt),
+            clock_samples=list(self.clock_samples),
+            clock=self.clock,
+            aligned=self.aligned,
+            host=self.host,
+            pid=self.pid,
+            device=self.device,
+            backend=self.backend,
+            step_rule=self.step_rule,
+            warmup_included=self.warmup_included,
+            notes=list(self.notes),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "rank": self.rank, "world_size": self.world_size, "steps": [s.to_dict() for s in self.steps],
-            "regions": [r.to_dict() for r in self.regions], "collectives": [c.to_dict() for c in self.collectives],
-            "segments": [s.to_dict() for s in self.segments], "ops": self.ops.to_dict(),
-            "clock_samples": [list(p) for p in self.clock_samples], "clock": self.clock.to_dict(),
-            "aligned": self.aligned, "host": self.host, "pid": self.pid, "device": self.device,
-            "backend": self.backend, "step_rule": self.step_rule, "warmup_included": self.warmup_included,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "steps": [s.to_dict() for s in self.steps],
+            "regions": [r.to_dict() for r in self.regions],
+            "collectives": [c.to_dict() for c in self.collectives],
+            "segments": [s.to_dict() for s in self.segments],
+            "ops": self.ops.to_dict(),
+            "clock_samples": [list(p) for p in self.clock_samples],
+            "clock": self.clock.to_dict(),
+            "aligned": self.aligned,
+            "host": self.host,
+            "pid": self.pid,
+            "device": self.device,
+            "backend": self.backend,
+            "step_rule": self.step_rule,
+            "warmup_included": self.warmup_included,
             "notes": list(self.notes),
-        }  # fmt: skip
+        }
 
 
 @dataclass
@@ -337,7 +399,9 @@ class Timeline:
         got = list(rank_timelines)
         for r in got:
             if not isinstance(r, RankTimeline):
-                raise TypeError(f"Timeline.from_ranks: expected RankTimeline objects (one per rank), got {type(r).__name__}")
+                raise TypeError(
+                    f"Timeline.from_ranks: expected RankTimeline objects (one per rank), got {type(r).__name__}"
+                )
         by_rank: dict[int, RankTimeline] = {}
         for r in got:
             if r.rank in by_rank:
@@ -349,7 +413,9 @@ class Timeline:
         if missing:
             probs.append(f"no timeline from rank(s) {missing}: the view shows the {len(by_rank)} rank(s) that recorded")
         if any(r.aligned for r in got) and not all(r.aligned for r in got):
-            raise ValueError("Timeline.from_ranks: mix of aligned and unaligned rank timelines; pass what the ranks recorded")
+            raise ValueError(
+                "Timeline.from_ranks: mix of aligned and unaligned rank timelines; pass what the ranks recorded"
+            )
         if got and all(r.aligned for r in got):
             return cls(ranks=dict(sorted(by_rank.items())), world_size=world, name=name, problems=probs)
         clocks, notes = align_clocks({r: t.clock_samples for r, t in by_rank.items()})
@@ -422,14 +488,22 @@ class Timeline:
     def __repr__(self) -> str:
         steps = self.steps
         n = sum(len(t.collectives) for t in self.ranks.values())
-        return (f"<Timeline {self.name or 'run'}: {len(self.ranks)} of {self.world_size} ranks, {len(steps)} step(s), "
-                f"{n} collectives recorded>")  # fmt: skip
+        return (
+            f"<Timeline {self.name or 'run'}: {len(self.ranks)} of {self.world_size} ranks, {len(steps)} step(s), "
+            f"{n} collectives recorded>"
+        )
 
     # ------------------------------------------------------------------ files
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": FORMAT_NAME, "version": FORMAT_VERSION, "name": self.name, "world_size": self.world_size,
-                "problems": list(self.problems), "ranks": [t.to_dict() for _, t in sorted(self.ranks.items())]}  # fmt: skip
+        return {
+            "format": FORMAT_NAME,
+            "version": FORMAT_VERSION,
+            "name": self.name,
+            "world_size": self.world_size,
+            "problems": list(self.problems),
+            "ranks": [t.to_dict() for _, t in sorted(self.ranks.items())],
+        }
 
     def save(self, path: str | os.PathLike[str]) -> Path:
         """Write the aligned timeline as one JSON file (``load`` reads it back)."""
@@ -449,8 +523,14 @@ def save(timeline: Timeline | RankTimeline, path: str | os.PathLike[str]) -> Pat
         return timeline.save(path)
     if not isinstance(timeline, RankTimeline):
         raise TypeError(f"save(timeline, path): expected a Timeline or RankTimeline, got {type(timeline).__name__}")
-    doc = {"format": FORMAT_NAME, "version": FORMAT_VERSION, "name": "", "world_size": timeline.world_size,
-           "problems": [], "ranks": [timeline.to_dict()]}  # fmt: skip
+    doc = {
+        "format": FORMAT_NAME,
+        "version": FORMAT_VERSION,
+        "name": "",
+        "world_size": timeline.world_size,
+        "problems": [],
+        "ranks": [timeline.to_dict()],
+    }
     return _write_json(doc, path)
 
 
@@ -476,9 +556,11 @@ def load(*paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], name
         rank_lists.extend(doc["ranks"])
     label = name or next((n for n in names if n), "")
     seen: dict[int, str] = {}
-    for p, r in zip(flat, rank_lists):
+    for p, r in zip(flat, rank_lists, strict=False):
         if r.rank in seen:
-            raise TraceFormatError(f"load({str(p)!r}): rank {r.rank} is also in {seen[r.rank]!r}; pass one file per rank.")
+            raise TraceFormatError(
+                f"load({str(p)!r}): rank {r.rank} is also in {seen[r.rank]!r}; pass one file per rank."
+            )
         seen[r.rank] = str(p)
     return Timeline.from_ranks(rank_lists, name=label, problems=problems)
 
@@ -514,8 +596,10 @@ def align_clocks(samples: Mapping[int, Sequence[tuple[float, float]]]) -> tuple[
         n = min(len(pairs), len(base))
         if n == 0:
             out[r] = ClockEstimate(0.0, math.inf, 0, "none")
-            notes.append(f"rank {r}: no clock samples (no process group?); its clock is taken as rank {ref}'s, "
-                         "which is only right on one host")  # fmt: skip
+            notes.append(
+                f"rank {r}: no clock samples (no process group?); its clock is taken as rank {ref}'s, "
+                "which is only right on one host"
+            )
             continue
         if len(pairs) != len(base):
             notes.append(f"rank {r}: {len(pairs)} clock samples vs {len(base)} on rank {ref}; using the first {n}")
@@ -526,8 +610,10 @@ def align_clocks(samples: Mapping[int, Sequence[tuple[float, float]]]) -> tuple[
         if lo > hi:
             lo, hi = min(bounds, key=lambda b: b[1] - b[0])
             method = "narrowest rendezvous (rounds disagree)"
-            notes.append(f"rank {r}: the clock-offset bounds of {n} rounds do not intersect (clock drift or a preempted "
-                         f"rank); using the narrowest round, +/- {(hi - lo) / 2:.0f} us")  # fmt: skip
+            notes.append(
+                f"rank {r}: the clock-offset bounds of {n} rounds do not intersect (clock drift or a preempted "
+                f"rank); using the narrowest round, +/- {(hi - lo) / 2:.0f} us"
+            )
         out[r] = ClockEstimate((lo + hi) / 2, (hi - lo) / 2, n, method)
     return out, notes
 
@@ -555,7 +641,7 @@ def _read_doc(path: str | os.PathLike[str]) -> dict[str, Any]:
         msg = f"{e.msg} at line {e.lineno}" if isinstance(e, json.JSONDecodeError) else "nested too deeply"
         raise TraceFormatError(f"load({str(p)!r}): not JSON ({msg}); {fix}.") from e
     if not isinstance(doc, dict) or doc.get("format") != FORMAT_NAME:
-        raise TraceFormatError(f"load({str(p)!r}): JSON without \"format\": \"{FORMAT_NAME}\"; {fix}.")
+        raise TraceFormatError(f'load({str(p)!r}): JSON without "format": "{FORMAT_NAME}"; {fix}.')
     if doc.get("version") != FORMAT_VERSION:
         raise TraceFormatError(
             f"load({str(p)!r}): timeline format version {doc.get('version')!r}, this thunderviz reads version "
@@ -647,14 +733,25 @@ def _interval(d: Any, where: str, start: str = "start", end: str = "end") -> tup
 
 def _region_from(d: Any, where: str) -> Region:
     a, b = _interval(d, where)
-    return Region(kind=_str(d, "kind", where), start=a, end=b, step=_int(d, "step", where),
-                  name=_str(d, "name", where, default=""))  # fmt: skip
+    return Region(
+        kind=_str(d, "kind", where),
+        start=a,
+        end=b,
+        step=_int(d, "step", where),
+        name=_str(d, "name", where, default=""),
+    )
 
 
 def _segment_from(d: Any, where: str) -> Segment:
     a, b = _interval(d, where)
-    return Segment(group=_str(d, "group", where), start=a, end=b, step=_int(d, "step", where),
-                   trace=_str(d, "trace", where, default=""), share=_num(d, "share", where, default=1.0))  # fmt: skip
+    return Segment(
+        group=_str(d, "group", where),
+        start=a,
+        end=b,
+        step=_int(d, "step", where),
+        trace=_str(d, "trace", where, default=""),
+        share=_num(d, "share", where, default=1.0),
+    )
 
 
 def _collective_from(d: Any, where: str) -> CollectiveEvent:
@@ -674,16 +771,28 @@ def _collective_from(d: Any, where: str) -> CollectiveEvent:
     if index < 1:
         raise _Bad(_join(where, "index"), f"must be >= 1, got {index}")
     return CollectiveEvent(
-        step=_int(d, "step", where), index=index, kind=_str(d, "kind", where), tensor=_str(d, "tensor", where),
-        issue_start=a, issue_end=b, start=start, end=end, wait_start=ws, wait_end=we,
-        sync=_bool(d, "sync", where, default=False), shape=shape, dtype=_str(d, "dtype", where, None, optional=True),
-        bytes=_int(d, "bytes", where, None, optional=True), group_size=_int(d, "group_size", where, None, optional=True),
-        region=_str(d, "region", where, default=""), trace=_str(d, "trace", where, None, optional=True),
+        step=_int(d, "step", where),
+        index=index,
+        kind=_str(d, "kind", where),
+        tensor=_str(d, "tensor", where),
+        issue_start=a,
+        issue_end=b,
+        start=start,
+        end=end,
+        wait_start=ws,
+        wait_end=we,
+        sync=_bool(d, "sync", where, default=False),
+        shape=shape,
+        dtype=_str(d, "dtype", where, None, optional=True),
+        bytes=_int(d, "bytes", where, None, optional=True),
+        group_size=_int(d, "group_size", where, None, optional=True),
+        region=_str(d, "region", where, default=""),
+        trace=_str(d, "trace", where, None, optional=True),
         group=_str(d, "group", where, None, optional=True),
         ledger_position=_int(d, "ledger_position", where, None, optional=True),
         op_index=_int(d, "op_index", where, None, optional=True),
         wait_op_index=_int(d, "wait_op_index", where, None, optional=True),
-    )  # fmt: skip
+    )
 
 
 def _ops_from(d: Any, where: str) -> OpTable:
@@ -729,22 +838,36 @@ def _rank_from(d: Any, where: str) -> RankTimeline:
     c = _get(d, "clock", where, {})
     cw = _join(where, "clock")
     unc = _num(c, "uncertainty", cw, 0.0, optional=True)
-    clock = ClockEstimate(offset=_num(c, "offset", cw, 0.0), uncertainty=math.inf if unc is None else unc,
-                          rounds=_int(c, "rounds", cw, 0), method=_str(c, "method", cw, "none"))  # fmt: skip
+    clock = ClockEstimate(
+        offset=_num(c, "offset", cw, 0.0),
+        uncertainty=math.inf if unc is None else unc,
+        rounds=_int(c, "rounds", cw, 0),
+        method=_str(c, "method", cw, "none"),
+    )
     return RankTimeline(
-        rank=rank, world_size=world,
+        rank=rank,
+        world_size=world,
         steps=[_region_from(x, f"{where}.steps[{i}]") for i, x in enumerate(_list(d, "steps", where))],
         regions=[_region_from(x, f"{where}.regions[{i}]") for i, x in enumerate(_list(d, "regions", where, []))],
-        collectives=[_collective_from(x, f"{where}.collectives[{i}]") for i, x in enumerate(_list(d, "collectives", where, []))],
+        collectives=[
+            _collective_from(x, f"{where}.collectives[{i}]") for i, x in enumerate(_list(d, "collectives", where, []))
+        ],
         segments=[_segment_from(x, f"{where}.segments[{i}]") for i, x in enumerate(_list(d, "segments", where, []))],
-        ops=_ops_from(_get(d, "ops", where, {"names": [], "name_ids": [], "start": [], "dur": [], "lane": []}),
-                      _join(where, "ops")),
-        clock_samples=samples, clock=clock, aligned=_bool(d, "aligned", where, default=False),
-        host=_str(d, "host", where, ""), pid=_int(d, "pid", where, 0), device=_str(d, "device", where, "cpu"),
-        backend=_str(d, "backend", where, ""), step_rule=_str(d, "step_rule", where, ""),
+        ops=_ops_from(
+            _get(d, "ops", where, {"names": [], "name_ids": [], "start": [], "dur": [], "lane": []}),
+            _join(where, "ops"),
+        ),
+        clock_samples=samples,
+        clock=clock,
+        aligned=_bool(d, "aligned", where, default=False),
+        host=_str(d, "host", where, ""),
+        pid=_int(d, "pid", where, 0),
+        device=_str(d, "device", where, "cpu"),
+        backend=_str(d, "backend", where, ""),
+        step_rule=_str(d, "step_rule", where, ""),
         warmup_included=_bool(d, "warmup_included", where, default=False),
         notes=[_as_str(x, f"{where}.notes[{i}]") for i, x in enumerate(_list(d, "notes", where, []))],
-    )  # fmt: skip
+    )
 
 
 def _write_json(doc: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:

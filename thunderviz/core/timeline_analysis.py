@@ -112,8 +112,10 @@ class RankBreakdown:
 
     def row(self) -> dict[str, float | int]:
         """Milliseconds, for tables."""
-        ms = {k: round(getattr(self, k) / 1000, 3)
-              for k in ("step_time", "compute", "communication", "exposed", "overlapped", "idle")}  # fmt: skip
+        ms = {
+            k: round(getattr(self, k) / 1000, 3)
+            for k in ("step_time", "compute", "communication", "exposed", "overlapped", "idle")
+        }
         return {"rank": self.rank, "steps": self.steps, **ms}
 
 
@@ -152,16 +154,23 @@ class CollectiveWait:
     def message(self) -> str:
         """``all_gather #12 blocks.3.attn_qkv.weight (step 2): rank 1 arrived 8.2 ms after rank 0``."""
         unc = f" (clock +/- {_ms(self.uncertainty)})" if self.uncertainty >= 1.0 else ""
-        text = (f"{self.label} (step {self.step}): rank {self.last_rank} arrived {_ms(self.lateness)} after rank "
-                f"{self.first_rank}{unc}")  # fmt: skip
+        text = (
+            f"{self.label} (step {self.step}): rank {self.last_rank} arrived {_ms(self.lateness)} after rank "
+            f"{self.first_rank}{unc}"
+        )
         waits = [f"rank {r} waited {_ms(w)}" for r, w in sorted(self.waited.items()) if w > 0]
         return text + ("; " + ", ".join(waits) if waits else "")
 
     def row(self) -> dict[str, object]:
-        return {"step": self.step, "collective": self.label, "last_rank": self.last_rank,
-                "late_ms": round(self.lateness / 1000, 3), "worst_wait_ms": round(self.worst_wait / 1000, 3),
-                "arrivals_ms": {r: round(a / 1000, 3) for r, a in self.arrivals.items()},
-                "waited_ms": {r: round(w / 1000, 3) for r, w in self.waited.items()}}  # fmt: skip
+        return {
+            "step": self.step,
+            "collective": self.label,
+            "last_rank": self.last_rank,
+            "late_ms": round(self.lateness / 1000, 3),
+            "worst_wait_ms": round(self.worst_wait / 1000, 3),
+            "arrivals_ms": {r: round(a / 1000, 3) for r, a in self.arrivals.items()},
+            "waited_ms": {r: round(w / 1000, 3) for r, w in self.waited.items()},
+        }
 
 
 @dataclass(frozen=True)
@@ -176,8 +185,10 @@ class Straggler:
 
     @property
     def message(self) -> str:
-        text = (f"rank {self.rank} arrived last at {self.last_count} of {self.collectives} collectives and made the "
-                f"other ranks wait {_ms(self.caused_wait)} in total")  # fmt: skip
+        text = (
+            f"rank {self.rank} arrived last at {self.last_count} of {self.collectives} collectives and made the "
+            f"other ranks wait {_ms(self.caused_wait)} in total"
+        )
         return text + (f"; worst: {self.worst.message}" if self.worst is not None else "")
 
 
@@ -207,8 +218,16 @@ class TimelineAnalysis:
         for w in waits:
             if w.worst_wait >= min_wait_us:
                 per.setdefault(w.last_rank, []).append(w)
-        out = [Straggler(rank=r, last_count=len(ws), collectives=len(waits), caused_wait=sum(w.worst_wait for w in ws),
-                         worst=max(ws, key=lambda w: w.worst_wait)) for r, ws in per.items()]  # fmt: skip
+        out = [
+            Straggler(
+                rank=r,
+                last_count=len(ws),
+                collectives=len(waits),
+                caused_wait=sum(w.worst_wait for w in ws),
+                worst=max(ws, key=lambda w: w.worst_wait),
+            )
+            for r, ws in per.items()
+        ]
         return sorted(out, key=lambda s: -s.caused_wait)
 
     def summary(self) -> list[str]:
@@ -241,10 +260,15 @@ def _rank_breakdown(tl: Timeline, rank: int) -> RankBreakdown:
     idle = subtract(subtract(window, busy), blocked)
     n = max(len(t.steps), 1)
     return RankBreakdown(
-        rank=rank, steps=len(t.steps), step_time=total(window) / n, compute=total(compute) / n,
-        communication=total(comm) / n, exposed=total(blocked) / n, overlapped=total(subtract(comm, blocked)) / n,
+        rank=rank,
+        steps=len(t.steps),
+        step_time=total(window) / n,
+        compute=total(compute) / n,
+        communication=total(comm) / n,
+        exposed=total(blocked) / n,
+        overlapped=total(subtract(comm, blocked)) / n,
         idle=total(idle) / n,
-    )  # fmt: skip
+    )
 
 
 def _collective_waits(tl: Timeline) -> list[CollectiveWait]:
@@ -269,7 +293,18 @@ def _collective_waits(tl: Timeline) -> list[CollectiveWait]:
             waited[r] = sum(max(0.0, min(b, hi) - max(a, lo)) for a, b in c.blocked_intervals())
         ref = evs[first]
         unc = tl.ranks[last].clock.uncertainty + tl.ranks[first].clock.uncertainty
-        out.append(CollectiveWait(step=step, index=index, kind=ref.kind, tensor=ref.tensor, arrivals=arrivals,
-                                  waited=waited, last_rank=last, first_rank=first, uncertainty=unc))  # fmt: skip
+        out.append(
+            CollectiveWait(
+                step=step,
+                index=index,
+                kind=ref.kind,
+                tensor=ref.tensor,
+                arrivals=arrivals,
+                waited=waited,
+                last_rank=last,
+                first_rank=first,
+                uncertainty=unc,
+            )
+        )
     out.sort(key=lambda w: (-w.worst_wait, -w.lateness, w.step, w.index))
     return out

@@ -46,12 +46,21 @@ __all__ = ["MARK", "CollectiveMeta", "ModuleInfo", "RawEvent", "build_rank_timel
 MARK = "thunderviz."
 _MARK_RE = re.compile(r"^thunderviz\.(step|forward|backward|optimizer|collective|wait|clock)(?:#(\d+))?$")
 _C10D_KINDS = {
-    "allreduce_": "all_reduce", "_allgather_base_": "all_gather", "allgather_": "all_gather",
-    "allgather_into_tensor_coalesced_": "all_gather", "_reduce_scatter_base_": "reduce_scatter",
-    "reduce_scatter_": "reduce_scatter", "reduce_scatter_tensor_coalesced_": "reduce_scatter",
-    "broadcast_": "broadcast", "barrier": "barrier", "alltoall_base_": "all_to_all", "reduce_": "reduce",
-    "allreduce_coalesced_": "all_reduce", "gather_": "gather", "scatter_": "scatter",
-}  # fmt: skip
+    "allreduce_": "all_reduce",
+    "_allgather_base_": "all_gather",
+    "allgather_": "all_gather",
+    "allgather_into_tensor_coalesced_": "all_gather",
+    "_reduce_scatter_base_": "reduce_scatter",
+    "reduce_scatter_": "reduce_scatter",
+    "reduce_scatter_tensor_coalesced_": "reduce_scatter",
+    "broadcast_": "broadcast",
+    "barrier": "barrier",
+    "alltoall_base_": "all_to_all",
+    "reduce_": "reduce",
+    "allreduce_coalesced_": "all_reduce",
+    "gather_": "gather",
+    "scatter_": "scatter",
+}
 
 
 @dataclass(frozen=True)
@@ -126,7 +135,7 @@ def build_rank_timeline(
         rule = "a step ends when an optimizer's step() returns or timeline.step() is called"
     elif forwards:
         starts = [e.start for _n, e in forwards]
-        windows = [(a, b) for a, b in zip(starts, starts[1:] + [end])]
+        windows = [(a, b) for a, b in zip(starts, [*starts[1:], end], strict=False)]
         rule = "no optimizer step ran: a step is one call of the jitted module and what follows it"
     else:
         windows = []
@@ -184,13 +193,15 @@ def build_rank_timeline(
     marked_spans = sorted((e.start, e.end) for e in issue_marks.values())
     for e in others:
         if e.tid == main_tid and e.name.startswith("c10d::") and not _inside(e, marked_spans):
-            kind = _C10D_KINDS.get(e.name[len("c10d::"):], e.name[len("c10d::"):])
+            kind = _C10D_KINDS.get(e.name[len("c10d::") :], e.name[len("c10d::") :])
             issues.append((e.start, None, e, CollectiveMeta(kind=kind, sync=True)))
     issues.sort(key=lambda x: x[0])
     work = sorted((e for e in others if _is_comm_work(e, main_tid)), key=lambda e: e.start)
     if work and len(work) != len(issues):
-        notes.append(f"{len(issues)} collectives issued but the backend ran {len(work)} work items in the recording; "
-                     f"start/end are given for the first {min(len(work), len(issues))} in issue order")  # fmt: skip
+        notes.append(
+            f"{len(issues)} collectives issued but the backend ran {len(work)} work items in the recording; "
+            f"start/end are given for the first {min(len(work), len(issues))} in issue order"
+        )
 
     events_out: list[CollectiveEvent] = []
     per_step_count: Counter[int] = Counter()
@@ -202,13 +213,26 @@ def build_rank_timeline(
         w = work[i] if i < len(work) else None
         wm = wait_marks.get(n) if n is not None else None
         region = _region_at(regions, e.start, st)
-        events_out.append(CollectiveEvent(
-            step=st, index=per_step_count[st], kind=meta.kind, tensor=_shape_text(meta), issue_start=e.start,
-            issue_end=e.end, start=None if w is None else max(w.start, e.start), end=None if w is None else w.end,
-            wait_start=None if wm is None else wm.start, wait_end=None if wm is None else wm.end, sync=meta.sync,
-            shape=meta.shape, dtype=meta.dtype, bytes=meta.bytes, group_size=meta.group_size,
-            region="" if region is None else region.kind,
-        ))  # fmt: skip
+        events_out.append(
+            CollectiveEvent(
+                step=st,
+                index=per_step_count[st],
+                kind=meta.kind,
+                tensor=_shape_text(meta),
+                issue_start=e.start,
+                issue_end=e.end,
+                start=None if w is None else max(w.start, e.start),
+                end=None if w is None else w.end,
+                wait_start=None if wm is None else wm.start,
+                wait_end=None if wm is None else wm.end,
+                sync=meta.sync,
+                shape=meta.shape,
+                dtype=meta.dtype,
+                bytes=meta.bytes,
+                group_size=meta.group_size,
+                region="" if region is None else region.kind,
+            )
+        )
 
     # ---------------------------------------------------------------- names and compute attribution
     segments: list[Segment] = []
@@ -218,11 +242,15 @@ def build_rank_timeline(
         mod = _module_for(r, ri, regions, fwd_module, modules)
         if mod is None or not mod.ledger:
             if mod is not None and mod.problem:
-                note = f"{mod.name}: its traces could not be read ({mod.problem}); collectives are shown by kind and shape"
+                note = (
+                    f"{mod.name}: its traces could not be read ({mod.problem}); collectives are shown by kind and shape"
+                )
                 if note not in notes:
                     notes.append(note)
             continue
-        inside = [c for c in events_out if c.step == r.step and r.start <= c.issue_start <= r.end and c.region == r.kind]
+        inside = [
+            c for c in events_out if c.step == r.step and r.start <= c.issue_start <= r.end and c.region == r.kind
+        ]
         matched = _match_ledger(inside, mod, r.kind, notes)
         if matched:
             segments.extend(_segments(r, inside, mod.op_groups.get(r.kind, [])))
@@ -240,13 +268,27 @@ def build_rank_timeline(
             ops.add(e.name, e.start, e.end - e.start, 1, ids)
 
     if not step_regions:
-        notes.append("the recording holds no training step: no optimizer step(), no timeline.step() and no call of "
-                     "a jitted module ran while recording")  # fmt: skip
+        notes.append(
+            "the recording holds no training step: no optimizer step(), no timeline.step() and no call of "
+            "a jitted module ran while recording"
+        )
     return RankTimeline(
-        rank=rank, world_size=world_size, steps=step_regions, regions=regions, collectives=events_out,
-        segments=segments, ops=ops, clock_samples=list(clock_samples), host=host, pid=pid, device=device,
-        backend=backend, step_rule=rule, warmup_included=warmup_included, notes=notes,
-    )  # fmt: skip
+        rank=rank,
+        world_size=world_size,
+        steps=step_regions,
+        regions=regions,
+        collectives=events_out,
+        segments=segments,
+        ops=ops,
+        clock_samples=list(clock_samples),
+        host=host,
+        pid=pid,
+        device=device,
+        backend=backend,
+        step_rule=rule,
+        warmup_included=warmup_included,
+        notes=notes,
+    )
 
 
 def _busiest_cpu_thread(events: Sequence[RawEvent]) -> int:
@@ -288,8 +330,9 @@ def _autograd_regions(events: Sequence[RawEvent], main_tid: int, steps: Sequence
     return out
 
 
-def _module_for(r: Region, ri: int, regions: Sequence[Region], fwd_module: Mapping[int, int],
-                modules: Mapping[int, ModuleInfo]) -> ModuleInfo | None:  # fmt: skip
+def _module_for(
+    r: Region, ri: int, regions: Sequence[Region], fwd_module: Mapping[int, int], modules: Mapping[int, ModuleInfo]
+) -> ModuleInfo | None:
     if r.kind == "forward":
         n = fwd_module.get(id(r))
         return None if n is None else modules.get(n)
@@ -307,15 +350,17 @@ def _match_ledger(inside: list[CollectiveEvent], mod: ModuleInfo, trace: str, no
     kinds_run = [c.kind for c in inside]
     kinds_led = [e.get("kind") for e in colls]
     if kinds_run != kinds_led:
-        note = (f"{mod.name} {trace}: {len(inside)} collectives ran but its ledger lists {len(colls)}"
-                if len(inside) != len(colls) else f"{mod.name} {trace}: the collectives ran in another order than its "
-                "ledger lists")  # fmt: skip
+        note = (
+            f"{mod.name} {trace}: {len(inside)} collectives ran but its ledger lists {len(colls)}"
+            if len(inside) != len(colls)
+            else f"{mod.name} {trace}: the collectives ran in another order than its ledger lists"
+        )
         note += "; they are shown by kind and shape, without parameter names"
         if note not in notes:
             notes.append(note)
         return False
     groups = mod.op_groups.get(trace, [])
-    for c, e in zip(inside, colls):
+    for c, e in zip(inside, colls, strict=False):
         c.tensor = str(e.get("tensor", c.tensor))
         c.trace = trace
         c.ledger_position = e.get("position")

@@ -44,9 +44,18 @@ def _meta(pid: int, tid: int, name: str, value: Any) -> dict[str, Any]:
     return {"ph": "M", "pid": pid, "tid": tid, "name": name, "args": {key: value}}
 
 
-def _x(pid: int, tid: int, name: str, cat: str, start: float, end: float, args: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
-    ev = {"ph": "X", "pid": pid, "tid": tid, "name": name, "cat": cat, "ts": round(start, 3),
-          "dur": round(max(end - start, 0.0), 3)}  # fmt: skip
+def _x(
+    pid: int, tid: int, name: str, cat: str, start: float, end: float, args: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    ev = {
+        "ph": "X",
+        "pid": pid,
+        "tid": tid,
+        "name": name,
+        "cat": cat,
+        "ts": round(start, 3),
+        "dur": round(max(end - start, 0.0), 3),
+    }
     if args:
         ev["args"] = args
     return ev
@@ -56,8 +65,12 @@ def _rank_events(rank: int, t: RankTimeline) -> list[dict[str, Any]]:
     pid = rank
     label = f"rank {rank}" + (f" ({t.host} pid {t.pid})" if t.host else "")
     out = [_meta(pid, 0, "process_name", label), _meta(pid, 0, "process_sort_index", rank)]
-    lanes = {_STEPS: "steps and regions", _OPS: "main thread ops", _COLL: "collectives (issue, wait)",
-             _MODULES: "compute by module"}  # fmt: skip
+    lanes = {
+        _STEPS: "steps and regions",
+        _OPS: "main thread ops",
+        _COLL: "collectives (issue, wait)",
+        _MODULES: "compute by module",
+    }
     if any(ln == 1 for ln in t.ops.lane):
         lanes[_GPU] = "GPU kernels"
     for s in t.steps:
@@ -67,18 +80,47 @@ def _rank_events(rank: int, t: RankTimeline) -> list[dict[str, Any]]:
     for name, start, dur, lane in t.ops.rows():
         out.append(_x(pid, _GPU if lane == 1 else _OPS, name, "gpu_op" if lane == 1 else "cpu_op", start, start + dur))
     for seg in t.segments:
-        out.append(_x(pid, _MODULES, seg.group, "compute", seg.start, seg.end,
-                      {"trace": seg.trace, "share": seg.share, "step": seg.step}))  # fmt: skip
+        out.append(
+            _x(
+                pid,
+                _MODULES,
+                seg.group,
+                "compute",
+                seg.start,
+                seg.end,
+                {"trace": seg.trace, "share": seg.share, "step": seg.step},
+            )
+        )
     comm_lane_ends: list[float] = []
     for c in t.collectives:
-        args = {"step": c.step, "index": c.index, "kind": c.kind, "tensor": c.tensor,
-                "shape": None if c.shape is None else list(c.shape), "dtype": c.dtype, "bytes": c.bytes,
-                "group_size": c.group_size, "sync": c.sync, "region": c.region, "group": c.group,
-                "ledger_position": c.ledger_position, "blocked_us": round(c.blocked, 3)}  # fmt: skip
+        args = {
+            "step": c.step,
+            "index": c.index,
+            "kind": c.kind,
+            "tensor": c.tensor,
+            "shape": None if c.shape is None else list(c.shape),
+            "dtype": c.dtype,
+            "bytes": c.bytes,
+            "group_size": c.group_size,
+            "sync": c.sync,
+            "region": c.region,
+            "group": c.group,
+            "ledger_position": c.ledger_position,
+            "blocked_us": round(c.blocked, 3),
+        }
         out.append(_x(pid, _COLL, f"issue {c.label}", "collective_issue", c.issue_start, c.issue_end, args))
         if c.wait_start is not None and c.wait_end is not None:
-            out.append(_x(pid, _COLL, f"wait {c.label}", "collective_wait", c.wait_start, c.wait_end,
-                          {"step": c.step, "index": c.index}))  # fmt: skip
+            out.append(
+                _x(
+                    pid,
+                    _COLL,
+                    f"wait {c.label}",
+                    "collective_wait",
+                    c.wait_start,
+                    c.wait_end,
+                    {"step": c.step, "index": c.index},
+                )
+            )
         if c.start is not None and c.end is not None:
             lane = next((i for i, end in enumerate(comm_lane_ends) if end <= c.start), len(comm_lane_ends))
             if lane == len(comm_lane_ends):

@@ -15,8 +15,10 @@ from thunderviz.core.timeline import RankTimeline, Timeline
 __all__ = ["DEFAULT_STEPS", "STEPS_HELP", "steps_arg", "timeline_from_collected"]
 
 DEFAULT_STEPS = 5
-STEPS_HELP = (f"with --timeline: record N training steps after the first one (default {DEFAULT_STEPS}); a step "
-              "ends when an optimizer's step() returns")  # fmt: skip
+STEPS_HELP = (
+    f"with --timeline: record N training steps after the first one (default {DEFAULT_STEPS}); a step "
+    "ends when an optimizer's step() returns"
+)
 
 
 def steps_arg(text: str) -> int:

@@ -55,38 +55,77 @@ def view_data(timeline: Timeline) -> dict[str, Any]:
         coll = []
         for i, c in enumerate(tl.collectives):
             row = {
-                "kind": c.kind, "tensor": c.tensor, "shape": None if c.shape is None else list(c.shape),
-                "dtype": c.dtype, "bytes": c.bytes, "group size": c.group_size, "trace": c.trace,
-                "ledger position": c.ledger_position, "trace op": c.op_index, "module group": c.group,
-                "region": c.region, "async": not c.sync,
-            }  # fmt: skip
+                "kind": c.kind,
+                "tensor": c.tensor,
+                "shape": None if c.shape is None else list(c.shape),
+                "dtype": c.dtype,
+                "bytes": c.bytes,
+                "group size": c.group_size,
+                "trace": c.trace,
+                "ledger position": c.ledger_position,
+                "trace op": c.op_index,
+                "module group": c.group,
+                "region": c.region,
+                "async": not c.sync,
+            }
             key = tuple(str(v) for v in row.values())
             if key not in row_ids:
                 row_ids[key] = len(ledger_rows)
                 ledger_rows.append(row)
-            coll.append([i, c.step, c.index, c.kind, c.tensor, _r(c.issue_start), _r(c.issue_end), _r(c.start), _r(c.end),
-                         _r(c.wait_start), _r(c.wait_end), c.group, c.sync, row_ids[key]])  # fmt: skip
+            coll.append(
+                [
+                    i,
+                    c.step,
+                    c.index,
+                    c.kind,
+                    c.tensor,
+                    _r(c.issue_start),
+                    _r(c.issue_end),
+                    _r(c.start),
+                    _r(c.end),
+                    _r(c.wait_start),
+                    _r(c.wait_end),
+                    c.group,
+                    c.sync,
+                    row_ids[key],
+                ]
+            )
         busy = [[_r(a), _r(b)] for a, b in _coarse(union(tl.ops.intervals(0)), 2.0)]
         unc = tl.clock.uncertainty
-        ranks.append({
-            "rank": rank, "clock_us": None if unc == float("inf") else round(unc, 1),
-            "steps": [[_r(s.start), _r(s.end), s.step] for s in tl.steps],
-            "regions": [[r.kind, _r(r.start), _r(r.end), r.step, r.name] for r in tl.regions],
-            "segments": [[_r(s.start), _r(s.end), g(s.group), s.trace, s.share] for s in tl.segments],
-            "busy": busy, "coll": coll,
-        })  # fmt: skip
+        ranks.append(
+            {
+                "rank": rank,
+                "clock_us": None if unc == float("inf") else round(unc, 1),
+                "steps": [[_r(s.start), _r(s.end), s.step] for s in tl.steps],
+                "regions": [[r.kind, _r(r.start), _r(r.end), r.step, r.name] for r in tl.regions],
+                "segments": [[_r(s.start), _r(s.end), g(s.group), s.trace, s.share] for s in tl.segments],
+                "busy": busy,
+                "coll": coll,
+            }
+        )
     analysis = timeline.analysis()
     waits = {}
     worst = None
     for w in analysis.collectives():
         key = f"{w.step}:{w.index}"
         # int rank keys become strings in JSON; JavaScript's obj[1] reads obj["1"], so both sides agree.
-        waits[key] = {"last": w.last_rank, "first": w.first_rank, "message": w.message,
-                      "waited": {r: round(v, 1) for r, v in w.waited.items()}}  # fmt: skip
+        waits[key] = {
+            "last": w.last_rank,
+            "first": w.first_rank,
+            "message": w.message,
+            "waited": {r: round(v, 1) for r, v in w.waited.items()},
+        }
         if worst is None and w.worst_wait > 0:
             worst = key
-    return {"duration": round(timeline.duration, 1), "ranks": ranks, "groups": groups, "ledger": ledger_rows,
-            "waits": waits, "worst": worst, "colours": dict(COLOURS)}  # fmt: skip
+    return {
+        "duration": round(timeline.duration, 1),
+        "ranks": ranks,
+        "groups": groups,
+        "ledger": ledger_rows,
+        "waits": waits,
+        "worst": worst,
+        "colours": dict(COLOURS),
+    }
 
 
 def _coarse(intervals: list[tuple[float, float]], gap: float) -> list[tuple[float, float]]:
@@ -126,8 +165,9 @@ class TimelineView(anywidget.AnyWidget):
         super().__init__(_esm=_static("timeline.js"), _css=_static("timeline.css"), **kwargs)
         steps = timeline.steps
         with self.hold_sync():
-            self.title = (f"{timeline.name + ': ' if timeline.name else ''}{len(timeline.ranks)} ranks, "
-                          f"{len(steps)} step(s)")  # fmt: skip
+            self.title = (
+                f"{timeline.name + ': ' if timeline.name else ''}{len(timeline.ranks)} ranks, {len(steps)} step(s)"
+            )
             self.summary = timeline.analysis().summary() if steps else ["No step was recorded."]
             self.data = view_data(timeline)
 
@@ -159,11 +199,24 @@ class TimelineView(anywidget.AnyWidget):
         w = self.data["waits"].get(key, {})
         row = self.data["ledger"][self._row_index(first, evs)]
         t0 = min(c.arrival for c in evs.values())
-        arrivals = [{"rank": r, "arrival_ms": round(c.arrival / 1000, 3), "after_first_ms": round((c.arrival - t0) / 1000, 3),
-                     "waited_ms": round(w.get("waited", {}).get(r, 0.0) / 1000, 3), "blocked_ms": round(c.blocked / 1000, 3),
-                     "last": w.get("last") == r} for r, c in sorted(evs.items())]  # fmt: skip
-        return {"label": f"{first.label} (step {step})", "message": w.get("message", ""), "ledger": row,
-                "arrivals": arrivals, "last_rank": w.get("last")}  # fmt: skip
+        arrivals = [
+            {
+                "rank": r,
+                "arrival_ms": round(c.arrival / 1000, 3),
+                "after_first_ms": round((c.arrival - t0) / 1000, 3),
+                "waited_ms": round(w.get("waited", {}).get(r, 0.0) / 1000, 3),
+                "blocked_ms": round(c.blocked / 1000, 3),
+                "last": w.get("last") == r,
+            }
+            for r, c in sorted(evs.items())
+        ]
+        return {
+            "label": f"{first.label} (step {step})",
+            "message": w.get("message", ""),
+            "ledger": row,
+            "arrivals": arrivals,
+            "last_rank": w.get("last"),
+        }
 
     def _row_index(self, first: Any, evs: dict[int, Any]) -> int:
         rank = next(iter(evs))

@@ -36,6 +36,6 @@ def finish_cell_recording(ns: dict[str, Any], *, failed: bool) -> dict[str, Any]
     exc = RuntimeError("the cell raised") if failed else None
     try:
         rec.__exit__(type(exc) if exc else None, exc, None)
-    except Exception as e:  # noqa: BLE001 - the rest of the report must still come back
+    except Exception as e:
         return {"problems": [f"--timeline: finishing the recording failed ({type(e).__name__}: {e})"]}
     return {"timeline": rec.result}

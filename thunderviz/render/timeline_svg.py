@@ -34,19 +34,28 @@ def graph_colours() -> dict[str, str]:
     group = getattr(graph, "_GROUP_STYLE", "")
     op = getattr(graph, "_OP_STYLE", "")
     return {
-        "collective": pick(coll, "fillcolor", "#f4a261"), "collective_border": pick(coll, "color", "#9c4a00"),
-        "wait": pick(wait, "fillcolor", "#ffe08a"), "wait_border": pick(wait, "color", "#8a6d00"),
-        "group": pick(group, "fillcolor", "#dbe9f6"), "group_border": pick(group, "color", "#3d6e9e"),
+        "collective": pick(coll, "fillcolor", "#f4a261"),
+        "collective_border": pick(coll, "color", "#9c4a00"),
+        "wait": pick(wait, "fillcolor", "#ffe08a"),
+        "wait_border": pick(wait, "color", "#8a6d00"),
+        "group": pick(group, "fillcolor", "#dbe9f6"),
+        "group_border": pick(group, "color", "#3d6e9e"),
         "op": pick(op, "color", "#8aa1b8"),
-    }  # fmt: skip
+    }
 
 
 #: Colours of the timeline views (SVG and widget): the graph's, plus one per region kind.
 COLOURS: dict[str, str] = {
     **graph_colours(),
-    "forward": "#dbe9f6", "backward": "#c5d9ee", "optimizer": "#d7efd9", "step": "#5b6b7c", "idle": "#ffffff",
-    "highlight": "#7b2cbf", "text": "#1d2733", "muted": "#5b6b7c",
-}  # fmt: skip
+    "forward": "#dbe9f6",
+    "backward": "#c5d9ee",
+    "optimizer": "#d7efd9",
+    "step": "#5b6b7c",
+    "idle": "#ffffff",
+    "highlight": "#7b2cbf",
+    "text": "#1d2733",
+    "muted": "#5b6b7c",
+}
 
 _LABEL_W = 70
 _ROW_H = 14
@@ -75,19 +84,24 @@ def timeline_svg(timeline: Timeline, *, width: int = 960, t0: float | None = Non
     def x(t: float) -> float:
         return _LABEL_W + (min(max(t, lo), hi) - lo) / span * plot_w
 
-    def rect(a: float, b: float, y: float, h: float, fill: str, stroke: str = "none", title: str = "",
-             extra: str = "") -> str:  # fmt: skip
+    def rect(
+        a: float, b: float, y: float, h: float, fill: str, stroke: str = "none", title: str = "", extra: str = ""
+    ) -> str:
         if b < lo or a > hi:
             return ""
         xa, xb = x(a), x(b)
         w = max(xb - xa, 0.6)
         t = f"<title>{_e(title)}</title>" if title else ""
-        return (f'<rect x="{xa:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" fill="{fill}" stroke="{stroke}" '
-                f'stroke-width="0.5"{extra}>{t}</rect>')  # fmt: skip
+        return (
+            f'<rect x="{xa:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" fill="{fill}" stroke="{stroke}" '
+            f'stroke-width="0.5"{extra}>{t}</rect>'
+        )
 
     parts = [
-        (f'<svg xmlns="http://www.w3.org/2000/svg" class="thunderviz-timeline" width="{width}" height="{height}" '
-         f'viewBox="0 0 {width} {height}" font-family="Helvetica, Arial, sans-serif" font-size="10">'),
+        (
+            f'<svg xmlns="http://www.w3.org/2000/svg" class="thunderviz-timeline" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" font-family="Helvetica, Arial, sans-serif" font-size="10">'
+        ),
         f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>',
     ]
     # axis
@@ -105,9 +119,13 @@ def timeline_svg(timeline: Timeline, *, width: int = 960, t0: float | None = Non
         parts.append(f'<g class="rank" data-rank="{rank}">')
         parts.append(f'<text x="4" y="{y + _ROW_H + 4:.1f}" font-weight="bold" fill="{c["text"]}">rank {rank}</text>')
         if clock:
-            parts.append(f'<text x="4" y="{y + 2 * _ROW_H + 4:.1f}" font-size="8" fill="{c["muted"]}">{_e(clock)}</text>')
+            parts.append(
+                f'<text x="4" y="{y + 2 * _ROW_H + 4:.1f}" font-size="8" fill="{c["muted"]}">{_e(clock)}</text>'
+            )
         for s in t.steps:
-            parts.append(rect(s.start, s.end, y, rank_h - 6, "none", c["step"], f"rank {rank} step {s.step}: {_ms(s.duration)}"))
+            parts.append(
+                rect(s.start, s.end, y, rank_h - 6, "none", c["step"], f"rank {rank} step {s.step}: {_ms(s.duration)}")
+            )
         for r in t.regions:
             title = f"rank {rank} step {r.step} {r.kind}{' ' + r.name if r.name else ''}: {_ms(r.duration)}"
             parts.append(rect(r.start, r.end, y + 1, _ROW_H - 2, c.get(r.kind, c["group"]), c["group_border"], title))
@@ -119,15 +137,33 @@ def timeline_svg(timeline: Timeline, *, width: int = 960, t0: float | None = Non
         for col in t.collectives:
             for a, b in col.blocked_intervals():
                 if b - a >= res / 2:
-                    parts.append(rect(a, b, row + 1, _ROW_H - 2, c["wait"], c["wait_border"],
-                                      f"rank {rank} blocked by {col.label} (step {col.step}): {_ms(b - a)}"))  # fmt: skip
+                    parts.append(
+                        rect(
+                            a,
+                            b,
+                            row + 1,
+                            _ROW_H - 2,
+                            c["wait"],
+                            c["wait_border"],
+                            f"rank {rank} blocked by {col.label} (step {col.step}): {_ms(b - a)}",
+                        )
+                    )
         # communication work
         row = y + 2 * _ROW_H
         for col in t.collectives:
             if col.start is not None and col.end is not None:
-                parts.append(rect(col.start, col.end, row + 1, _ROW_H - 2, c["collective"], c["collective_border"],
-                                  f"rank {rank} {col.label} (step {col.step}): {_ms(col.end - col.start)}",
-                                  f' data-step="{col.step}" data-index="{col.index}"'))  # fmt: skip
+                parts.append(
+                    rect(
+                        col.start,
+                        col.end,
+                        row + 1,
+                        _ROW_H - 2,
+                        c["collective"],
+                        c["collective_border"],
+                        f"rank {rank} {col.label} (step {col.step}): {_ms(col.end - col.start)}",
+                        f' data-step="{col.step}" data-index="{col.index}"',
+                    )
+                )
         parts.append("</g>")
         y += rank_h + _GAP
     parts.append("</svg>")
@@ -157,24 +193,42 @@ def timeline_html(timeline: Timeline, *, width: int = 960, worst: int = 8) -> st
     c = COLOURS
     a = timeline.analysis()
     name = f": {_e(timeline.name)}" if timeline.name else ""
-    parts = [(f"<div class='thunderviz-timeline-static'><h4>Timeline{name} ({len(timeline.ranks)} ranks, "
-             f"{len(timeline.steps)} steps)</h4>")]  # fmt: skip
+    parts = [
+        (
+            f"<div class='thunderviz-timeline-static'><h4>Timeline{name} ({len(timeline.ranks)} ranks, "
+            f"{len(timeline.steps)} steps)</h4>"
+        )
+    ]
     if not timeline.ranks or not timeline.steps:
         parts.append("<p>No step was recorded.</p>")
     else:
         parts.append(f"<div style='overflow-x:auto'>{timeline_svg(timeline, width=width)}</div>")
-        legend = [("forward", c["forward"]), ("backward", c["backward"]), ("optimizer", c["optimizer"]),
-                  ("main thread busy", c["op"]), ("blocked by a collective", c["wait"]),
-                  ("collective in flight", c["collective"])]  # fmt: skip
-        parts.append("<p style='font-size:12px'>" + " ".join(
-            f"<span style='display:inline-block;width:10px;height:10px;background:{col};border:1px solid #8aa1b8'>"
-            f"</span> {_e(name)}&nbsp;&nbsp;" for name, col in legend) + "</p>")  # fmt: skip
+        legend = [
+            ("forward", c["forward"]),
+            ("backward", c["backward"]),
+            ("optimizer", c["optimizer"]),
+            ("main thread busy", c["op"]),
+            ("blocked by a collective", c["wait"]),
+            ("collective in flight", c["collective"]),
+        ]
+        parts.append(
+            "<p style='font-size:12px'>"
+            + " ".join(
+                f"<span style='display:inline-block;width:10px;height:10px;background:{col};border:1px solid #8aa1b8'>"
+                f"</span> {_e(name)}&nbsp;&nbsp;"
+                for name, col in legend
+            )
+            + "</p>"
+        )
         for line in a.summary():
             parts.append(f"<p><b>{_e(line)}</b></p>")
         rows = [b.row() for b in a.breakdown()]
         heads = ["rank", "steps", "step_time", "compute", "communication", "exposed", "overlapped", "idle"]
-        parts.append("<table><thead><tr>" + "".join(f"<th>{_e(h)}{' (ms)' if h not in ('rank', 'steps') else ''}</th>"
-                                                   for h in heads) + "</tr></thead><tbody>")  # fmt: skip
+        parts.append(
+            "<table><thead><tr>"
+            + "".join(f"<th>{_e(h)}{' (ms)' if h not in ('rank', 'steps') else ''}</th>" for h in heads)
+            + "</tr></thead><tbody>"
+        )
         for r in rows:
             parts.append("<tr>" + "".join(f"<td>{_e(r[h])}</td>" for h in heads) + "</tr>")
         parts.append("</tbody></table>")
