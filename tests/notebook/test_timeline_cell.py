@@ -9,11 +9,7 @@ import torch
 
 from thunderviz.core.timeline import RankTimeline, Region
 from thunderviz.notebook.timeline_cell import steps_arg, timeline_from_collected
-from thunderviz.ranks.timeline_rank import (
-    NS_KEY,
-    finish_cell_recording,
-    start_cell_recording,
-)
+from thunderviz.ranks.timeline_rank import finish_cell_recording, start_cell_recording
 
 
 @pytest.mark.parametrize("text", ["0", "-3", "two", "1.5"])
@@ -27,19 +23,18 @@ def test_rank_side_start_and_finish_around_a_cell_that_raises():
     import torch.distributed as dist
 
     before = dist.all_reduce
-    ns: dict = {}
-    start_cell_recording(ns, 2)
+    rec = start_cell_recording(2)
     assert dist.all_reduce is not before  # wrapped while the cell runs
     net = torch.nn.Linear(3, 3)
     opt = torch.optim.SGD(net.parameters(), lr=0.1)
     for _ in range(2):
         net(torch.randn(2, 3)).sum().backward()
         opt.step()
-    out = finish_cell_recording(ns, failed=True)
-    assert dist.all_reduce is before and NS_KEY not in ns
+    out = finish_cell_recording(rec, failed=True)
+    assert dist.all_reduce is before and not rec.recording
     assert [s.step for s in out["timeline"].steps] == [2] and "raised" in out["timeline"].notes[-1]
-    assert finish_cell_recording(ns, failed=False) == {
-        "problems": ["--timeline: no recording was running on this rank"]
+    assert finish_cell_recording(None, failed=False) == {
+        "timeline_problems": ["--timeline: no recording was running on this rank"]
     }
 
 
