@@ -35,7 +35,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Self
 
@@ -125,6 +125,7 @@ class TimelineRecorder:
         clock_rounds: int = 6,
         cuda: bool | None = None,
         capture_ledgers: bool = True,
+        clock_at_end: bool = True,
     ) -> None:
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise ValueError(
@@ -138,6 +139,9 @@ class TimelineRecorder:
         self._clock_rounds = max(0, int(clock_rounds))
         self._cuda = cuda
         self._capture_ledgers = capture_ledgers
+        self._clock_at_end = clock_at_end
+        self._stopped = False
+        self._failed = False
         self.result: RankTimeline | None = None
         self.recording = False
         self._lock = threading.Lock()
@@ -189,14 +193,39 @@ class TimelineRecorder:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> bool:
+        self.stop(failed=exc_type is not None)
+        self.build()
+        return False
+
+    def stop(self, *, failed: bool = False) -> None:
+        """End the recording now: the profiler stops and every wrapper and hook is undone (also when this raises).
+
+        Cheap; ``build`` does the slow part (profiler events -> timeline). Split from ``__exit__`` for callers that
+        cannot use a ``with`` block (a notebook cell on a rank: stop first, then gather traces, then build).
+        ``failed``: the profiled code raised, so the other ranks may not reach the closing clock rendezvous.
+        """
+        if self._stopped:
+            return
+        self._stopped = True
+        self._failed = failed
         try:
             self._stop_recording()
         finally:
             self._teardown()
-        if exc_type is None:
+        if not failed and self._clock_at_end:
             self._samples += self._rendezvous_rounds()
-        self.result = self._build(failed=exc_type is not None)
-        return False
+
+    def build(self, bundles: Mapping[int, Any] | None = None) -> RankTimeline:
+        """Turn the stopped recording into ``result`` (a ``RankTimeline``).
+
+        ``bundles``: already captured trace bundles (``core.traces.TraceBundle``) by ``id`` of the jitted module or
+        of its compile data, so the names and module groups come from them instead of a second capture.
+        """
+        if not self._stopped:
+            raise RuntimeError("TimelineRecorder.build(): call stop() first (or use the recorder as a `with` block)")
+        if self.result is None:
+            self.result = self._build(failed=self._failed, bundles=bundles or {})
+        return self.result
 
     def step(self) -> None:
         """Mark the end of a training step (for loops without a ``torch.optim`` optimizer)."""
@@ -408,10 +437,10 @@ class TimelineRecorder:
 
     # ------------------------------------------------------------------ build
 
-    def _build(self, *, failed: bool) -> RankTimeline:
+    def _build(self, *, failed: bool, bundles: Mapping[int, Any]) -> RankTimeline:
         events, offset_notes = self._raw_events()
         modules = (
-            self._module_infos()
+            self._module_infos(bundles)
             if self._capture_ledgers and not failed
             else {n: ModuleInfo(_module_name(m, n)) for n, m in self._modules.items()}
         )
@@ -470,7 +499,7 @@ class TimelineRecorder:
             )
         return out, notes
 
-    def _module_infos(self) -> dict[int, ModuleInfo]:
+    def _module_infos(self, bundles: Mapping[int, Any]) -> dict[int, ModuleInfo]:
         out = {}
         for n, m in self._modules.items():
             info = ModuleInfo(_module_name(m, n))
@@ -479,7 +508,9 @@ class TimelineRecorder:
                 from thunderviz.core.module_paths import top_group
                 from thunderviz.core.traces import capture
 
-                bundle = capture(m, info.name, stages=False)
+                bundle = _given_bundle(m, bundles)
+                if bundle is None:
+                    bundle = capture(m, info.name, stages=False)
                 info.ledger = [e.to_dict() for e in ledger_from_bundle(bundle)]
                 for label, snap in bundle.traces().items():
                     info.op_groups[label] = [None if op.is_bookkeeping else top_group(op.module) for op in snap.ops]
@@ -487,6 +518,21 @@ class TimelineRecorder:
                 info.problem = f"{type(e).__name__}: {e}"
             out[n] = info
         return out
+
+
+def _given_bundle(module: Any, bundles: Mapping[int, Any]) -> Any:
+    """The bundle captured for ``module`` (keyed by its id or its compile data's id), or None."""
+    if not bundles:
+        return None
+    if id(module) in bundles:
+        return bundles[id(module)]
+    try:
+        import thunder
+
+        data = thunder.compile_data(module)
+    except Exception:
+        return None
+    return None if data is None else bundles.get(id(data))
 
 
 def _thunder_module_types() -> tuple[type, ...]:

@@ -24,13 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from thunderviz.errors import TraceFormatError
+from thunderviz.errors import ThundervizError, TraceFormatError
 
 __all__ = [
     "FORMAT_NAME",
     "FORMAT_VERSION",
     "ClockEstimate",
     "CollectiveEvent",
+    "NoTimelineError",
     "OpTable",
     "RankTimeline",
     "Region",
@@ -43,6 +44,11 @@ __all__ = [
 
 FORMAT_NAME = "thunderviz.timeline"
 FORMAT_VERSION = 1
+
+
+class NoTimelineError(ThundervizError, LookupError):
+    """A report was asked for its timeline but has none (run without ``--timeline``, or no rank recorded)."""
+
 
 #: Region kinds, in the order a training step runs them.
 REGION_KINDS = ("forward", "backward", "optimizer")
