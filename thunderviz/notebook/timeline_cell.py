@@ -1,22 +1,25 @@
-"""The kernel side of ``--timeline [--steps N]``: argument checks and turning the ranks' recordings into one
-``Timeline`` with plain-language problems (a rank that died, a cell that ran no step).
+"""The ``--timeline [--steps N]`` flags of ``%%thunder_fsdp`` / ``%%thunder_ddp``: their definitions and checks.
 
-Kept apart from ``magics.py`` so the magics only add two flags and two calls.
+Kept apart from ``magics.py`` so the magics add two ``argument`` lines and one call. The ranks do the recording
+(``ranks.timeline_rank``) and the report merges it (``RunReport.timeline``).
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
-from typing import Any
 
-from thunderviz.core.timeline import RankTimeline, Timeline
+from IPython.core.error import UsageError
 
-__all__ = ["DEFAULT_STEPS", "STEPS_HELP", "steps_arg", "timeline_from_collected"]
+from thunderviz.ranks.protocol import DEFAULT_TIMELINE_STEPS
 
-DEFAULT_STEPS = 5
+__all__ = ["STEPS_HELP", "TIMELINE_HELP", "steps_arg", "timeline_options"]
+
+TIMELINE_HELP = (
+    "record every rank with torch.profiler while the cell runs: compute, collectives, who waited for whom; the "
+    "report shows it (report.timeline, report.timeline.save_chrome_trace(path))"
+)
 STEPS_HELP = (
-    f"with --timeline: record N training steps after the first one (default {DEFAULT_STEPS}); a step "
+    f"with --timeline: record N training steps after the first one (default {DEFAULT_TIMELINE_STEPS}); a step "
     "ends when an optimizer's step() returns"
 )
 
@@ -30,31 +33,18 @@ def steps_arg(text: str) -> int:
     if n is None or n < 1:
         raise argparse.ArgumentTypeError(
             f"--steps {text}: need a whole number >= 1 (how many training steps to record after the first); "
-            f"for example --timeline --steps {DEFAULT_STEPS}"
+            f"for example --timeline --steps {DEFAULT_TIMELINE_STEPS}"
         )
     return n
 
 
-def timeline_from_collected(
-    collected: Mapping[int, Mapping[str, Any]], *, world_size: int, name: str = ""
-) -> tuple[Timeline | None, list[str]]:
-    """Merge what each rank's ``finish_cell_recording`` returned; ``(None, problems)`` when nothing usable came."""
-    problems: list[str] = []
-    recs: list[RankTimeline] = []
-    for rank in range(world_size):
-        data = collected.get(rank)
-        if data is None:
-            continue  # Timeline.from_ranks names the missing ranks in the timeline's own problems
-        problems.extend(f"rank {rank}: {p}" for p in data.get("timeline_problems", ()))
-        t = data.get("timeline")
-        if isinstance(t, RankTimeline):
-            recs.append(t)
-    if not recs:
-        return None, problems or ["--timeline: no rank returned a timeline (they died or did not finish the cell)"]
-    if not any(t.steps for t in recs):
-        problems.append(
-            "--timeline: the cell ran no training step while recording: no optimizer step(), no call of a jitted "
-            "module (a step ends when an optimizer's step() returns; a cell without an optimizer counts calls of "
-            "the module fabric.setup returned)"
+def timeline_options(args: argparse.Namespace) -> dict[str, object]:
+    """``RankEngine.run`` keywords for the parsed flags; ``--steps`` without ``--timeline`` is a usage error
+    (it would otherwise be ignored without a word)."""
+    if args.steps is not None and not args.timeline:
+        raise UsageError(
+            f"--steps {args.steps} counts the steps of a timeline; add --timeline (e.g. --timeline --steps "
+            f"{args.steps}) or drop --steps"
         )
-    return Timeline.from_ranks(recs, name=name), problems
+    steps = DEFAULT_TIMELINE_STEPS if args.steps is None else args.steps
+    return {"timeline": bool(args.timeline), "steps": steps}
