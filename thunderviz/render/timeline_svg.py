@@ -66,6 +66,10 @@ def _e(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
 
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
 def _ms(us: float) -> str:
     return f"{us / 1000:.1f} ms" if us >= 1000 else f"{us:.0f} us"
 
@@ -195,8 +199,8 @@ def timeline_html(timeline: Timeline, *, width: int = 960, worst: int = 8) -> st
     name = f": {_e(timeline.name)}" if timeline.name else ""
     parts = [
         (
-            f"<div class='thunderviz-timeline-static'><h4>Timeline{name} ({len(timeline.ranks)} ranks, "
-            f"{len(timeline.steps)} steps)</h4>"
+            f"<div class='thunderviz-timeline-static'><h4>Timeline{name} ({_count(len(timeline.ranks), 'rank')}, "
+            f"{_count(len(timeline.steps), 'step')})</h4>"
         )
     ]
     if not timeline.ranks or not timeline.steps:
