@@ -79,3 +79,24 @@ def test_a_failed_timeline_cell_shows_what_was_recorded_then_the_error(shell) ->
         shell.run_cell_magic("thunder_ddp", "--nproc 2 --backend gloo --output none --timeline", "train(5, fail_at=2)")
     reports = [o for o in displayed.outputs if o.data.get("text/plain", "").startswith("<RunReport")]
     assert len(reports) == 1 and "Timeline: thunder_ddp (2 ranks, 1 step)" in reports[0].data["text/html"]
+
+
+def test_a_graph_node_outlines_its_spans_on_the_timeline(shell) -> None:
+    from thunderviz.notebook.timeline_widget import TimelineView
+    from thunderviz.notebook.widgets import TraceView
+
+    report = shell.user_ns["timed"]
+    graph, timeline = TraceView(report, trace="backward"), TimelineView(report)
+    timeline.link(graph)
+    pane = graph.panes[0]
+    block = next(g for g in pane["groups"] if g["name"] == "blocks.0")
+    graph.select(block["id"])
+    assert timeline.highlight["group"] == "blocks.0"
+    spans = timeline.highlight["spans"]
+    assert sorted(spans) == [0, 1] and all(spans[r] for r in spans)  # compute and collectives of that block
+    # a node inside a block (collapsed, a block's collectives are one node) outlines the block it belongs to
+    inner, details = next((n, d) for n, d in pane["nodes"].items() if d.get("kind") != "group" and d.get("group"))
+    graph.select(inner)
+    assert timeline.highlight.get("group") == timeline.group_of_node(details) == details["group"]
+    graph.selected = {}
+    assert timeline.highlight == {}

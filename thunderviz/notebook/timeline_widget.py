@@ -145,8 +145,7 @@ class TimelineView(anywidget.AnyWidget):
 
     Args:
         timeline: a ``core.timeline.Timeline`` (``Timeline.from_ranks``, ``core.timeline.load``, or a report's
-            ``timeline``).
-        height: not used for layout (the view grows with the rank count); kept for symmetry with ``TraceView``.
+            ``timeline``), or the ``RunReport`` of a ``--timeline`` cell.
     """
 
     _esm = t.Unicode().tag(sync=True)
@@ -158,9 +157,14 @@ class TimelineView(anywidget.AnyWidget):
     highlight = t.Dict().tag(sync=True)
     view = t.List(t.Float()).tag(sync=True)
 
-    def __init__(self, timeline: Timeline, **kwargs: Any) -> None:
+    def __init__(self, timeline: Any, **kwargs: Any) -> None:
+        if not isinstance(timeline, Timeline) and hasattr(timeline, "timeline_requested"):
+            timeline = timeline.timeline  # a RunReport: NoTimelineError says why when it has none
         if not isinstance(timeline, Timeline):
-            raise TypeError(f"TimelineView(timeline): expected a thunderviz Timeline, got {type(timeline).__name__}")
+            raise TypeError(
+                f"TimelineView(timeline): expected a thunderviz Timeline or the report of a --timeline cell, got "
+                f"{type(timeline).__name__}"
+            )
         self._timeline = timeline
         super().__init__(_esm=_static("timeline.js"), _css=_static("timeline.css"), **kwargs)
         steps = timeline.steps
@@ -244,15 +248,18 @@ class TimelineView(anywidget.AnyWidget):
         return spans
 
     def link(self, trace_view: Any) -> None:
-        """Follow a ``TraceView``: selecting a graph node outlines its module group's spans here."""
+        """Follow a ``TraceView``: selecting a graph node (a block, or an op or collective inside one) outlines
+        that module group's spans here; a node of no group on this timeline clears the outline."""
 
         def follow(_change: dict[str, Any]) -> None:
-            d = trace_view.details or {}
-            name = d.get("name") if d.get("kind") == "group" else d.get("group")
-            if name and name in self._timeline.groups():
-                self.show_group(name)
+            self.show_group(self.group_of_node(trace_view.details or {}))
 
         trace_view.observe(follow, names="selected")
+
+    def group_of_node(self, details: dict[str, Any]) -> str | None:
+        """The module group on this timeline that a graph node's details (``TraceView.details``) belong to."""
+        name = details.get("name") if details.get("kind") in ("group", "cluster") else details.get("group")
+        return name if name and name in self._timeline.groups() else None
 
     def zoom_to(self, t0_ms: float, t1_ms: float) -> None:
         """Show the window from ``t0_ms`` to ``t1_ms`` (milliseconds from the first recorded step)."""
