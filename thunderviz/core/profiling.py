@@ -146,7 +146,7 @@ class TimelineRecorder:
         self.recording = False
         self._lock = threading.Lock()
         self._counter = itertools.count(1)
-        self._collectives: dict[int, CollectiveMeta] = {}
+        self._collectives: dict[int, tuple[Any, ...]] = {}  # raw, turned into CollectiveMeta by build()
         self._modules: dict[int, Any] = {}  # module id number -> module
         self._module_numbers: dict[int, int] = {}  # id(module) -> number
         self._open: dict[str, Any] = {}
@@ -240,9 +240,7 @@ class TimelineRecorder:
     # ------------------------------------------------------------------ markers
 
     def _rf(self, label: str) -> Any:
-        from torch.autograd.profiler import record_function
-
-        return record_function(label)
+        return _label(label)
 
     def _open_mark(self, key: str, label: str) -> None:
         rf = self._rf(label)
@@ -397,7 +395,7 @@ class TimelineRecorder:
             number = next(recorder._counter)
             positional = async_at is not None and async_at < len(args) and bool(args[async_at])
             is_async = bool(kwargs.get("async_op", positional))
-            recorder._collectives[number] = _describe(kind, not is_async, args, kwargs)
+            recorder._collectives[number] = _sketch(kind, not is_async, args, kwargs, recorder._world)
             with recorder._rf(f"{MARK}collective#{number}"):
                 out = fn(*args, **kwargs)
             if is_async and out is not None and hasattr(out, "wait"):
@@ -449,7 +447,7 @@ class TimelineRecorder:
             rank=self._rank,
             world_size=self._world,
             steps=self.steps,
-            collectives=dict(self._collectives),
+            collectives={n: _describe(*raw) for n, raw in self._collectives.items()},
             modules=modules,
             closed_steps=list(self._closed_steps),
             end=self._end_us,
@@ -568,33 +566,66 @@ def _async_op_position(fn: Callable[..., Any]) -> int | None:
     return params.index("async_op") if "async_op" in params else None
 
 
-def _describe(kind: str, sync: bool, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CollectiveMeta:
-    """Shape and dtype of the tensor a collective sends (the input, not the gathered output)."""
+def _label(name: str) -> Any:
+    """A ``record_function``-style context manager for our labels, on torch.profiler's fast path.
+
+    ``torch.autograd.profiler.record_function`` costs ~30 us a label (a dispatched op, with pytree walks on exit,
+    and two extra ``profiler::_record_function_*`` events in the trace); ``_RecordFunctionFast``, the path
+    torch's own compiled code labels itself with, records the same named event for ~1 us. A recording places
+    hundreds of labels per step (every collective and its wait), so this is most of what we add to a step.
+    """
+    fast = getattr(_profiler_c(), "_RecordFunctionFast", None)
+    if fast is not None:
+        return fast(name)
+    from torch.autograd.profiler import record_function
+
+    return record_function(name)
+
+
+def _profiler_c() -> Any:
     import torch
 
-    tensors = [a for a in list(args) + list(kwargs.values()) if isinstance(a, torch.Tensor)]
-    group = kwargs.get("group") or next((a for a in args if type(a).__name__ == "ProcessGroup"), None)
+    return torch._C._profiler
+
+
+def _sketch(kind: str, sync: bool, args: tuple[Any, ...], kwargs: dict[str, Any], world: int) -> tuple[Any, ...]:
+    """What a collective call sends, kept as cheaply as possible while the step runs (``_describe`` later).
+
+    Only plain values: shape, dtype and byte count of the tensor sent (the input, not the gathered output),
+    and the group's size; no reference to the tensors, so nothing is kept alive.
+    """
+    import torch
+
+    tensors = [a for a in args if isinstance(a, torch.Tensor)] + [
+        a for a in kwargs.values() if isinstance(a, torch.Tensor)
+    ]
+    group = kwargs.get("group")
+    if group is None:
+        group = next((a for a in args if type(a).__name__ == "ProcessGroup"), None)
+    size = world
+    if group is not None:
+        try:
+            size = group.size()
+        except Exception:
+            size = None
     if kind in ("all_gather", "reduce_scatter") and len(tensors) >= 2:
         t = tensors[1]  # (output, input)
     else:
         t = tensors[0] if tensors else None
-    size = None
-    try:
-        if group is not None:
-            size = int(group.size())
-        else:
-            import torch.distributed as dist
-
-            size = dist.get_world_size() if dist.is_initialized() else None
-    except Exception:
-        size = None
     if t is None:
-        return CollectiveMeta(kind=kind, sync=sync, group_size=size)
+        return (kind, sync, None, None, None, size)
+    return (kind, sync, tuple(t.shape), t.dtype, t.numel() * t.element_size(), size)
+
+
+def _describe(
+    kind: str, sync: bool, shape: tuple[int, ...] | None, dtype: Any, nbytes: int | None, size: int | None
+) -> CollectiveMeta:
+    """A ``_sketch`` as the ``CollectiveMeta`` the timeline builder reads."""
     return CollectiveMeta(
         kind=kind,
         sync=sync,
-        shape=tuple(int(d) for d in t.shape),
-        dtype=str(t.dtype).removeprefix("torch."),
-        bytes=t.numel() * t.element_size(),
-        group_size=size,
+        shape=None if shape is None else tuple(int(d) for d in shape),
+        dtype=None if dtype is None else str(dtype).removeprefix("torch."),
+        bytes=None if nbytes is None else int(nbytes),
+        group_size=None if size is None else int(size),
     )
