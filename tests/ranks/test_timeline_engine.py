@@ -11,6 +11,7 @@ import json
 import psutil
 import pytest
 
+from thunderviz.core.timeline import NoTimelineError
 from thunderviz.ranks import CellError, RankEngine, StrategySpec
 from thunderviz.ranks.timeline_rank import NO_STEP_PROBLEM
 
@@ -35,6 +36,7 @@ def train(n, sleep_rank=None, fail_at=None, fail_ranks=(), die_at=None):
         if rank == sleep_rank:
             time.sleep(0.05)
         if i == fail_at and rank in fail_ranks:
+            dist.barrier()  # raise together: a rank still running 0.3 s after a peer failed gets SIGINT
             raise ValueError(f"bad batch on rank {rank}")
         if i == die_at and rank == 1:
             import os
@@ -103,11 +105,34 @@ def test_a_cell_without_a_step_says_so_and_keeps_the_rest_of_the_report(pool) ->
     assert "No step was recorded" in report.to_html()
 
 
+def test_a_profiler_of_the_users_on_one_rank_stops_the_recording_on_all_and_the_cell_still_runs(pool) -> None:
+    pool.run("if rank == 1:\n    mine = torch.profiler.profile()\n    mine.start()", strategy=SPEC, collect=False)
+    try:
+        # rank 0 must not enter the clock rendezvous alone: its cell's collectives would pair with the wrong ones
+        report = pool.run(
+            f"train({STEPS + 1})\nt = torch.tensor([rank + 1.0])\ndist.all_reduce(t)\nafter = t.item()",
+            strategy=SPEC,
+            timeline=True,
+        )
+    finally:
+        pool.run("if rank == 1:\n    mine.stop()", strategy=SPEC, collect=False)
+    assert report.problems == [
+        "rank 0: --timeline: not recorded, because another rank could not start its recording (see its problem)",
+        "rank 1: --timeline: another torch.profiler is already recording on this rank, and two cannot run at once; "
+        "stop it (prof.stop(), or leave its `with` block) or run the cell without --timeline",
+    ]
+    with pytest.raises(NoTimelineError, match="no timeline was recorded: rank 0: --timeline: not recorded"):
+        report.timeline  # noqa: B018
+    assert pool.pull("after", 0) == 3.0 == pool.pull("after", 1)  # the collectives paired as the cell says
+    _nothing_left_running(pool)
+
+
 def test_ranks_that_raise_while_profiling_send_what_ran_and_leave_no_profiler_on(pool) -> None:
     with pytest.raises(CellError) as info:
         pool.run(f"train({STEPS + 2}, fail_at=2, fail_ranks=(0, 1))", strategy=SPEC, timeline=True, steps=STEPS)
     err = info.value
-    assert sorted(err.failures) == [0, 1] and all(f.kind == "raised" for f in err.failures.values())
+    # (under load, a rank may still get the SIGINT meant to release it: "interrupted" then, and it still returns)
+    assert sorted(err.failures) == [0, 1] and {f.kind for f in err.failures.values()} <= {"raised", "interrupted"}
     assert pool.restart_reason is None  # every rank returned: the pool is kept, so its state can be checked
     partial = err.partial_report
     assert partial.timeline.rank_ids == [0, 1] and partial.timeline.steps == [2]  # step 1 ran, 2 recorded, 3 raised

@@ -61,11 +61,16 @@ def start_cell_recording(steps: int, *, fabric: Any = None, previous: Any = None
     if previous is not None:
         with contextlib.suppress(Exception):
             previous.stop(failed=True)
-    if profiler_active():
-        return None, [
-            "--timeline: another torch.profiler is already recording on this rank, and two cannot run at once; "
-            "stop it (prof.stop(), or leave its `with` block) or run the cell without --timeline"
-        ]
+    busy = profiler_active()
+    # Every rank must take part in the recorder's clock rendezvous or none may: a rank that skipped it would pair
+    # its cell's first collective with its peers' rendezvous. So the ranks agree first.
+    if not _all_ranks_agree(not busy):
+        if busy:
+            return None, [
+                "--timeline: another torch.profiler is already recording on this rank, and two cannot run at "
+                "once; stop it (prof.stop(), or leave its `with` block) or run the cell without --timeline"
+            ]
+        return None, ["--timeline: not recorded, because another rank could not start its recording (see its problem)"]
     rec = TimelineRecorder(steps, fabric=fabric, clock_at_end=False)
     try:
         rec.__enter__()
@@ -73,6 +78,19 @@ def start_cell_recording(steps: int, *, fabric: Any = None, previous: Any = None
         problems.append(f"--timeline: starting the recording failed ({type(e).__name__}: {e})")
         return None, problems
     return rec, problems
+
+
+def _all_ranks_agree(ok: bool) -> bool:
+    """True when ``ok`` holds on every rank of the default process group (one all_reduce; no group: ``ok``)."""
+    import torch
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return ok
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else "cpu"
+    flag = torch.tensor([1 if ok else 0], device=device)
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    return bool(flag.item())
 
 
 @contextlib.contextmanager
