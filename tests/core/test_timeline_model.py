@@ -211,7 +211,7 @@ def _doc(mutate):
             "ranks[0].collectives[1].issue_start",
         ),
         (lambda d: d["ranks"][0]["collectives"][0].__setitem__("end", -1e9), "ranks[0].collectives[0].end"),
-        (lambda d: d["ranks"][0]["steps"][0].pop("step"), "ranks[0].steps[0].step"),
+        (lambda d: d["ranks"][0]["steps"][0].pop("step"), "ranks[0].steps[0]: the field 'step' is missing"),
         (lambda d: d["ranks"][0].__setitem__("rank", 7), "ranks[0].rank"),
         (lambda d: d["ranks"][0]["ops"]["name_ids"].append(99), "ranks[0].ops"),
         (lambda d: d["ranks"][0]["clock_samples"].append([5, 1]), "ranks[0].clock_samples[1]"),
@@ -235,12 +235,15 @@ def test_every_malformed_field_is_named_with_the_file(tmp_path, mutate, field):
         ("{", "not JSON"),
         ('{"format": "other"}', "without"),
         ('{"format": "thunderviz.timeline", "version": 99}', "version 99"),
-        ("[" * 100000, "not JSON"),
+        ("[" * 100000, "nested deeper than"),
+        ('{"format": "thunderviz.timeline", "version": 1, "ranks": [{"rank": NaN}]}', "NaN is not a JSON number"),
+        ('{"format": "thunderviz.timeline", "version": 1, "version": 1}', "appears twice"),
+        (b"\xff\xfe", "not UTF-8"),
     ],
 )
 def test_files_that_are_not_timelines(tmp_path, text, says):
     p = tmp_path / "x.json"
-    p.write_text(text)
+    p.write_bytes(text if isinstance(text, bytes) else text.encode())
     with pytest.raises(TraceFormatError, match=says):
         load(p)
     with pytest.raises(TraceFormatError, match="cannot read"):

@@ -218,7 +218,7 @@ class TimelineRecorder:
     def build(self, bundles: Mapping[int, Any] | None = None) -> RankTimeline:
         """Turn the stopped recording into ``result`` (a ``RankTimeline``).
 
-        ``bundles``: already captured trace bundles (``core.traces.TraceBundle``) by ``id`` of the jitted module or
+        ``bundles``: already captured trace bundles (``core.trace_model.TraceBundle``) by ``id`` of the jitted module or
         of its compile data, so the names and module groups come from them instead of a second capture.
         """
         if not self._stopped:
@@ -504,7 +504,7 @@ class TimelineRecorder:
             try:
                 from thunderviz.core.collectives import ledger_from_bundle
                 from thunderviz.core.module_paths import top_group
-                from thunderviz.core.traces import capture
+                from thunderviz.core.capture import capture
 
                 bundle = _given_bundle(m, bundles)
                 if bundle is None:

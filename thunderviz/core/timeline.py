@@ -1,6 +1,6 @@
 """A measured per-rank timeline of one training run: steps, regions, collectives, attributed compute.
 
-The trace model (``core.traces``) says what thunder *planned*; this says what *happened*, in time, on every rank.
+The trace model (``core.trace_model``) says what thunder *planned*; this says what *happened*, in time, on every rank.
 Each rank records itself with torch.profiler (``core.profiling``) and produces a ``RankTimeline`` on its own
 monotonic clock together with clock samples taken around a collective rendezvous. ``Timeline.from_ranks`` puts
 the ranks on one clock (``align_clocks``: each rank's offset to rank 0 with a proven bound, see there) and
@@ -8,7 +8,8 @@ shifts every time to microseconds from the first recorded step, so ``core.timeli
 rank arrived last at all_gather #12, and who waited for it".
 
 Files: ``save``/``load`` write one versioned JSON per rank (as a torchrun job would) or one per timeline; every
-malformed file raises ``TraceFormatError`` naming the file and the field. ``save_chrome_trace`` writes the Trace
+malformed file raises ``TraceFormatError`` naming the file and the field (``core.timeline_file`` reads them through
+the same hardened gate as trace files, ``core.validate``). ``save_chrome_trace`` writes the Trace
 Event Format (one process per rank) that Perfetto and chrome://tracing open.
 
 No thunder, torch or IPython import here: timelines open and analyse anywhere.
@@ -555,11 +556,13 @@ def load(*paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], name
     rank_lists: list[RankTimeline] = []
     problems: list[str] = []
     names: list[str] = []
+    from thunderviz.core.timeline_file import read_timeline_file
+
     for p in flat:
-        doc = _read_doc(p)
-        names.append(doc["name"])
-        problems.extend(doc["problems"])
-        rank_lists.extend(doc["ranks"])
+        doc_name, doc_problems, doc_ranks = read_timeline_file(p)
+        names.append(doc_name)
+        problems.extend(doc_problems)
+        rank_lists.extend(doc_ranks)
     label = name or next((n for n in names if n), "")
     seen: dict[int, str] = {}
     for p, r in zip(flat, rank_lists, strict=False):
@@ -625,255 +628,7 @@ def align_clocks(samples: Mapping[int, Sequence[tuple[float, float]]]) -> tuple[
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Reading files: every field checked, every failure names the file and the field
-
-
-class _Bad(Exception):
-    def __init__(self, where: str, what: str) -> None:
-        super().__init__(f"{where}: {what}")
-        self.where, self.what = where, what
-
-
-def _read_doc(path: str | os.PathLike[str]) -> dict[str, Any]:
-    p = Path(path)
-    fix = "pass a file written by thunderviz.core.timeline.save or Timeline.save"
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise TraceFormatError(f"load({str(p)!r}): cannot read the file ({e.strerror or e}); {fix}.") from e
-    try:
-        doc = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as e:
-        msg = f"{e.msg} at line {e.lineno}" if isinstance(e, json.JSONDecodeError) else "nested too deeply"
-        raise TraceFormatError(f"load({str(p)!r}): not JSON ({msg}); {fix}.") from e
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT_NAME:
-        raise TraceFormatError(f'load({str(p)!r}): JSON without "format": "{FORMAT_NAME}"; {fix}.')
-    if doc.get("version") != FORMAT_VERSION:
-        raise TraceFormatError(
-            f"load({str(p)!r}): timeline format version {doc.get('version')!r}, this thunderviz reads version "
-            f"{FORMAT_VERSION}; record again with this version, or open it with the thunderviz that wrote it."
-        )
-    try:
-        ranks = _list(doc, "ranks", "")
-        return {
-            "name": _str(doc, "name", "", default=""),
-            "problems": [_as_str(x, f"problems[{i}]") for i, x in enumerate(_list(doc, "problems", "", default=[]))],
-            "ranks": [_rank_from(x, f"ranks[{i}]") for i, x in enumerate(ranks)],
-        }
-    except _Bad as e:
-        raise TraceFormatError(f"load({str(p)!r}): field {e.where} {e.what}; {fix}.") from None
-
-
-_MISSING = object()
-
-
-def _get(d: Any, key: str, where: str, default: Any = _MISSING) -> Any:
-    if not isinstance(d, dict):
-        raise _Bad(where or "(top level)", f"must be an object, got {type(d).__name__}")
-    if key not in d:
-        if default is _MISSING:
-            raise _Bad(_join(where, key), "is missing")
-        return default
-    return d[key]
-
-
-def _join(where: str, key: str) -> str:
-    return f"{where}.{key}" if where else key
-
-
-def _num(d: Any, key: str, where: str, default: Any = _MISSING, *, optional: bool = False) -> Any:
-    v = _get(d, key, where, default)
-    if v is None and optional:
-        return None
-    return _as_num(v, _join(where, key))
-
-
-def _as_num(v: Any, where: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise _Bad(where, f"must be a finite number, got {v!r}"[:200])
-    return float(v)
-
-
-def _int(d: Any, key: str, where: str, default: Any = _MISSING, *, optional: bool = False) -> Any:
-    v = _get(d, key, where, default)
-    if v is None and optional:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise _Bad(_join(where, key), f"must be an integer, got {v!r}"[:200])
-    return v
-
-
-def _str(d: Any, key: str, where: str, default: Any = _MISSING, *, optional: bool = False) -> Any:
-    v = _get(d, key, where, default)
-    if v is None and optional:
-        return None
-    return _as_str(v, _join(where, key))
-
-
-def _as_str(v: Any, where: str) -> str:
-    if not isinstance(v, str):
-        raise _Bad(where, f"must be a string, got {type(v).__name__}")
-    return v
-
-
-def _bool(d: Any, key: str, where: str, default: Any = _MISSING) -> bool:
-    v = _get(d, key, where, default)
-    if not isinstance(v, bool):
-        raise _Bad(_join(where, key), f"must be true or false, got {v!r}"[:200])
-    return v
-
-
-def _list(d: Any, key: str, where: str, default: Any = _MISSING) -> list[Any]:
-    v = _get(d, key, where, default)
-    if not isinstance(v, list):
-        raise _Bad(_join(where, key), f"must be a list, got {type(v).__name__}")
-    return v
-
-
-def _interval(d: Any, where: str, start: str = "start", end: str = "end") -> tuple[float, float]:
-    a, b = _num(d, start, where), _num(d, end, where)
-    if b < a:
-        raise _Bad(_join(where, end), f"is before {start} ({b} < {a})")
-    return a, b
-
-
-def _region_from(d: Any, where: str) -> Region:
-    a, b = _interval(d, where)
-    return Region(
-        kind=_str(d, "kind", where),
-        start=a,
-        end=b,
-        step=_int(d, "step", where),
-        name=_str(d, "name", where, default=""),
-    )
-
-
-def _segment_from(d: Any, where: str) -> Segment:
-    a, b = _interval(d, where)
-    return Segment(
-        group=_str(d, "group", where),
-        start=a,
-        end=b,
-        step=_int(d, "step", where),
-        trace=_str(d, "trace", where, default=""),
-        share=_num(d, "share", where, default=1.0),
-    )
-
-
-def _collective_from(d: Any, where: str) -> CollectiveEvent:
-    a, b = _interval(d, where, "issue_start", "issue_end")
-    start, end = _num(d, "start", where, None, optional=True), _num(d, "end", where, None, optional=True)
-    if start is not None and end is not None and end < start:
-        raise _Bad(_join(where, "end"), f"is before start ({end} < {start})")
-    ws, we = _num(d, "wait_start", where, None, optional=True), _num(d, "wait_end", where, None, optional=True)
-    if ws is not None and we is not None and we < ws:
-        raise _Bad(_join(where, "wait_end"), f"is before wait_start ({we} < {ws})")
-    shape = _get(d, "shape", where, None)
-    if shape is not None:
-        if not isinstance(shape, list) or not all(isinstance(x, int) and not isinstance(x, bool) for x in shape):
-            raise _Bad(_join(where, "shape"), "must be a list of integers or null")
-        shape = tuple(shape)
-    index = _int(d, "index", where)
-    if index < 1:
-        raise _Bad(_join(where, "index"), f"must be >= 1, got {index}")
-    return CollectiveEvent(
-        step=_int(d, "step", where),
-        index=index,
-        kind=_str(d, "kind", where),
-        tensor=_str(d, "tensor", where),
-        issue_start=a,
-        issue_end=b,
-        start=start,
-        end=end,
-        wait_start=ws,
-        wait_end=we,
-        sync=_bool(d, "sync", where, default=False),
-        shape=shape,
-        dtype=_str(d, "dtype", where, None, optional=True),
-        bytes=_int(d, "bytes", where, None, optional=True),
-        group_size=_int(d, "group_size", where, None, optional=True),
-        region=_str(d, "region", where, default=""),
-        trace=_str(d, "trace", where, None, optional=True),
-        group=_str(d, "group", where, None, optional=True),
-        ledger_position=_int(d, "ledger_position", where, None, optional=True),
-        op_index=_int(d, "op_index", where, None, optional=True),
-        wait_op_index=_int(d, "wait_op_index", where, None, optional=True),
-    )
-
-
-def _ops_from(d: Any, where: str) -> OpTable:
-    names = [_as_str(x, f"{where}.names[{i}]") for i, x in enumerate(_list(d, "names", where))]
-    cols = {k: _list(d, k, where) for k in ("name_ids", "start", "dur", "lane")}
-    n = len(cols["start"])
-    for k, v in cols.items():
-        if len(v) != n:
-            raise _Bad(_join(where, k), f"has {len(v)} entries, start has {n}")
-    ids = []
-    for i, x in enumerate(cols["name_ids"]):
-        if isinstance(x, bool) or not isinstance(x, int) or not 0 <= x < len(names):
-            raise _Bad(f"{where}.name_ids[{i}]", f"must index names (0..{len(names) - 1}), got {x!r}"[:200])
-        ids.append(x)
-    start = [_as_num(x, f"{where}.start[{i}]") for i, x in enumerate(cols["start"])]
-    dur = []
-    for i, x in enumerate(cols["dur"]):
-        v = _as_num(x, f"{where}.dur[{i}]")
-        if v < 0:
-            raise _Bad(f"{where}.dur[{i}]", f"must be >= 0, got {v}")
-        dur.append(v)
-    lane = []
-    for i, x in enumerate(cols["lane"]):
-        if x not in (0, 1) or isinstance(x, bool):
-            raise _Bad(f"{where}.lane[{i}]", f"must be 0 (CPU) or 1 (GPU), got {x!r}"[:200])
-        lane.append(x)
-    return OpTable(names=names, name_ids=ids, start=start, dur=dur, lane=lane)
-
-
-def _rank_from(d: Any, where: str) -> RankTimeline:
-    rank, world = _int(d, "rank", where), _int(d, "world_size", where)
-    if world < 1 or not 0 <= rank < world:
-        raise _Bad(_join(where, "rank"), f"must be in 0..world_size-1 (world_size {world}), got {rank}")
-    samples = []
-    for i, x in enumerate(_list(d, "clock_samples", where, default=[])):
-        w = f"{where}.clock_samples[{i}]"
-        if not isinstance(x, list) or len(x) != 2:
-            raise _Bad(w, "must be a [before, after] pair")
-        a, b = _as_num(x[0], w), _as_num(x[1], w)
-        if b < a:
-            raise _Bad(w, f"after is before before ({b} < {a})")
-        samples.append((a, b))
-    c = _get(d, "clock", where, {})
-    cw = _join(where, "clock")
-    unc = _num(c, "uncertainty", cw, 0.0, optional=True)
-    clock = ClockEstimate(
-        offset=_num(c, "offset", cw, 0.0),
-        uncertainty=math.inf if unc is None else unc,
-        rounds=_int(c, "rounds", cw, 0),
-        method=_str(c, "method", cw, "none"),
-    )
-    return RankTimeline(
-        rank=rank,
-        world_size=world,
-        steps=[_region_from(x, f"{where}.steps[{i}]") for i, x in enumerate(_list(d, "steps", where))],
-        regions=[_region_from(x, f"{where}.regions[{i}]") for i, x in enumerate(_list(d, "regions", where, []))],
-        collectives=[
-            _collective_from(x, f"{where}.collectives[{i}]") for i, x in enumerate(_list(d, "collectives", where, []))
-        ],
-        segments=[_segment_from(x, f"{where}.segments[{i}]") for i, x in enumerate(_list(d, "segments", where, []))],
-        ops=_ops_from(
-            _get(d, "ops", where, {"names": [], "name_ids": [], "start": [], "dur": [], "lane": []}),
-            _join(where, "ops"),
-        ),
-        clock_samples=samples,
-        clock=clock,
-        aligned=_bool(d, "aligned", where, default=False),
-        host=_str(d, "host", where, ""),
-        pid=_int(d, "pid", where, 0),
-        device=_str(d, "device", where, "cpu"),
-        backend=_str(d, "backend", where, ""),
-        step_rule=_str(d, "step_rule", where, ""),
-        warmup_included=_bool(d, "warmup_included", where, default=False),
-        notes=[_as_str(x, f"{where}.notes[{i}]") for i, x in enumerate(_list(d, "notes", where, []))],
-    )
+# Writing files (reading them is ``core.timeline_file``'s job)
 
 
 def _write_json(doc: Mapping[str, Any], path: str | os.PathLike[str]) -> Path:
