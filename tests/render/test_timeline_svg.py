@@ -77,3 +77,22 @@ def test_a_real_run_draws_one_lane_per_rank_and_names_the_straggler():
     assert [g.get("data-rank") for g in lanes] == ["0", "1"]
     assert len(svg) < 400_000  # merged busy intervals, not one rectangle per op
     assert "Straggler: rank 1 arrived last" in timeline_html(tl)
+
+
+@pytest.mark.timeout(600)
+def test_saved_rank_files_open_later_in_the_offline_page(tmp_path, capsys):
+    """A torchrun job's per-rank files, rendered like trace files: ``thunderviz render --timeline FILES``."""
+    from thunderviz.cli import main
+    from thunderviz.core.timeline import load
+    from thunderviz.render.html import render_html
+
+    files = [r.path for r in recorded("fsdp")]
+    page = render_html([], title="t", timeline=load(*files))
+    assert "<h2>Timeline</h2>" in page and "Straggler: rank 1 arrived last" in page and "No traces." not in page
+    with pytest.raises(TypeError, match=r"render_html\(timeline=...\): expected a thunderviz Timeline"):
+        render_html([], timeline=files)
+    out = tmp_path / "report.html"
+    assert main(["render", "--timeline", *files, "--out", str(out), "--no-svg"]) == 0
+    assert "Straggler: rank 1 arrived last" in out.read_text(encoding="utf-8")
+    assert main(["render", "--out", str(out)]) == 1
+    assert "give trace files, --timeline files (one per rank), or both" in capsys.readouterr().err
