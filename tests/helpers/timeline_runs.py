@@ -2,9 +2,9 @@
 
 Each rank builds a 1-block GPT under ``ThunderFSDPStrategy`` through Fabric, runs STEPS + 2 training steps inside
 ``record_timeline(steps=STEPS)`` (rank 1 sleeps SLEEP_S before every backward, the straggler the analysis must
-name), saves its recording to its own file as a torchrun job would, and reports what it checked from inside
-(patches undone, recording stopped by itself). Run it by hand to refresh the files:
-``python -m tests.helpers.timeline_runs DIR``.
+name), saves its recording to its own file as a torchrun job would (and the model's trace bundle next to it, for a
+graph of the same run), and reports what it checked from inside (patches undone, recording stopped by itself).
+Run it by hand to refresh the files: ``python -m tests.helpers.timeline_runs DIR``.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ MODEL_KW = {"vocab_size": 64, "block_size": 16, "d_model": 32, "n_layer": 1, "n_
 class RankRun:
     rank: int
     path: str
+    traces: str
     restored: bool
     recording_after: bool
     boundaries: int
@@ -65,7 +66,12 @@ def record_fsdp(rank: int, world_size: int, out_dir: str, kind: str = "fsdp", sl
     restored = all(getattr(dist, n) is f for n, f in originals.items()) and "backward" not in vars(fabric)
     path = str(Path(out_dir) / f"{kind}-rank{rank}.json")
     rec.save(path)
-    return RankRun(rank, path, restored, recording_after, rec._boundaries)
+    from thunderviz.core.capture import capture
+    from thunderviz.core.trace_file import save
+
+    traces = str(Path(out_dir) / f"{kind}-traces-rank{rank}.json")
+    save(capture(model, name="TinyGPT", rank=rank, stages=False), traces)
+    return RankRun(rank, path, traces, restored, recording_after, rec._boundaries)
 
 
 @functools.cache
