@@ -52,7 +52,8 @@ def _run_render(args: argparse.Namespace) -> int:
     from thunderviz.render.html import render_html
 
     if not args.traces and not args.timeline:
-        raise RuntimeError("give trace files, --timeline files (one per rank), or both")
+        print("thunderviz render: give trace files, --timeline files (one per rank), or both", file=sys.stderr)
+        raise SystemExit(2)  # a usage error, as argparse reports a missing argument
     bundles = []
     for path in args.traces:
         bundles.extend(load(path))
