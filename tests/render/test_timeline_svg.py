@@ -94,5 +94,7 @@ def test_saved_rank_files_open_later_in_the_offline_page(tmp_path, capsys):
     out = tmp_path / "report.html"
     assert main(["render", "--timeline", *files, "--out", str(out), "--no-svg"]) == 0
     assert "Straggler: rank 1 arrived last" in out.read_text(encoding="utf-8")
-    assert main(["render", "--out", str(out)]) == 1
+    with pytest.raises(SystemExit) as exit_info:
+        main(["render", "--out", str(out)])
+    assert exit_info.value.code == 2
     assert "give trace files, --timeline files (one per rank), or both" in capsys.readouterr().err
