@@ -152,9 +152,9 @@ def timeline_svg(timeline: Timeline, *, width: int = 960, t0: float | None = Non
                             f"rank {rank} blocked by {col.label} (step {col.step}): {_ms(b - a)}",
                         )
                     )
-        # communication work
+        # communication work: the longest first, so a short collective is never hidden under a long one
         row = y + 2 * _ROW_H
-        for col in t.collectives:
+        for col in sorted(t.collectives, key=lambda k: -((k.end or 0.0) - (k.start or 0.0))):
             if col.start is not None and col.end is not None:
                 parts.append(
                     rect(

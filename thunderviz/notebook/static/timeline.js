@@ -165,13 +165,19 @@ function render({ model, el: host }) {
             items.push({ kind: "wait", rank: r.rank, i });
           }
         }
-        const s = k[7] !== null ? k[7] : k[5];
-        const e = k[8] !== null ? k[8] : k[6];
+      });
+      // Communication in flight: concurrent collectives share the row, so the longest are drawn first and the
+      // shorter ones on top (a short collective is never hidden under a long one), and the selected one last.
+      const inFlight = r.coll.map((k, i) => [k, i, k[7] !== null ? k[7] : k[5], k[8] !== null ? k[8] : k[6]]);
+      const onTop = (k) => (`${k[1]}:${k[2]}` === selectedKey ? 1 : 0);
+      inFlight.sort((p, q) => onTop(p[0]) - onTop(q[0]) || (q[3] - q[2]) - (p[3] - p[2]));
+      for (const [k, i, s, e] of inFlight) {
+        const key = `${k[1]}:${k[2]}`;
         if (vis(s, e)) {
           rect(s, e, y3 + 1, ROW - 2, c.collective, c.collective_border, ` class="tl-coll${key === selectedKey ? " tl-sel" : ""}" data-item="${items.length}" data-key="${key}" data-rank="${r.rank}"`);
           items.push({ kind: "coll", rank: r.rank, i });
         }
-      });
+      }
       for (const sp of hlSpans[r.rank] || []) {
         if (vis(sp[0], sp[1])) rect(sp[0], sp[1], y, rankH - 6, "none", c.highlight, ' class="tl-hl" stroke-width="2"');
       }
