@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from thunderviz.core.profiling import record_timeline
-from thunderviz.core.timeline import Timeline, align_clocks, load, save
+from thunderviz.core.timeline import CollectiveEvent, RankTimeline, Region, Timeline, align_clocks, load, save
 from thunderviz.core.timeline_analysis import intersect, subtract, total, union
 from thunderviz.core.timeline_build import (
     CollectiveMeta,
@@ -322,3 +322,27 @@ def test_the_timeline_model_opens_without_thunder_or_ipython():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+@pytest.mark.parametrize(("late_us", "named"), [(2000.0, True), (100.0, False)])
+def test_a_straggler_is_named_only_when_the_waiting_it_caused_matters(late_us, named):
+    """10 ms recorded; rank 1 arrives late_us after rank 0, which waits for it: 20% of the time is a straggler,
+    1% is two ranks taking turns (STRAGGLER_SHARE is 5%)."""
+
+    def rank(r: int, arrive: float) -> RankTimeline:
+        c = CollectiveEvent(
+            step=2, index=1, kind="all_reduce", tensor="t", issue_start=arrive, issue_end=late_us + 50, sync=True
+        )
+        steps = [Region("step", 0.0, 10_000.0, 2)]
+        return RankTimeline(rank=r, world_size=2, steps=steps, collectives=[c], aligned=True)
+
+    a = Timeline.from_ranks([rank(0, 0.0), rank(1, late_us)]).analysis()
+    assert a.stragglers()[0].rank == 1
+    if named:
+        assert a.straggler().rank == 1 and a.summary()[0].startswith("Straggler: rank 1 arrived last at 1 of 1")
+    else:
+        assert a.straggler() is None
+        assert a.summary()[0] == (
+            "No clear straggler: the most waiting one rank caused was rank 1's 0.10 ms in total, 1.0% of the "
+            "10.0 ms recorded."
+        )

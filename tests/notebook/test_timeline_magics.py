@@ -68,7 +68,7 @@ def test_a_timeline_cell_returns_a_report_with_the_straggler_named(shell) -> Non
     )
     assert isinstance(report, RunReport) and shell.user_ns["timed"] is report
     assert report.timeline.steps == [2, 3] and report.timeline.rank_ids == [0, 1]
-    assert report.timeline.analysis().stragglers()[0].rank == 1
+    assert report.timeline.analysis().straggler().rank == 1
     assert "Straggler: rank 1 arrived last" in report._repr_html_()
 
 

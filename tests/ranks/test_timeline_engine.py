@@ -76,7 +76,7 @@ def test_the_report_carries_a_timeline_that_names_the_sleeping_rank(pool, tmp_pa
     assert report.problems == [] and tl.rank_ids == [0, 1] and tl.steps == [2, 3, 4]
     assert tl.name == "thunder_fsdp"
     assert all(t.collectives and t.segments for t in tl.ranks.values())  # named from the report's own bundles
-    assert tl.analysis().stragglers()[0].rank == 1
+    assert tl.analysis().straggler().rank == 1
     page = report.to_html()
     assert "<svg" in page and "Straggler: rank 1 arrived last" in page and "class='thunderviz-timeline-static'" in page
     doc = json.loads(report.timeline.save_chrome_trace(tmp_path / "trace.json").read_text())

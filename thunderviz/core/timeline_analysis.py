@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from thunderviz.core.timeline import CollectiveEvent, Timeline
 
 __all__ = [
+    "STRAGGLER_SHARE",
     "CollectiveWait",
     "RankBreakdown",
     "Straggler",
@@ -39,6 +40,9 @@ __all__ = [
 ]
 
 Interval = tuple[float, float]
+
+#: ``summary`` names a straggler when the waiting it caused is at least this share of the recorded time.
+STRAGGLER_SHARE = 0.05
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -230,12 +234,33 @@ class TimelineAnalysis:
         ]
         return sorted(out, key=lambda s: -s.caused_wait)
 
+    def straggler(self) -> Straggler | None:
+        """The rank that held the others up, when the waiting it caused is at least ``STRAGGLER_SHARE`` of the
+        recorded time (see ``summary``); None when no rank stands out."""
+        st = self.stragglers()
+        if st and st[0].caused_wait >= STRAGGLER_SHARE * self.timeline.duration:
+            return st[0]
+        return None
+
     def summary(self) -> list[str]:
-        """Sentences a person reads first: the straggler (if any), and the worst collectives."""
+        """Sentences a person reads first: the straggler (if any), and the worst collectives.
+
+        A rank is called the straggler when the waiting it caused is at least ``STRAGGLER_SHARE`` of the recorded
+        time; below that, ranks that take turns arriving last by a few milliseconds (what two ranks sharing CPUs
+        do) are reported as no clear straggler, with the numbers.
+        """
         lines = []
         st = self.stragglers()
-        if st:
-            lines.append("Straggler: " + st[0].message)
+        recorded = self.timeline.duration
+        top = self.straggler()
+        if top is not None:
+            lines.append("Straggler: " + top.message)
+        elif st:
+            share = st[0].caused_wait / recorded if recorded > 0 else 0.0
+            lines.append(
+                f"No clear straggler: the most waiting one rank caused was rank {st[0].rank}'s "
+                f"{_ms(st[0].caused_wait)} in total, {share:.1%} of the {_ms(recorded)} recorded."
+            )
         else:
             lines.append("No straggler: no rank made another wait 50 us or more at any collective.")
         for w in self.collectives()[:3]:

@@ -271,8 +271,8 @@ class TimelineView(anywidget.AnyWidget):
 
     def __repr__(self) -> str:
         tl = self._timeline
-        st = tl.analysis().stragglers() if tl.steps else []
-        who = f"straggler: rank {st[0].rank}" if st else "no straggler"
+        top = tl.analysis().straggler() if tl.steps else None
+        who = f"straggler: rank {top.rank}" if top is not None else "no clear straggler"
         n = sum(len(r.collectives) for r in tl.ranks.values())
         return f"TimelineView({tl.name or 'run'}: {len(tl.ranks)} ranks, {len(tl.steps)} steps, {n} collectives; {who})"
 

@@ -1,7 +1,8 @@
 """A static SVG picture of a ``Timeline``: one lane per rank, for nbconvert, GitHub and the offline HTML report.
 
 No script: each rank's lane has three rows (regions; the main thread, with collective waits marked; the
-backend's communication work), a millisecond axis, and a ``<title>`` on every collective so a hover names it.
+backend's communication work), a millisecond axis, and a ``<title>`` on every collective wide enough to point at,
+so a hover names it.
 Collectives use the colours of the trace graph (``render.graph``: collectives orange, waits yellow, module
 blocks blue), so a collective looks the same in both pictures. Every name from user code is escaped.
 
@@ -152,22 +153,28 @@ def timeline_svg(timeline: Timeline, *, width: int = 960, t0: float | None = Non
                             f"rank {rank} blocked by {col.label} (step {col.step}): {_ms(b - a)}",
                         )
                     )
-        # communication work: the longest first, so a short collective is never hidden under a long one
+        # communication work: where any was in flight (merged at this resolution, as the busy row), and on top
+        # each collective wide enough to point at, with its name; the longest first, so a short one is never
+        # hidden under a long one. (A 20-step GPT has thousands of sub-pixel collectives: one rectangle and one
+        # title each made a 1 MB picture.)
         row = y + 2 * _ROW_H
-        for col in sorted(t.collectives, key=lambda k: -((k.end or 0.0) - (k.start or 0.0))):
-            if col.start is not None and col.end is not None:
-                parts.append(
-                    rect(
-                        col.start,
-                        col.end,
-                        row + 1,
-                        _ROW_H - 2,
-                        c["collective"],
-                        c["collective_border"],
-                        f"rank {rank} {col.label} (step {col.step}): {_ms(col.end - col.start)}",
-                        f' data-step="{col.step}" data-index="{col.index}"',
-                    )
+        spans = [(k.start, k.end) for k in t.collectives if k.start is not None and k.end is not None]
+        for a, b in _merge(union(spans), res):
+            parts.append(rect(a, b, row + 3, _ROW_H - 6, c["collective"]))
+        wide = [k for k in t.collectives if k.start is not None and k.end is not None and k.end - k.start >= 2 * res]
+        for col in sorted(wide, key=lambda k: -(k.end - k.start)):
+            parts.append(
+                rect(
+                    col.start,
+                    col.end,
+                    row + 1,
+                    _ROW_H - 2,
+                    c["collective"],
+                    c["collective_border"],
+                    f"rank {rank} {col.label} (step {col.step}): {_ms(col.end - col.start)}",
+                    f' data-step="{col.step}" data-index="{col.index}"',
                 )
+            )
         parts.append("</g>")
         y += rank_h + _GAP
     parts.append("</svg>")
