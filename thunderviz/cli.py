@@ -19,7 +19,15 @@ __all__ = ["main"]
 
 def _add_render_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
-        "traces", nargs="+", type=Path, help="trace files written by thunderviz.save (one per rank is usual)"
+        "traces", nargs="*", type=Path, help="trace files written by thunderviz.save (one per rank is usual)"
+    )
+    p.add_argument(
+        "--timeline",
+        nargs="+",
+        type=Path,
+        default=[],
+        metavar="FILE",
+        help="timeline files written by record_timeline(...).save, one per rank: adds the measured timeline",
     )
     p.add_argument(
         "--out", "-o", type=Path, default=Path("report.html"), help="HTML file to write (default: report.html)"
@@ -43,11 +51,19 @@ def _run_render(args: argparse.Namespace) -> int:
     from thunderviz.core.traces import load
     from thunderviz.render.html import render_html
 
+    if not args.traces and not args.timeline:
+        print("thunderviz render: give trace files, --timeline files (one per rank), or both", file=sys.stderr)
+        raise SystemExit(2)  # a usage error, as argparse reports a missing argument
     bundles = []
     for path in args.traces:
         bundles.extend(load(path))
-    title = args.title or "thunderviz: " + ", ".join(p.name for p in args.traces)
-    page = render_html(bundles, title=title, svg=args.svg, diff=args.diff)
+    timeline = None
+    if args.timeline:
+        from thunderviz.core.timeline import load as load_timeline
+
+        timeline = load_timeline(*args.timeline)
+    title = args.title or "thunderviz: " + ", ".join(p.name for p in [*args.traces, *args.timeline])
+    page = render_html(bundles, title=title, svg=args.svg, diff=args.diff, timeline=timeline)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(page, encoding="utf-8")
     print(f"wrote {args.out} ({len(bundles)} traces, {len(page) // 1024} KiB)")

@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.gpt_traces import decisions_for, gpt_trace_files
+from tests.helpers.timeline_runs import recorded
 
 CHROMIUM = "/usr/bin/chromium"
 HERE = Path(__file__).parent
@@ -87,9 +88,11 @@ class Lab:
         return path
 
 
-def _expected(files: dict[str, list[str]]) -> dict[str, Any]:
+def _expected(files: dict[str, list[str]], timeline_run: dict[str, list[str]]) -> dict[str, Any]:
     """The values the DOM must show, computed with the same widget classes from the same trace files."""
+    from thunderviz.core.timeline import load
     from thunderviz.notebook.compare import compare
+    from thunderviz.notebook.timeline_widget import TimelineView
     from thunderviz.notebook.widgets import TraceView
 
     view = TraceView(files["fsdp"], trace="backward")
@@ -103,7 +106,13 @@ def _expected(files: dict[str, list[str]]) -> dict[str, Any]:
     cmp = compare(files["ddp"], files["fsdp"], trace="backward")
     decisions = decisions_for(files["fsdp"][0])
     assert decisions, "the FSDP run logged no jit decision"
+    timeline = TimelineView(load(*timeline_run["timelines"]))
+    worst = timeline.select_worst()
+    assert worst["last_rank"] == 1, worst  # rank 1 slept: the model must name it, or the browser check means nothing
+    block_spans = timeline.show_group("blocks.0")
     return {
+        "timeline_worst": {"key": timeline.data["worst"], "label": worst["label"], "message": worst["message"]},
+        "timeline_block_spans": sum(len(v) for v in block_spans.values()),
         "collective_nodes": collective_nodes,
         "groups": [g["name"] for g in pane["groups"]],
         "all_gather": ag[0],
@@ -120,8 +129,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 
     t_start = time.monotonic()
     files = gpt_trace_files()
+    timeline_run = {"timelines": [r.path for r in recorded()], "traces": [r.traces for r in recorded()]}
     t_traces = time.monotonic()
-    expected = _expected(files)
+    expected = _expected(files, timeline_run)
     root = tmp_path_factory.mktemp("lab")
     shutil.copy(HERE / "widgets_tour.ipynb", root / "tour.ipynb")
     port, token = _free_port(), secrets.token_hex(16)
@@ -129,6 +139,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     env = dict(
         os.environ,
         THUNDERVIZ_WIDGET_TRACES=json.dumps(files),
+        THUNDERVIZ_TIMELINE_RUN=json.dumps(timeline_run),
         JUPYTER_CONFIG_DIR=str(root / ".cfg"),
         PYTHONPATH=pypath,
         JUPYTER_RUNTIME_DIR=str(root / ".runtime"),
@@ -203,6 +214,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             page.locator(".tv-root[data-mode=compare][data-drawn]").first.wait_for(timeout=60_000)
             page.locator(".tv-rank[data-state=done]").nth(1).wait_for(timeout=60_000)
             page.locator(".tv-root[data-mode=trace][data-drawn]").nth(1).wait_for(timeout=120_000)
+            page.locator(".tl-root[data-drawn]").first.wait_for(timeout=120_000)
             timings["run_all_s"] = time.monotonic() - t0
             yield Lab(page, errors, expected, timings)
             ctx.close()
@@ -352,6 +364,65 @@ def test_markup_from_user_code_stays_text(lab: Lab) -> None:
     assert root.locator("script, iframe, foreignObject").count() == 0  # ... and never became elements
     assert not [e for e in lab.errors if e.startswith("dialog")]
     lab.shot("08-markup-stays-text", root)
+
+
+# ---------------------------------------------------------------------------------------------- the timeline widget
+
+# Concurrent collectives overlap in the communication row: a point where this rectangle is the one on top.
+_VISIBLE_POINT = """
+(el) => {
+  const b = el.getBoundingClientRect();
+  for (let x = b.left + 1; x < b.right; x += 1) {
+    if (document.elementFromPoint(x, b.top + b.height / 2) === el) return [x, b.top + b.height / 2];
+  }
+  return null;
+}
+"""
+
+
+def _timeline_root(lab: Lab) -> Any:
+    root = lab.page.locator(".tl-root").first
+    root.scroll_into_view_if_needed()
+    return root
+
+
+def test_timeline_has_a_lane_per_rank_and_names_the_slowed_rank(lab: Lab) -> None:
+    root = _timeline_root(lab)
+    assert root.locator("g.tl-lane").evaluate_all("els => els.map(e => e.dataset.rank)") == ["0", "1"]
+    for rank in ("0", "1"):
+        assert root.locator(f"g.tl-lane[data-rank='{rank}'] rect.tl-coll").count() > 0
+    assert root.locator(".tl-summary .tl-line").first.inner_text().startswith("Straggler: rank 1 arrived last")
+    lab.shot("09-timeline", root)
+
+
+def test_timeline_click_on_a_collective_shows_every_ranks_arrival(lab: Lab) -> None:
+    root = _timeline_root(lab)
+    worst = lab.expected["timeline_worst"]
+    point = None
+    for rank in ("0", "1"):  # the rank that waited has a long span; the late rank's may lie under the next one
+        rect = root.locator(f"g.tl-lane[data-rank='{rank}'] rect.tl-coll[data-key='{worst['key']}']").first
+        point = point or rect.evaluate(_VISIBLE_POINT)
+    assert point is not None, f"collective {worst['key']} is hidden under others on both ranks"
+    lab.page.mouse.click(point[0], point[1])
+    root.locator(".tl-details-title").wait_for(timeout=10_000)
+    assert root.locator(".tl-details-title").inner_text() == worst["label"]
+    assert root.locator(".tl-arrivals tr[data-rank]").count() == 2
+    last = root.locator(".tl-arrivals tr.tl-last")
+    assert last.get_attribute("data-rank") == "1" and "arrived last" in last.inner_text()
+    assert root.locator(".tl-message").inner_text() == worst["message"]
+    lab.shot("10-timeline-arrivals", root)
+
+
+def test_a_graph_node_outlines_its_spans_on_the_timeline(lab: Lab) -> None:
+    graph = lab.page.locator(".tv-root[data-mode=trace]").nth(2)  # the graph of the timeline's own run
+    graph.scroll_into_view_if_needed()
+    graph.locator("svg g.node.tv-kind-group", has_text="blocks.0").first.click()
+    root = _timeline_root(lab)
+    n = lab.expected["timeline_block_spans"]
+    root.locator(".tl-group", has_text=f"blocks.0: {n} span(s) outlined").wait_for(timeout=20_000)
+    for rank in ("0", "1"):
+        assert root.locator(f"g.tl-lane[data-rank='{rank}'] rect.tl-hl").count() > 0
+    lab.shot("11-timeline-graph-node-spans", root)
 
 
 def test_rank_status_and_no_console_errors(lab: Lab) -> None:

@@ -124,6 +124,9 @@ def test_pip_install_then_thunderviz_demo_runs_the_packaged_tutorial(tmp_path: P
     assert re.search(r"\d+ all_gather, \d+ reduce_scatter, \d+ wait; ranks agree", story)
     assert re.search(r"\d+ all_reduce, \d+ wait; ranks agree", story)
     assert "MISMATCH" not in story and "problem:" not in story
+    # the timeline section: rank 1 slept before backward, and the demo's story names it
+    assert re.search(r"^\[slow\] thunder_fsdp.*(\n  .*)*\n  timeline: Straggler: rank 1 arrived last", story, re.M)
+    assert "<h4>Timeline: thunder_fsdp (2 ranks, 3 steps)</h4>" in page and "<svg" in page
     assert f"report: {report}" in story
     assert f"work through the tutorial yourself: jupyter lab --ip=127.0.0.1 {out / 'tutorial.ipynb'}" in story
     assert (out / "tutorial.ipynb").read_text(encoding="utf-8") == "my edited copy"

@@ -71,6 +71,8 @@ def summarize(reports: dict[str, Any]) -> str:
             lines.append(f"  {obj}: {counts}; {agree}")
         if not report.decisions and not report.ledgers:
             lines.append("  (no model was set up or traced in this cell)")
+        if getattr(report, "timeline_data", None) is not None:  # a --timeline cell: who held the others up
+            lines.append(f"  timeline: {report.timeline.analysis().summary()[0]}")
         lines.extend(f"  problem: {p}" for p in report.problems)
     return "\n".join(lines) + "\n"
 

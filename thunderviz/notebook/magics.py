@@ -16,7 +16,16 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, argument_group, magic_arguments, parse_argstring
 
 from thunderviz.core.decisions import BUCKETING_STRATEGIES, SHARDING_STRATEGIES
-from thunderviz.ranks import BACKENDS, DEFAULT_TIMEOUT_S, OUTPUT_MODES, RankEngine, RankUsageError, StrategySpec
+from thunderviz.notebook.timeline_cell import STEPS_HELP, TIMELINE_HELP, steps_arg, timeline_options
+from thunderviz.ranks import (
+    BACKENDS,
+    DEFAULT_TIMEOUT_S,
+    OUTPUT_MODES,
+    CellError,
+    RankEngine,
+    RankUsageError,
+    StrategySpec,
+)
 from thunderviz.ranks.topology import check_local_backend
 
 __all__ = ["ThundervizMagics", "register"]
@@ -77,6 +86,8 @@ def _common_arguments(func: Any) -> Any:
         argument("--name", type=_identifier, default=None, help="store the report in this variable"),
         argument("--output", choices=list(OUTPUT_MODES), default="all",
                  help="whose stdout/stderr to stream into the cell (default all)"),
+        argument("--timeline", action="store_true", help=TIMELINE_HELP),
+        argument("--steps", type=steps_arg, default=None, metavar="N", help=STEPS_HELP),
     ]
     for decorate in reversed(decorators):
         func = decorate(func)
@@ -187,10 +198,17 @@ class ThundervizMagics(Magics):
         if executors:
             options["executors"] = executors
         spec = StrategySpec(kind, options)
+        timeline = timeline_options(args)
         self._status = _LiveStatus(args.nproc, label=f"%%{kind}")
         try:
             engine = self._pool(args)
-            report = engine.run(cell, strategy=spec, output=args.output)
+            report = engine.run(cell, strategy=spec, output=args.output, **timeline)
+        except CellError as exc:
+            if exc.partial_report is not None:  # --timeline: what the ranks that returned recorded
+                from IPython.display import display
+
+                display(exc.partial_report)
+            raise
         finally:
             status, self._status = self._status, None
             status.close(self.engine.phases if self.engine is not None else None)

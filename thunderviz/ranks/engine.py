@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import psutil
@@ -34,7 +35,14 @@ from thunderviz.ranks import inside_rank
 from thunderviz.ranks.cluster import AttachedCluster, LocalCluster, RankCluster
 from thunderviz.ranks.driver import OUTPUT_MODES, Outcome, drive, output_filter
 from thunderviz.ranks.failures import CellError, RankFailure, RankUsageError, cell_error
-from thunderviz.ranks.protocol import REPORT_DATA_KEY, CellConfig, RankSetup, StrategySpec, missing_report
+from thunderviz.ranks.protocol import (
+    DEFAULT_TIMELINE_STEPS,
+    REPORT_DATA_KEY,
+    CellConfig,
+    RankSetup,
+    StrategySpec,
+    missing_report,
+)
 from thunderviz.ranks.rendezvous import free_port
 from thunderviz.ranks.topology import (
     DEFAULT_TIMEOUT_S,
@@ -271,12 +279,16 @@ class RankEngine:
         strategy: StrategySpec | None = None,
         output: str = "all",
         collect: bool = True,
+        timeline: bool = False,
+        steps: int = DEFAULT_TIMELINE_STEPS,
     ) -> Any:
         """Run ``source`` on every rank; return a ``RunReport`` or raise ``CellError`` naming the failed ranks.
 
         ``strategy`` (re)configures ``fabric`` in every rank's namespace when it differs from the last cell's.
         ``output``: ``all`` streams every rank, ``rank0`` only rank 0, ``none`` nothing (all of it is kept in the
-        report either way).
+        report either way). ``timeline``: record ``steps`` training steps of the cell on every rank
+        (``RunReport.timeline``); when the cell fails, ``CellError.partial_report`` holds what the ranks that
+        returned recorded.
         """
         from thunderviz.ranks.report import RunReport
 
@@ -284,12 +296,13 @@ class RankEngine:
             raise RankUsageError(f"output must be one of {', '.join(OUTPUT_MODES)}, got {output!r}")
         if not isinstance(source, str):
             raise RankUsageError(f"source must be a string of Python code, got {type(source).__name__}")
+        spec = strategy.to_dict() if strategy is not None else None
+        config = CellConfig(strategy=spec, collect=collect, timeline=bool(timeline), steps=steps)  # checks steps
         self._ensure_ready()
         self._shows_output = output_filter(output)
         captured: dict[int, list[str]] = {}
         started = time.monotonic()
-        spec = strategy.to_dict() if strategy is not None else None
-        self._prepare(CellConfig(strategy=spec, collect=collect), captured)
+        self._prepare(config, captured)
         self._set_phase(self.ranks, "running")
         cell = {rank: self._view(rank).execute(source, block=False, silent=False) for rank in self.ranks}
         outcome = self._drive(cell, captured=captured, done_phase="done", flush_partial_lines=True)
@@ -297,8 +310,12 @@ class RankEngine:
         if outcome.failures:
             self._config = None  # snapshot again before the next cell
             self._after_failure(outcome.failures)
-            raise self._cell_error(outcome.failures)
-        collected = {rank: self._report_data(rank, request) for rank, request in cell.items()} if collect else {}
+            error = self._cell_error(outcome.failures)
+            if timeline:
+                error.partial_report = self._partial_report(cell, outcome, captured, spec, elapsed)
+            raise error
+        wanted = collect or timeline
+        collected = {rank: self._report_data(rank, request) for rank, request in cell.items()} if wanted else {}
         return RunReport.from_ranks(
             collected,
             outputs={r: "\n".join(lines) for r, lines in captured.items()},
@@ -306,6 +323,7 @@ class RankEngine:
             backend=self.backend,
             strategy=spec,
             seconds=elapsed,
+            timeline=timeline,
         )
 
     def _prepare(self, config: CellConfig, captured: dict[int, list[str]]) -> None:
@@ -313,7 +331,7 @@ class RankEngine:
         post-cell hook already took the snapshot, and a warm cell is one message per rank."""
         wanted = config
         if config.strategy is None and self._config is not None:
-            wanted = CellConfig(strategy=self._config.strategy, collect=config.collect)
+            wanted = replace(config, strategy=self._config.strategy)
         if wanted == self._config:
             return
         self._set_phase(self.ranks, "configuring")
@@ -332,6 +350,36 @@ class RankEngine:
             if data is not None:
                 return data
         return dict(missing_report(rank, "sent no report data (its output did not complete within 10 s)"))
+
+    def _partial_report(
+        self, cell: dict[int, Any], outcome: Outcome, captured: dict[int, list[str]], spec: Any, elapsed: float
+    ) -> Any:
+        """A failed ``--timeline`` cell's report from the ranks that returned (a rank that raised still sends what
+        it recorded before the error), the ranks that died or were killed named in its problems; None when no
+        rank returned anything."""
+        from thunderviz.ranks.report import RunReport
+
+        collected, lost = {}, {}
+        for rank, request in cell.items():
+            failure = outcome.failures.get(rank)
+            if failure is not None and failure.kind in ("died", "killed"):
+                lost[rank] = "died" if failure.kind == "died" else "was killed after a peer failed"
+                continue
+            data = (request.metadata.get("data") or {}).get(REPORT_DATA_KEY)
+            if data is not None:
+                collected[rank] = data
+        if not collected:
+            return None  # the error already names every rank; a report of nothing would only repeat it
+        return RunReport.from_ranks(
+            collected,
+            outputs={r: "\n".join(lines) for r, lines in captured.items()},
+            world_size=self.world_size,
+            backend=self.backend,
+            strategy=spec,
+            seconds=elapsed,
+            timeline=True,
+            failed_ranks=lost,
+        )
 
     def pull(self, name: str, rank: int = 0) -> Any:
         """The value of ``name`` in ``rank``'s namespace (pickled across)."""

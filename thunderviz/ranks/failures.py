@@ -77,7 +77,13 @@ class RankFailure:
 
 
 class CellError(RankError):
-    """A cell failed on one or more ranks; ``failures`` has every rank's story, ``rank`` the first to fail."""
+    """A cell failed on one or more ranks; ``failures`` has every rank's story, ``rank`` the first to fail.
+
+    ``partial_report``: for a ``--timeline`` cell, a ``RunReport`` of what the ranks that returned sent (their
+    recordings up to the failure); ``None`` otherwise.
+    """
+
+    partial_report: Any = None
 
     def __init__(self, message: str, failures: dict[int, RankFailure], *, restarted: bool) -> None:
         first = min(failures.values(), key=lambda f: (f.kind in ("killed", "interrupted"), f.rank))

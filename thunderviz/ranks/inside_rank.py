@@ -13,6 +13,7 @@ so the kernel can import it to name the functions it sends.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import traceback
@@ -49,7 +50,9 @@ class RankState:
     ``setup``: what ``set_up`` received; ``fabric``/``fabric_spec``: the ``Fabric`` we built and the spec it was built
     for; ``collect``: whether the hook gathers report data; ``calls_before``: call counts of jitted objects when the
     cell started (by ``id``, so nothing is kept alive); ``decisions_before``: length of the strategy's decision log
-    then; ``hook``: the registered ``post_run_cell`` callback.
+    then; ``hook``: the registered ``post_run_cell`` callback. With ``--timeline``: ``timeline_steps`` (0: off),
+    the ``recorder`` running between the ``pre_run_cell`` hook (``pre_hook``) and the post-cell hook, and the
+    problems met starting it.
     """
 
     setup: RankSetup | None = None
@@ -59,6 +62,10 @@ class RankState:
     calls_before: dict[int, int] = field(default_factory=dict)
     decisions_before: int = 0
     hook: Any = None
+    timeline_steps: int = 0
+    recorder: Any = None
+    timeline_problems: list[str] = field(default_factory=list)
+    pre_hook: Any = None
 
 
 STATE = RankState()
@@ -180,6 +187,7 @@ def prepare_cell(config: CellConfig) -> None:
     ns = _user_namespace()
     configure_fabric(ns, config.strategy)
     STATE.collect = bool(config.collect)
+    STATE.timeline_steps = config.steps if config.timeline else 0
     STATE.calls_before = snapshot_jitted_calls(ns)
 
 
@@ -275,10 +283,14 @@ def _targets(ns: dict[str, Any], calls_before: dict[int, int]) -> list[tuple[str
     return targets
 
 
-def collect(ns: dict[str, Any], calls_before: dict[int, int], *, keep_bundles: bool) -> ReportData:
+def collect(
+    ns: dict[str, Any], calls_before: dict[int, int], *, keep_bundles: bool, by_object: dict[int, Any] | None = None
+) -> ReportData:
     """What the report needs from this rank: this cell's decisions, traces, ledgers, memory.
 
     A part that cannot be gathered is named in ``problems`` instead of failing the cell that already ran.
+    ``by_object`` receives each captured bundle under the id of the object's compile data (the timeline names
+    its collectives from them instead of capturing the traces again).
     """
     rank = STATE.setup.rank if STATE.setup is not None else None
     result: ReportData = {
@@ -314,11 +326,20 @@ def collect(ns: dict[str, Any], calls_before: dict[int, int], *, keep_bundles: b
         try:
             bundle = capture(obj, name, rank=rank)
             result["ledgers"][name] = ledger_from_bundle(bundle)
+            if by_object is not None:
+                by_object[_compiled_key(obj)] = bundle
             if keep_bundles:
                 result["bundles"][name] = bundle
         except Exception:
             result["problems"].append(f"capturing {name!r} failed:\n" + traceback.format_exc())
     return result
+
+
+def _compiled_key(obj: Any) -> int:
+    import thunder
+
+    data = thunder.compile_data(obj)
+    return id(data) if data is not None else id(obj)
 
 
 def check_process_group(timeout_s: float) -> bool:
@@ -352,25 +373,63 @@ def _after_user_cell(result: Any) -> None:
     """
     ns = _user_namespace()
     data: ReportData | None = None
+    succeeded = bool(getattr(result, "success", False))
+    recorder, timeline_problems = _stop_timeline(failed=not succeeded)
+    captured: dict[int, Any] = {}
     try:
-        if result.success and STATE.collect:
-            data = collect(ns, STATE.calls_before, keep_bundles=True)
+        if succeeded and STATE.collect:
+            data = collect(ns, STATE.calls_before, keep_bundles=True, by_object=captured)
         STATE.calls_before = snapshot_jitted_calls(ns)
     except Exception:
         rank = STATE.setup.rank if STATE.setup is not None else None
         data = {"rank": rank, "problems": ["collecting after the cell failed:\n" + traceback.format_exc()]}
+    if STATE.timeline_steps or recorder is not None:
+        # sent also for a cell that raised: what ran before the error, for the partial report
+        data = data if data is not None else {"rank": STATE.setup.rank if STATE.setup is not None else None}
+        data.update(_finish_timeline(recorder, failed=not succeeded, bundles=captured, problems=timeline_problems))
     if data is not None:
         _publish({REPORT_DATA_KEY: data})
+
+
+def _before_user_cell(_info: Any) -> None:
+    """The ``pre_run_cell`` hook: with ``--timeline``, start recording this rank just before the user's code."""
+    if not STATE.timeline_steps:
+        return
+    from thunderviz.ranks.timeline_rank import start_cell_recording
+
+    fabric = _user_namespace().get("fabric")
+    STATE.recorder, STATE.timeline_problems = start_cell_recording(
+        STATE.timeline_steps, fabric=fabric, previous=STATE.recorder
+    )
+
+
+def _stop_timeline(*, failed: bool) -> tuple[Any, list[str]]:
+    """Stop this cell's recording, if one runs, before anything else the post-cell hook does."""
+    recorder, STATE.recorder = STATE.recorder, None
+    problems, STATE.timeline_problems = STATE.timeline_problems, []
+    if recorder is None:
+        return None, problems
+    from thunderviz.ranks.timeline_rank import stop_cell_recording
+
+    return recorder, problems + stop_cell_recording(recorder, failed=failed)
+
+
+def _finish_timeline(recorder: Any, *, failed: bool, bundles: dict[int, Any], problems: list[str]) -> dict[str, Any]:
+    from thunderviz.ranks.timeline_rank import finish_cell_recording
+
+    if recorder is not None:
+        _publish({PHASE_DATA_KEY: "collecting"})
+    return dict(finish_cell_recording(recorder, failed=failed, bundles=bundles, problems=problems))
 
 
 def _install_report_hook() -> None:
     from IPython import get_ipython
 
     events = get_ipython().events
-    if STATE.hook is not None:
-        try:
-            events.unregister("post_run_cell", STATE.hook)
-        except ValueError:
-            pass
+    for event, old in (("post_run_cell", STATE.hook), ("pre_run_cell", STATE.pre_hook)):
+        if old is not None:
+            with contextlib.suppress(ValueError):  # already gone
+                events.unregister(event, old)
     events.register("post_run_cell", _after_user_cell)
-    STATE.hook = _after_user_cell
+    events.register("pre_run_cell", _before_user_cell)
+    STATE.hook, STATE.pre_hook = _after_user_cell, _before_user_cell

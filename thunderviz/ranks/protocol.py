@@ -14,8 +14,9 @@ one cell's path can be read hop by hop. Three delivery mechanisms, each for one 
    cell costs one message per rank instead of a second round trip. While the hook captures traces it first
    publishes ``{PHASE_DATA_KEY: "collecting"}``, so the kernel can show that phase.
 
-A cell therefore sends: its source (1), preceded by a ``CellConfig`` (2) only when the strategy or the collect flag
-changed, or after a failure. It gets back: the reply (ok, or a ``RemoteError``), the output, and a ``ReportData``.
+A cell therefore sends: its source (1), preceded by a ``CellConfig`` (2) only when the strategy, the collect flag
+or the timeline flags changed, or after a failure. It gets back: the reply (ok, or a ``RemoteError``), the output,
+and a ``ReportData``.
 
 The rank's namespace holds ``NAMESPACE_NAMES`` (the names a user's cell can rely on) and nothing else of ours: the
 rank's bookkeeping (set-up info, the strategy spec in use, call counts before the cell) lives in
@@ -31,6 +32,7 @@ from thunderviz.ranks.failures import RankUsageError
 from thunderviz.strategies.registry import STRATEGY_NAMES
 
 __all__ = [
+    "DEFAULT_TIMELINE_STEPS",
     "FABRIC_STRATEGY_KIND",
     "NAMESPACE_NAMES",
     "PHASE_DATA_KEY",
@@ -90,13 +92,30 @@ class RankSetup:
         return asdict(self)
 
 
+#: How many steps ``--timeline`` records after the first when ``--steps`` is not given.
+DEFAULT_TIMELINE_STEPS = 5
+
+
 @dataclass(frozen=True)
 class CellConfig:
     """What a cell sends before its source when something changed: the strategy (``StrategySpec.to_dict()``, or
-    ``None`` to keep the current ``fabric``) and whether the report data is collected after the cell."""
+    ``None`` to keep the current ``fabric``), whether the report data is collected after the cell, and whether each
+    cell is recorded as a timeline of ``steps`` training steps (``--timeline --steps N``).
+
+    The rank keeps the config until the next one arrives, so a warm cell with unchanged flags sends none.
+    """
 
     strategy: dict[str, Any] | None
     collect: bool = True
+    timeline: bool = False
+    steps: int = DEFAULT_TIMELINE_STEPS
+
+    def __post_init__(self) -> None:
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
+            raise RankUsageError(
+                f"CellConfig(steps={self.steps!r}): a timeline records a whole number >= 1 of training steps after "
+                f"the first; e.g. --timeline --steps {DEFAULT_TIMELINE_STEPS}"
+            )
 
 
 class ReportData(TypedDict, total=False):
@@ -104,7 +123,9 @@ class ReportData(TypedDict, total=False):
 
     ``decisions``: this cell's entries of the strategy's decision log (``Decision.to_dict()``); ``bundles``: trace
     bundles by object name; ``ledgers``: collectives ledgers by object name; ``memory``: ``rss_bytes`` (and CUDA
-    peaks with NCCL); ``problems``: what could not be gathered, in words.
+    peaks with NCCL); ``problems``: what could not be gathered, in words. With ``--timeline``: ``timeline``, this
+    rank's ``core.timeline.RankTimeline`` (sent also when the cell raised: what ran before the error), and
+    ``timeline_problems``, why it is missing or partial.
     """
 
     rank: int | None
@@ -114,6 +135,8 @@ class ReportData(TypedDict, total=False):
     bundles: dict[str, Any]
     ledgers: dict[str, Any]
     problems: list[str]
+    timeline: Any
+    timeline_problems: list[str]
 
 
 def missing_report(rank: int, why: str) -> ReportData:

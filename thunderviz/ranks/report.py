@@ -17,7 +17,8 @@ __all__ = ["RunReport"]
 @dataclass
 class RunReport:
     """One cell's results. ``bundles`` are rank 0's trace bundles by object name; ``ledgers[name][rank]`` every
-    rank's collectives ledger; ``mismatches[name]`` the cross-rank disagreements found in them."""
+    rank's collectives ledger; ``mismatches[name]`` the cross-rank disagreements found in them. With
+    ``--timeline``, ``timeline`` is the measured per-rank ``core.timeline.Timeline`` (see there)."""
 
     world_size: int
     backend: str
@@ -31,6 +32,29 @@ class RunReport:
     memory: dict[int, dict[str, Any]] = field(default_factory=dict)
     outputs: dict[int, str] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
+    timeline_requested: bool = False
+    timeline_data: Any = field(default=None, repr=False)
+
+    @property
+    def timeline(self) -> Any:
+        """The cell's measured timeline (``core.timeline.Timeline``): ``report.timeline.analysis()``,
+        ``report.timeline.save_chrome_trace(path)``, ``TimelineView(report.timeline)``.
+
+        Raises:
+            NoTimelineError: the cell ran without ``--timeline``, or no rank returned a recording (why is in
+                ``problems``).
+        """
+        if self.timeline_data is None:
+            from thunderviz.core.timeline import NoTimelineError
+
+            if not self.timeline_requested:
+                raise NoTimelineError(
+                    "RunReport.timeline: this cell ran without --timeline; run it as %%thunder_fsdp --timeline "
+                    "[--steps N] (or engine.run(..., timeline=True)) to record one"
+                )
+            why = "; ".join(p for p in self.problems if "timeline" in p) or "no rank returned a recording"
+            raise NoTimelineError(f"RunReport.timeline: no timeline was recorded: {why}")
+        return self.timeline_data
 
     @classmethod
     def from_ranks(
@@ -42,9 +66,14 @@ class RunReport:
         backend: str,
         strategy: dict[str, Any] | None,
         seconds: float,
+        timeline: bool = False,
+        failed_ranks: dict[int, str] | None = None,
     ) -> RunReport:
-        """Merge what ``bootstrap.collect`` returned on each rank."""
+        """Merge what ``inside_rank.collect`` returned on each rank (and, with ``timeline``, each rank's recording;
+        ``failed_ranks`` names the ranks that died while recording)."""
         report = cls(world_size=world_size, backend=backend, strategy=strategy, seconds=seconds, outputs=outputs)
+        if timeline:
+            _merge_timeline(report, collected, failed_ranks or {})
         if not collected:
             return report
         rank0 = collected.get(0, {})
@@ -80,6 +109,17 @@ class RunReport:
         from thunderviz.render.run_report import run_report_html  # the rank engine itself never needs render
 
         return run_report_html(self, standalone=standalone)
+
+
+def _merge_timeline(report: RunReport, collected: dict[int, dict[str, Any]], failed: dict[int, str]) -> None:
+    from thunderviz.ranks.timeline_rank import merge_rank_timelines
+
+    kind = (report.strategy or {}).get("kind", "")
+    report.timeline_requested = True
+    report.timeline_data, problems = merge_rank_timelines(
+        collected, world_size=report.world_size, name=kind, failed=failed
+    )
+    report.problems.extend(problems)
 
 
 def _mismatches(ledgers: dict[str, dict[int, Any]]) -> dict[str, list[Any]]:

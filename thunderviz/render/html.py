@@ -21,11 +21,13 @@ from typing import Any
 
 from thunderviz.core.collectives import Ledger, find_mismatches, ledger_from_bundle
 from thunderviz.core.diff import TraceDiff, diff_traces
+from thunderviz.core.timeline import Timeline
 from thunderviz.core.trace_model import TraceBundle, TraceSnapshot
 from thunderviz.render.graph import Group, dot_available, format_bytes, graph_view, short_op_name, to_svg
 from thunderviz.render.markup import decisions_table
 from thunderviz.render.markup import escape as _e
 from thunderviz.render.markup import page as _markup_page
+from thunderviz.render.timeline_svg import timeline_html
 
 __all__ = ["Report", "render_html", "render_report_body"]
 
@@ -70,6 +72,8 @@ class Report:
         title: page title.
         svg: inline SVG graphs (None: when the ``dot`` binary exists).
         diff: add the structural diff between consecutive jitted objects.
+        timeline: a measured ``core.timeline.Timeline`` to show after the traces (``core.timeline.load`` of the
+            files ``record_timeline`` saved on each rank).
     """
 
     bundles: Sequence[TraceBundle]
@@ -77,11 +81,14 @@ class Report:
     title: str = "thunderviz report"
     svg: bool | None = None
     diff: bool = True
+    timeline: Any = None
     _body: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def body(self) -> str:
         if self._body is None:
-            self._body = render_report_body(self.bundles, decisions=self.decisions, svg=self.svg, diff=self.diff)
+            self._body = render_report_body(
+                self.bundles, decisions=self.decisions, svg=self.svg, diff=self.diff, timeline=self.timeline
+            )
         return self._body
 
     def html(self) -> str:
@@ -104,9 +111,11 @@ def render_html(
     title: str = "thunderviz report",
     svg: bool | None = None,
     diff: bool = True,
+    timeline: Any = None,
 ) -> str:
-    """A complete, self-contained HTML page for ``bundles`` (see ``Report``)."""
-    return Report(list(bundles), decisions=decisions, title=title, svg=svg, diff=diff).html()
+    """A complete, self-contained HTML page for ``bundles`` and, optionally, a measured ``timeline`` (see
+    ``Report``)."""
+    return Report(list(bundles), decisions=decisions, title=title, svg=svg, diff=diff, timeline=timeline).html()
 
 
 def _page(title: str, body: str) -> str:
@@ -119,9 +128,15 @@ def render_report_body(
     decisions: Sequence[Mapping[str, Any]] | None = None,
     svg: bool | None = None,
     diff: bool = True,
+    timeline: Any = None,
 ) -> str:
     """The report without ``<html>``/``<head>``: for embedding in a notebook output or another page."""
     bundles = list(bundles)
+    if timeline is not None and not isinstance(timeline, Timeline):
+        raise TypeError(
+            "render_html(timeline=...): expected a thunderviz Timeline (core.timeline.load), got "
+            f"{type(timeline).__name__}"
+        )
     for b in bundles:
         if not isinstance(b, TraceBundle):
             raise TypeError(f"render_html: expected TraceBundle objects (capture() or load()), got {type(b).__name__}")
@@ -135,15 +150,18 @@ def render_report_body(
         lst.sort(key=lambda b: b.rank)
 
     out: list[str] = []
-    if not bundles:
+    if not bundles and timeline is None:
         out.append("<p class='note'>No traces.</p>")
-    out.append(_overview(by_name))
+    if bundles or timeline is None:
+        out.append(_overview(by_name))
     if decisions:
         out.append("<h2>Decisions</h2>" + decisions_table(decisions))
     for i, (name, ranks) in enumerate(by_name.items()):
         out.append(_bundle_section(i, name, ranks, use_svg))
     if diff and len(by_name) > 1:
         out.append(_diff_section(by_name))
+    if timeline is not None:
+        out.append("<h2>Timeline</h2>" + timeline_html(timeline))
     if not use_svg:
         out.append(
             "<p class='note'>Graphs are given as DOT source: the Graphviz <code>dot</code> binary was not found when "

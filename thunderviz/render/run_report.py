@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from thunderviz.render.html import Report
 from thunderviz.render.markup import decisions_table, escape, page, table
+from thunderviz.render.timeline_svg import timeline_html
 
 __all__ = ["RunReportLike", "reports_page", "run_report_html", "run_report_title"]
 
@@ -28,6 +29,8 @@ class RunReportLike(Protocol):
     ledgers: dict[str, dict[int, Any]]
     memory: dict[int, dict[str, Any]]
     problems: list[str]
+    timeline_requested: bool
+    timeline_data: Any
 
 
 def _mib(n: int | None) -> str:
@@ -50,6 +53,8 @@ def run_report_html(report: RunReportLike, *, standalone: bool = True) -> str:
         parts.append(_decisions_html(report.decisions))  # otherwise the trace report carries the decisions
     parts.append(_memory_html(report.memory))
     parts.append(traces or "")
+    if report.timeline_requested:
+        parts.append(_timeline_html(report.timeline_data))
     if report.problems:
         items = "".join(f"<li><pre>{escape(p)}</pre></li>" for p in report.problems)
         parts.append(f"<h4>Not shown</h4><ul>{items}</ul>")
@@ -65,6 +70,13 @@ def reports_page(reports: Mapping[str, RunReportLike], *, title: str, heading: s
         for name, r in reports.items()
     ]
     return page(title, "\n".join(sections), heading=heading)
+
+
+def _timeline_html(timeline: Any) -> str:
+    """The measured timeline (``--timeline``): SVG, analysis summary, per-rank breakdown (``render.timeline_svg``)."""
+    if timeline is None:
+        return "<h4>Timeline</h4><p>No rank returned a timeline; the problems below say why.</p>"
+    return timeline_html(timeline)
 
 
 def _decisions_html(decisions: Sequence[Mapping[str, Any]]) -> str:

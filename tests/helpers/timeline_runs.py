@@ -1,0 +1,86 @@
+"""A real 2-rank gloo FSDP run recorded with ``record_timeline``, shared by the timeline tests (once per session).
+
+Each rank builds a 1-block GPT under ``ThunderFSDPStrategy`` through Fabric, runs STEPS + 2 training steps inside
+``record_timeline(steps=STEPS)`` (rank 1 sleeps SLEEP_S before every backward, the straggler the analysis must
+name), saves its recording to its own file as a torchrun job would (and the model's trace bundle next to it, for a
+graph of the same run), and reports what it checked from inside (patches undone, recording stopped by itself).
+Run it by hand to refresh the files: ``python -m tests.helpers.timeline_runs DIR``.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from thunderviz.launch import run_ranks
+
+STEPS = 3
+SLEEP_S = 0.06
+MODEL_KW = {"vocab_size": 64, "block_size": 16, "d_model": 32, "n_layer": 1, "n_head": 2}
+
+
+@dataclass
+class RankRun:
+    rank: int
+    path: str
+    traces: str
+    restored: bool
+    recording_after: bool
+    boundaries: int
+
+
+def record_fsdp(rank: int, world_size: int, out_dir: str, kind: str = "fsdp", sleep_s: float = SLEEP_S) -> RankRun:
+    import time
+
+    import torch
+    import torch.distributed as dist
+    from lightning.fabric import Fabric
+
+    from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
+    from thunderviz.core.profiling import record_timeline
+    from thunderviz.models import TinyGPT, make_batch
+
+    strategy = ThunderFSDPStrategy() if kind == "fsdp" else ThunderDDPStrategy()
+    fabric = Fabric(accelerator="cpu", devices=world_size, strategy=strategy)
+    fabric.launch()
+    torch.manual_seed(0)
+    model = fabric.setup(TinyGPT(**MODEL_KW))
+    opt = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=0.1))
+    x, y = make_batch(batch=2, block_size=MODEL_KW["block_size"], vocab_size=MODEL_KW["vocab_size"])
+    originals = {
+        name: getattr(dist, name) for name in ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor")
+    }
+    with record_timeline(steps=STEPS, fabric=fabric, name=f"gpt-{kind}") as rec:
+        for _ in range(STEPS + 2):  # one warm-up step, STEPS recorded, one more after recording stopped
+            logits = model(x)
+            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
+            if rank == 1 and sleep_s:
+                time.sleep(sleep_s)
+            fabric.backward(loss)
+            opt.step()
+            opt.zero_grad()
+        recording_after = rec.recording
+    restored = all(getattr(dist, n) is f for n, f in originals.items()) and "backward" not in vars(fabric)
+    path = str(Path(out_dir) / f"{kind}-rank{rank}.json")
+    rec.save(path)
+    from thunderviz.core.capture import capture
+    from thunderviz.core.trace_file import save
+
+    traces = str(Path(out_dir) / f"{kind}-traces-rank{rank}.json")
+    save(capture(model, name="TinyGPT", rank=rank, stages=False), traces)
+    return RankRun(rank, path, traces, restored, recording_after, rec._boundaries)
+
+
+@functools.cache
+def recorded(kind: str = "fsdp") -> list[RankRun]:
+    out_dir = tempfile.mkdtemp(prefix=f"thunderviz-timeline-{kind}-")
+    return run_ranks(record_fsdp, out_dir, kind, nproc=2, timeout=400)
+
+
+if __name__ == "__main__":
+    out = sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp()
+    Path(out).mkdir(parents=True, exist_ok=True)
+    print([r.path for r in run_ranks(record_fsdp, out, nproc=2, timeout=400)])

@@ -1,0 +1,135 @@
+"""``TimelineView`` from Python and in a real Chromium (the widget's own ES module, fed its real synced state)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.timeline_runs import recorded
+from thunderviz.core.timeline import load
+from thunderviz.notebook.timeline_widget import TimelineView
+
+CHROMIUM = "/usr/bin/chromium"
+SHOTS = Path(__file__).resolve().parents[2] / "test-output" / "browser"
+pytestmark = pytest.mark.timeout(600)
+
+# A minimal anywidget host: the model object the front end talks to, with listeners, and nothing else.
+_HOST_JS = """
+async ([esm, state]) => {
+  const url = URL.createObjectURL(new Blob([esm], {type: 'text/javascript'}));
+  const mod = (await import(url)).default;
+  const listeners = {};
+  window.__tl = { state, listeners, saved: [] };
+  const model = { get: (k) => state[k], set: (k, v) => { state[k] = v; },
+    save_changes: () => { window.__tl.saved.push(JSON.stringify(state.selected)); },
+    on: (ev, fn) => { (listeners[ev] = listeners[ev] || []).push(fn); }, off: () => {} };
+  const el = document.createElement('div'); el.style.width = '1200px';
+  document.body.append(el);
+  const t0 = performance.now();
+  mod.render({model, el});
+  const root = el.querySelector('.tl-root');
+  await new Promise((res) => {
+    const f = () => Number(root.dataset.drawn || 0) >= 1 ? res() : requestAnimationFrame(f); f();
+  });
+  return performance.now() - t0;
+}
+"""
+
+_VISIBLE_POINT = """
+(sel) => {
+  const r = document.querySelector(sel);
+  const b = r.getBoundingClientRect();
+  for (let x = b.left + 1; x < b.right; x += 1) {
+    if (document.elementFromPoint(x, b.top + b.height / 2) === r) return [x, b.top + b.height / 2];
+  }
+  return null;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def view() -> TimelineView:
+    return TimelineView(load(*[r.path for r in recorded("fsdp")], name="gpt-fsdp"))
+
+
+def test_python_api_names_the_straggler_and_gives_every_ranks_arrival(view):
+    assert repr(view).endswith("straggler: rank 1)")
+    d = view.select_worst()
+    assert d["last_rank"] == 1 and "rank 1 arrived" in d["message"]
+    assert [a["rank"] for a in d["arrivals"]] == [0, 1] and d["arrivals"][1]["last"]
+    assert d["arrivals"][0]["waited_ms"] > 0 and d["ledger"]["kind"] == "reduce_scatter"
+    assert d["ledger"]["tensor"].startswith("grad of ")
+    with pytest.raises(ValueError, match="no such collective"):
+        view.select(99, 1)
+
+
+def test_a_graph_nodes_group_outlines_its_spans_on_every_rank(view):
+    spans = view.show_group("blocks.0")
+    assert set(spans) == {0, 1} and all(spans[r] for r in spans)
+    assert view.highlight["group"] == "blocks.0"
+    with pytest.raises(ValueError, match="groups:"):
+        view.show_group("no.such.block")
+    view.show_group(None)
+    assert view.highlight == {}
+
+
+def test_static_picture_and_stable_text_ride_along(view):
+    bundle = view._repr_mimebundle_()
+    assert bundle["text/plain"] == repr(view)
+    assert "<svg" in bundle["text/html"] and "Straggler: rank 1" in bundle["text/html"]
+    assert "<script" not in bundle["text/html"]
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"needs Debian's chromium at {CHROMIUM}")
+def test_in_chromium_lanes_per_rank_a_clicked_collective_shows_arrivals_and_the_slow_rank(view):
+    from playwright.sync_api import sync_playwright
+
+    label = view.select_worst()["label"]
+    state = json.loads(json.dumps({k: v for k, v in view.get_state().items() if not k.startswith("_")}))
+    worst = view.data["worst"]
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+        )
+        try:
+            page = browser.new_context(offline=True, viewport={"width": 1300, "height": 900}).new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.set_content("<html><body></body></html>")
+            page.add_style_tag(content=view._css)
+            page.evaluate(_HOST_JS, [view._esm, state])
+            assert page.locator("g.tl-lane").count() == 2
+            assert page.locator("g.tl-lane[data-rank='1'] rect.tl-coll").count() > 0
+            assert page.locator(".tl-summary .tl-line").first.inner_text().startswith("Straggler: rank 1 arrived last")
+            # Concurrent collectives overlap in the communication row: click a point where this one is on top
+            # (on the rank that waited, its span is long; the late rank's may be hidden under the next one).
+            points = [
+                page.evaluate(_VISIBLE_POINT, f"g.tl-lane[data-rank='{r}'] rect.tl-coll[data-key='{worst}']")
+                for r in (0, 1)
+            ]
+            point = next((p for p in points if p is not None), None)
+            assert point is not None, f"collective {worst} is hidden under others on both ranks"
+            page.mouse.click(point[0], point[1])
+            assert page.locator(".tl-details-title").inner_text() == label
+            rows = page.locator(".tl-arrivals tr[data-rank]")
+            assert rows.count() == 2
+            last = page.locator(".tl-arrivals tr.tl-last")
+            assert last.get_attribute("data-rank") == "1" and "arrived last" in last.inner_text()
+            assert "rank 1 arrived" in page.locator(".tl-message").inner_text()
+            assert page.evaluate("window.__tl.saved.at(-1)") == json.dumps({"key": worst}, separators=(",", ":"))
+            # zoom in with the wheel: the visible window shrinks
+            before = page.locator(".tl-root").get_attribute("data-view")
+            page.locator(".tl-plot").hover()
+            page.mouse.wheel(0, -300)
+            after = page.locator(".tl-root").get_attribute("data-view")
+            b0, b1 = map(float, before.split(","))
+            a0, a1 = map(float, after.split(","))
+            assert a1 - a0 < b1 - b0
+            SHOTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(SHOTS / "timeline-widget.png"), full_page=True)
+            assert errors == []
+        finally:
+            browser.close()

@@ -1,0 +1,100 @@
+"""The static timeline picture: well-formed, escaped, one lane per rank, the trace graph's colours."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from tests.helpers.timeline_runs import recorded
+from thunderviz.core.timeline import (
+    CollectiveEvent,
+    RankTimeline,
+    Region,
+    Segment,
+    Timeline,
+)
+from thunderviz.render import graph
+from thunderviz.render.timeline_svg import COLOURS, timeline_html, timeline_svg
+
+HOSTILE = '<script>alert("x")</script>&'
+
+
+def _hostile_timeline() -> Timeline:
+    ranks = []
+    for r in range(2):
+        c = CollectiveEvent(
+            step=2,
+            index=1,
+            kind="all_gather",
+            tensor=HOSTILE,
+            issue_start=10.0 + r,
+            issue_end=12.0 + r,
+            start=13.0 + 40 * r,
+            end=60.0,
+            wait_start=55.0,
+            wait_end=60.0,
+            group=HOSTILE,
+        )
+        ranks.append(
+            RankTimeline(
+                rank=r,
+                world_size=2,
+                steps=[Region("step", 0.0, 100.0, 2)],
+                regions=[Region("forward", 5.0, 90.0, 2, HOSTILE)],
+                collectives=[c],
+                segments=[Segment(HOSTILE, 20.0, 50.0, 2, "forward")],
+                aligned=True,
+            )
+        )
+    return Timeline.from_ranks(ranks, name=HOSTILE)
+
+
+def test_names_from_user_code_are_escaped_and_the_svg_parses():
+    tl = _hostile_timeline()
+    svg = timeline_svg(tl)
+    root = ET.fromstring(svg)  # well-formed XML, so nbconvert and GitHub can show it
+    assert root.tag.endswith("svg") and len(root.findall(".//{http://www.w3.org/2000/svg}g")) == 2
+    page = timeline_html(tl)
+    assert "<script>" not in svg and "<script>" not in page
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;" in page
+
+
+def test_collectives_use_the_trace_graphs_colours():
+    assert COLOURS["collective"] in graph._COLLECTIVE_STYLE and COLOURS["collective_border"] in graph._COLLECTIVE_STYLE
+    assert COLOURS["wait"] in graph._WAIT_STYLE and COLOURS["group"] in graph._GROUP_STYLE
+    assert f'fill="{COLOURS["collective"]}"' in timeline_svg(_hostile_timeline())
+
+
+@pytest.mark.timeout(600)
+def test_a_real_run_draws_one_lane_per_rank_and_names_the_straggler():
+    from thunderviz.core.timeline import load
+
+    tl = load(*[r.path for r in recorded("fsdp")])
+    svg = timeline_svg(tl)
+    root = ET.fromstring(svg)
+    lanes = [g for g in root.iter("{http://www.w3.org/2000/svg}g") if g.get("class") == "rank"]
+    assert [g.get("data-rank") for g in lanes] == ["0", "1"]
+    assert len(svg) < 400_000  # merged busy intervals, not one rectangle per op
+    assert "Straggler: rank 1 arrived last" in timeline_html(tl)
+
+
+@pytest.mark.timeout(600)
+def test_saved_rank_files_open_later_in_the_offline_page(tmp_path, capsys):
+    """A torchrun job's per-rank files, rendered like trace files: ``thunderviz render --timeline FILES``."""
+    from thunderviz.cli import main
+    from thunderviz.core.timeline import load
+    from thunderviz.render.html import render_html
+
+    files = [r.path for r in recorded("fsdp")]
+    page = render_html([], title="t", timeline=load(*files))
+    assert "<h2>Timeline</h2>" in page and "Straggler: rank 1 arrived last" in page and "No traces." not in page
+    with pytest.raises(TypeError, match=r"render_html\(timeline=...\): expected a thunderviz Timeline"):
+        render_html([], timeline=files)
+    out = tmp_path / "report.html"
+    assert main(["render", "--timeline", *files, "--out", str(out), "--no-svg"]) == 0
+    assert "Straggler: rank 1 arrived last" in out.read_text(encoding="utf-8")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["render", "--out", str(out)])
+    assert exit_info.value.code == 2
+    assert "give trace files, --timeline files (one per rank), or both" in capsys.readouterr().err

@@ -1,0 +1,255 @@
+"""A static SVG picture of a ``Timeline``: one lane per rank, for nbconvert, GitHub and the offline HTML report.
+
+No script: each rank's lane has three rows (regions; the main thread, with collective waits marked; the
+backend's communication work), a millisecond axis, and a ``<title>`` on every collective wide enough to point at,
+so a hover names it.
+Collectives use the colours of the trace graph (``render.graph``: collectives orange, waits yellow, module
+blocks blue), so a collective looks the same in both pictures. Every name from user code is escaped.
+
+Busy time on the main thread is drawn as merged intervals at the picture's resolution (a 20-step GPT timeline
+has ~100k ops; the picture needs a few hundred rectangles to show where the thread was busy).
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any
+
+from thunderviz.core.timeline import Timeline
+from thunderviz.core.timeline_analysis import union
+
+__all__ = ["COLOURS", "graph_colours", "timeline_html", "timeline_svg"]
+
+
+def graph_colours() -> dict[str, str]:
+    """Fill and border colours of the trace graph's node styles, read from ``render.graph`` (one source)."""
+    from thunderviz.render import graph
+
+    def pick(style: str, key: str, default: str) -> str:
+        m = re.search(rf'(?<![a-z]){key}="(#[0-9a-fA-F]{{6}})"', style)
+        return m.group(1) if m else default
+
+    coll = getattr(graph, "_COLLECTIVE_STYLE", "")
+    wait = getattr(graph, "_WAIT_STYLE", "")
+    group = getattr(graph, "_GROUP_STYLE", "")
+    op = getattr(graph, "_OP_STYLE", "")
+    return {
+        "collective": pick(coll, "fillcolor", "#f4a261"),
+        "collective_border": pick(coll, "color", "#9c4a00"),
+        "wait": pick(wait, "fillcolor", "#ffe08a"),
+        "wait_border": pick(wait, "color", "#8a6d00"),
+        "group": pick(group, "fillcolor", "#dbe9f6"),
+        "group_border": pick(group, "color", "#3d6e9e"),
+        "op": pick(op, "color", "#8aa1b8"),
+    }
+
+
+#: Colours of the timeline views (SVG and widget): the graph's, plus one per region kind.
+COLOURS: dict[str, str] = {
+    **graph_colours(),
+    "forward": "#dbe9f6",
+    "backward": "#c5d9ee",
+    "optimizer": "#d7efd9",
+    "step": "#5b6b7c",
+    "idle": "#ffffff",
+    "highlight": "#7b2cbf",
+    "text": "#1d2733",
+    "muted": "#5b6b7c",
+}
+
+_LABEL_W = 70
+_ROW_H = 14
+_GAP = 10
+
+
+def _e(x: Any) -> str:
+    return html.escape(str(x), quote=True)
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
+def _ms(us: float) -> str:
+    return f"{us / 1000:.1f} ms" if us >= 1000 else f"{us:.0f} us"
+
+
+def timeline_svg(timeline: Timeline, *, width: int = 960, t0: float | None = None, t1: float | None = None) -> str:
+    """SVG text for ``timeline`` between ``t0`` and ``t1`` microseconds (default: all recorded steps)."""
+    c = COLOURS
+    lo = 0.0 if t0 is None else t0
+    hi = (timeline.duration or 1.0) if t1 is None else t1
+    span = max(hi - lo, 1e-9)
+    plot_w = width - _LABEL_W - 10
+    rank_h = 3 * _ROW_H + 6
+    height = 28 + len(timeline.ranks) * (rank_h + _GAP) + 6
+    res = span / plot_w  # microseconds per pixel
+
+    def x(t: float) -> float:
+        return _LABEL_W + (min(max(t, lo), hi) - lo) / span * plot_w
+
+    def rect(
+        a: float, b: float, y: float, h: float, fill: str, stroke: str = "none", title: str = "", extra: str = ""
+    ) -> str:
+        if b < lo or a > hi:
+            return ""
+        xa, xb = x(a), x(b)
+        w = max(xb - xa, 0.6)
+        t = f"<title>{_e(title)}</title>" if title else ""
+        return (
+            f'<rect x="{xa:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" fill="{fill}" stroke="{stroke}" '
+            f'stroke-width="0.5"{extra}>{t}</rect>'
+        )
+
+    parts = [
+        (
+            f'<svg xmlns="http://www.w3.org/2000/svg" class="thunderviz-timeline" width="{width}" height="{height}" '
+            f'viewBox="0 0 {width} {height}" font-family="Helvetica, Arial, sans-serif" font-size="10">'
+        ),
+        f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>',
+    ]
+    # axis
+    step_ms = _nice_step(span / 1000 / 8)
+    tick = (lo // (step_ms * 1000) + 1) * step_ms * 1000 if lo > 0 else 0.0
+    while tick <= hi:
+        xt = x(tick)
+        parts.append(f'<line x1="{xt:.1f}" y1="14" x2="{xt:.1f}" y2="{height - 4}" stroke="#e3e8ee" stroke-width="1"/>')
+        parts.append(f'<text x="{xt:.1f}" y="11" text-anchor="middle" fill="{c["muted"]}">{tick / 1000:g} ms</text>')
+        tick += step_ms * 1000
+    y = 22.0
+    for rank, t in sorted(timeline.ranks.items()):
+        unc = t.clock.uncertainty
+        clock = "" if rank == min(timeline.ranks) else f"clock +/- {_ms(unc)}" if unc != float("inf") else "clock ?"
+        parts.append(f'<g class="rank" data-rank="{rank}">')
+        parts.append(f'<text x="4" y="{y + _ROW_H + 4:.1f}" font-weight="bold" fill="{c["text"]}">rank {rank}</text>')
+        if clock:
+            parts.append(
+                f'<text x="4" y="{y + 2 * _ROW_H + 4:.1f}" font-size="8" fill="{c["muted"]}">{_e(clock)}</text>'
+            )
+        for s in t.steps:
+            parts.append(
+                rect(s.start, s.end, y, rank_h - 6, "none", c["step"], f"rank {rank} step {s.step}: {_ms(s.duration)}")
+            )
+        for r in t.regions:
+            title = f"rank {rank} step {r.step} {r.kind}{' ' + r.name if r.name else ''}: {_ms(r.duration)}"
+            parts.append(rect(r.start, r.end, y + 1, _ROW_H - 2, c.get(r.kind, c["group"]), c["group_border"], title))
+        # main thread: busy (merged at this resolution), collective blocking on top
+        row = y + _ROW_H
+        busy = _merge(union(t.ops.intervals(0)), res)
+        for a, b in busy:
+            parts.append(rect(a, b, row + 2, _ROW_H - 4, c["op"]))
+        for col in t.collectives:
+            for a, b in col.blocked_intervals():
+                if b - a >= res / 2:
+                    parts.append(
+                        rect(
+                            a,
+                            b,
+                            row + 1,
+                            _ROW_H - 2,
+                            c["wait"],
+                            c["wait_border"],
+                            f"rank {rank} blocked by {col.label} (step {col.step}): {_ms(b - a)}",
+                        )
+                    )
+        # communication work: where any was in flight (merged at this resolution, as the busy row), and on top
+        # each collective wide enough to point at, with its name; the longest first, so a short one is never
+        # hidden under a long one. (A 20-step GPT has thousands of sub-pixel collectives: one rectangle and one
+        # title each made a 1 MB picture.)
+        row = y + 2 * _ROW_H
+        spans = [(k.start, k.end) for k in t.collectives if k.start is not None and k.end is not None]
+        for a, b in _merge(union(spans), res):
+            parts.append(rect(a, b, row + 3, _ROW_H - 6, c["collective"]))
+        wide = [k for k in t.collectives if k.start is not None and k.end is not None and k.end - k.start >= 2 * res]
+        for col in sorted(wide, key=lambda k: -(k.end - k.start)):
+            parts.append(
+                rect(
+                    col.start,
+                    col.end,
+                    row + 1,
+                    _ROW_H - 2,
+                    c["collective"],
+                    c["collective_border"],
+                    f"rank {rank} {col.label} (step {col.step}): {_ms(col.end - col.start)}",
+                    f' data-step="{col.step}" data-index="{col.index}"',
+                )
+            )
+        parts.append("</g>")
+        y += rank_h + _GAP
+    parts.append("</svg>")
+    return "".join(p for p in parts if p)
+
+
+def _merge(intervals: list[tuple[float, float]], gap: float) -> list[tuple[float, float]]:
+    out: list[list[float]] = []
+    for a, b in intervals:
+        if out and a - out[-1][1] <= gap:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def _nice_step(ms: float) -> float:
+    for s in (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000):
+        if s >= ms:
+            return s
+    return 10000.0
+
+
+def timeline_html(timeline: Timeline, *, width: int = 960, worst: int = 8) -> str:
+    """The static picture with its reading: the SVG, a legend, the per-rank breakdown, the straggler and the
+    worst collectives, and what could not be recorded. No script; for nbconvert, GitHub and the HTML report."""
+    c = COLOURS
+    a = timeline.analysis()
+    name = f": {_e(timeline.name)}" if timeline.name else ""
+    parts = [
+        (
+            f"<div class='thunderviz-timeline-static'><h4>Timeline{name} ({_count(len(timeline.ranks), 'rank')}, "
+            f"{_count(len(timeline.steps), 'step')})</h4>"
+        )
+    ]
+    if not timeline.ranks or not timeline.steps:
+        parts.append("<p>No step was recorded.</p>")
+    else:
+        parts.append(f"<div style='overflow-x:auto'>{timeline_svg(timeline, width=width)}</div>")
+        legend = [
+            ("forward", c["forward"]),
+            ("backward", c["backward"]),
+            ("optimizer", c["optimizer"]),
+            ("main thread busy", c["op"]),
+            ("blocked by a collective", c["wait"]),
+            ("collective in flight", c["collective"]),
+        ]
+        parts.append(
+            "<p style='font-size:12px'>"
+            + " ".join(
+                f"<span style='display:inline-block;width:10px;height:10px;background:{col};border:1px solid #8aa1b8'>"
+                f"</span> {_e(name)}&nbsp;&nbsp;"
+                for name, col in legend
+            )
+            + "</p>"
+        )
+        for line in a.summary():
+            parts.append(f"<p><b>{_e(line)}</b></p>")
+        rows = [b.row() for b in a.breakdown()]
+        heads = ["rank", "steps", "step_time", "compute", "communication", "exposed", "overlapped", "idle"]
+        parts.append(
+            "<table><thead><tr>"
+            + "".join(f"<th>{_e(h)}{' (ms)' if h not in ('rank', 'steps') else ''}</th>" for h in heads)
+            + "</tr></thead><tbody>"
+        )
+        for r in rows:
+            parts.append("<tr>" + "".join(f"<td>{_e(r[h])}</td>" for h in heads) + "</tr>")
+        parts.append("</tbody></table>")
+        waits = [w for w in a.collectives() if w.worst_wait > 0][:worst]
+        if waits:
+            parts.append("<h5>Collectives that made ranks wait, worst first</h5><ol>")
+            parts.extend(f"<li>{_e(w.message)}</li>" for w in waits)
+            parts.append("</ol>")
+    notes = list(timeline.problems) + [f"rank {r}: {n}" for r, t in sorted(timeline.ranks.items()) for n in t.notes]
+    if notes:
+        parts.append("<h5>Notes</h5><ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
+    parts.append("</div>")
+    return "\n".join(parts)
