@@ -270,9 +270,16 @@ class ThundervizMagics(Magics):
         named = [n for n, v in list(ns.items()) if v is report and not _OUTPUT_CACHE_NAME.match(n)]
         if named:
             return True
+        # References IPython's output history holds: Out[N]; _N, _, __, ___ in the user's namespace and again in
+        # user_ns_hidden (push(interactive=False) records them there); the display hook's own _, __, ___; and the
+        # last ExecutionResult.
         out_cache = ns.get("Out") if isinstance(ns.get("Out"), dict) else {}
+        hidden = getattr(self.shell, "user_ns_hidden", {})
+        hook = getattr(self.shell, "displayhook", None)
         known = sum(1 for v in list(ns.values()) if v is report)
         known += sum(1 for v in list(out_cache.values()) if v is report)
+        known += sum(1 for n, v in list(hidden.items()) if v is report and _OUTPUT_CACHE_NAME.match(str(n)))
+        known += sum(1 for n in ("_", "__", "___") if getattr(hook, n, None) is report)
         last = getattr(getattr(self.shell, "last_execution_result", None), "result", None)
         known += 1 if last is report else 0
         # 3 more: the caller's variable, this frame's argument, and getrefcount's own

@@ -152,6 +152,7 @@ class _Driver:
         self.stop_peers = stop_peers
         self.outcome = Outcome()
         self.settled: set[int] = set()
+        self.passes = 0
         self.started = time.monotonic()
         self.first_failure_at: float | None = None
         self.first_success_at: float | None = None
@@ -185,6 +186,7 @@ class _Driver:
     def _settle(self) -> None:
         from ipyparallel.error import EngineError, RemoteError
 
+        self.passes += 1
         for rank in self._pending():
             request = self.requests[rank]
             if (request.metadata.get("data") or {}).get(PHASE_DATA_KEY) == "collecting":
@@ -198,7 +200,7 @@ class _Driver:
                     self._fail(RankFailure(rank, "died", f"the rank process exited ({exc})"))
                 else:
                     self._succeed(rank, value)
-            elif self.controls.rank_dead(rank):
+            elif self.passes > 1 and self.controls.rank_dead(rank):  # not before a reply could have come
                 self._fail(RankFailure(rank, "died", "the rank process exited while running the cell"))
 
     def _escalate(self) -> None:

@@ -90,6 +90,7 @@ class RankEngine:
         self.rank_hosts: dict[int, str] = {}
         self.rank_pids: dict[int, int] = {}
         self.phases: dict[int, str] = {}
+        self._processes: dict[int, psutil.Process] = {}
         self.restart_reason: str | None = None
         self._config: CellConfig | None = None  # what the ranks were last prepared with
         self._views: dict[int, Any] = {}
@@ -269,7 +270,10 @@ class RankEngine:
         if pid is None:
             return False
         try:
-            return psutil.Process(pid).status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+            process = self._processes.get(pid)
+            if process is None:  # built once: psutil.Process() reads /proc, and this runs every poll
+                process = self._processes[pid] = psutil.Process(pid)
+            return process.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
         except psutil.NoSuchProcess:
             return True
 
