@@ -142,7 +142,8 @@ class LocalCluster(RankCluster):
             engine_timeout=int(ENGINE_START_TIMEOUT_S),
             delay=0.1,
             shutdown_atexit=True,
-            log_level=logging.WARNING,
+            # ERROR: its "did not exit in 5 seconds after TERM" warnings would land in the cell; close() makes sure
+            log_level=logging.ERROR,
         )
         self.description = f"local cluster {self._cluster.cluster_id} ({self.n} engines on 127.0.0.1)"
         try:
