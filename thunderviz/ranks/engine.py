@@ -3,8 +3,9 @@
 ``RankEngine`` speaks only in ranks, and reads as the path of one cell:
 
 1. set-up (``start``/``attach``/``restart``): ``inside_rank.identify`` on every engine, ``topology.layout_ranks``
-   numbers them by host, ``protocol.RankSetup`` goes to each rank (``inside_rank.set_up``: torchrun environment,
-   process group with our timeout, namespace, report hook);
+   numbers them by host, rank 0 binds the rendezvous on its address facing the controller
+   (``inside_rank.bind_rendezvous``), and ``protocol.RankSetup`` goes to each rank (``inside_rank.set_up``: torchrun
+   environment, socket interface, process group with our timeout, namespace, report hook);
 2. ``run``: a ``protocol.CellConfig`` only when the strategy or collect flag changed (``inside_rank.prepare_cell``),
    then the cell's source by ``execute``; ``driver.drive`` waits and streams; the report data arrives on the cell's
    data channel (``protocol.REPORT_DATA_KEY``) and becomes a ``RunReport``;
