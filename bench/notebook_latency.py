@@ -1,9 +1,12 @@
 """Notebook latency, measured side by side in one run and printed as ratios.
 
-1. Cold: a fresh kernel-like process (IPython shell, ``%load_ext thunderviz`` done) runs its first
-   ``%%thunder_fsdp --nproc 2`` cell until the report is back, vs ``torchrun --nproc-per-node 2`` of the same code
-   (process launch to exit). Target <= 1.1x.
-2. Warm: round trip of a small cell on a warm pool, ``%%thunder_fsdp`` vs a bare ipyparallel ``%%px`` of the same
+1. First report, pool pre-started: a fresh kernel-like process (IPython shell) runs ``%load_ext thunderviz``, waits
+   until the warm pool it starts in the background is ready (as a user reading the notebook would, a few seconds),
+   then its first ``%%thunder_fsdp --nproc 2`` cell until the report is back; vs ``torchrun --nproc-per-node 2`` of
+   the same code (process launch to exit). Target <= 0.6x.
+2. First report, truly cold: the same with ``THUNDERVIZ_PRESTART=0``, so the cell starts the pool itself.
+   Target <= 1.0x.
+3. Warm: round trip of a small cell on a warm pool, ``%%thunder_fsdp`` vs a bare ipyparallel ``%%px`` of the same
    code on a plain 2-engine cluster. Target <= 1.5x.
 
 Rounds alternate the two variants so machine noise hits both alike; medians are reported.
@@ -54,6 +57,9 @@ from IPython.core.interactiveshell import InteractiveShell
 shell = InteractiveShell.instance()
 shell.run_line_magic("load_ext", "thunderviz")
 cell = sys.stdin.read()
+warm = shell.magics_manager.registry["ThundervizMagics"].warm
+if warm is not None:  # pre-started: the user reads the notebook while the pool starts
+    assert warm.wait(), warm.state
 start = time.perf_counter()
 report = shell.run_cell_magic("thunder_fsdp", "--nproc 2 --backend gloo --output none", cell)
 elapsed = time.perf_counter() - start
@@ -100,8 +106,9 @@ def _last_json(text: str) -> dict:
     raise RuntimeError("no result line in:\n" + text[-2000:])
 
 
-def cold_magic() -> float:
-    out = subprocess.run([sys.executable, "-c", COLD_MAGIC], input=CELL, capture_output=True, text=True, env=ENV,
+def first_report(prestart: bool) -> float:
+    env = {**ENV, "THUNDERVIZ_PRESTART": "1" if prestart else "0"}
+    out = subprocess.run([sys.executable, "-c", COLD_MAGIC], input=CELL, capture_output=True, text=True, env=env,
                          cwd=str(ROOT), timeout=600)
     if out.returncode:
         raise RuntimeError(out.stderr[-3000:])
@@ -132,10 +139,11 @@ def main() -> None:
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(TORCHRUN_SCRIPT)
         script = f.name
-    magic_s, torchrun_s = [], []
+    warm_s, magic_s, torchrun_s = [], [], []
     try:
         for _ in range(args.rounds):
-            magic_s.append(cold_magic())
+            warm_s.append(first_report(prestart=True))
+            magic_s.append(first_report(prestart=False))
             torchrun_s.append(cold_torchrun(script))
     finally:
         os.unlink(script)
@@ -145,11 +153,14 @@ def main() -> None:
         raise RuntimeError(out.stderr[-3000:])
     warm = _last_json(out.stdout)
 
-    cm, ct = statistics.median(magic_s), statistics.median(torchrun_s)
+    cw, cm, ct = statistics.median(warm_s), statistics.median(magic_s), statistics.median(torchrun_s)
     wo, wp = statistics.median(warm["ours"]), statistics.median(warm["px"])
-    print(f"cold, first report: %%thunder_fsdp --nproc 2 {cm:.2f} s vs torchrun --nproc-per-node 2 {ct:.2f} s "
-          f"-> {cm / ct:.2f}x (target <= 1.1x; rounds: magic {[round(x, 2) for x in magic_s]}, "
-          f"torchrun {[round(x, 2) for x in torchrun_s]})")
+    rounds = f"torchrun rounds {[round(x, 2) for x in torchrun_s]}"
+    print(f"first report, pool pre-started at %load_ext: %%thunder_fsdp --nproc 2 {cw:.2f} s vs torchrun "
+          f"--nproc-per-node 2 {ct:.2f} s -> {cw / ct:.2f}x (target <= 0.6x; rounds {[round(x, 2) for x in warm_s]}, "
+          f"{rounds})")
+    print(f"first report, truly cold (the cell starts the pool): {cm:.2f} s vs torchrun {ct:.2f} s "
+          f"-> {cm / ct:.2f}x (target <= 1.0x; rounds {[round(x, 2) for x in magic_s]})")
     print(f"warm round trip: %%thunder_fsdp {wo * 1000:.1f} ms vs %%px {wp * 1000:.1f} ms -> {wo / wp:.2f}x "
           f"(target <= 1.5x; median of {len(warm['ours'])} alternating cells)")
 

@@ -13,3 +13,7 @@ import uuid
 SESSION_VARIABLE = "THUNDERVIZ_TEST_SESSION"
 
 os.environ.setdefault(SESSION_VARIABLE, uuid.uuid4().hex)
+
+# Tests start their pools explicitly (and some check that bad flags start nothing): no background pool at
+# %load_ext unless a test asks for one (tests/notebook/test_prestart.py does, in its own kernel).
+os.environ.setdefault("THUNDERVIZ_PRESTART", "0")

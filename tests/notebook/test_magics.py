@@ -179,3 +179,41 @@ def test_thunder_ranks_restart_and_stop(shell, capsys) -> None:
     assert tagged_processes(tag) == []
     shell.run_line_magic("thunder_ranks", "")
     assert "No rank pool is running" in capsys.readouterr().out
+
+
+def test_old_reports_release_their_traces_unless_something_holds_them(shell) -> None:
+    from thunderviz.notebook.magics import REPORT_HISTORY
+    from thunderviz.ranks import RunReport
+
+    magics = _magics(shell)
+    magics._recent_reports.clear()
+    ns = shell.user_ns
+    out = ns.setdefault("Out", {})
+
+    def returned(tag: str, key: int) -> None:
+        """A report as a cell returns one: IPython's output history holds it (Out[key], _key)."""
+        r = RunReport(world_size=2, backend="gloo", strategy=None, seconds=0.1)
+        r.bundles = {tag: object()}
+        r.bundles_by_rank = {0: dict(r.bundles)}
+        out[key] = ns[f"_{key}"] = r
+        magics._keep_recent(r)
+
+    returned("unnamed", 9000)
+    returned("named", 9001)
+    ns["kept_report"] = out[9001]
+    returned("listed", 9002)
+    ns["kept_list"] = [out[9002]]
+    for i in range(REPORT_HISTORY):
+        returned("filler", 9003 + i)
+    try:
+        assert out[9000].bundles == {} and out[9000].bundles_by_rank == {}
+        assert "traces released to bound memory" in out[9000].problems[-1]
+        assert out[9001].bundles and out[9002].bundles  # a variable names one, a list holds the other
+        assert all(out[9003 + i].bundles for i in range(REPORT_HISTORY))  # the latest keep theirs
+        assert len(magics._recent_reports) == REPORT_HISTORY
+    finally:
+        for key in range(9000, 9003 + REPORT_HISTORY):
+            out.pop(key)
+            ns.pop(f"_{key}")
+        ns.pop("kept_report")
+        ns.pop("kept_list")

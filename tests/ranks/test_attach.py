@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from thunderviz.ranks import RankEngine
+from thunderviz.errors import RankError
+from thunderviz.ranks import RankEngine, RankUsageError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -59,8 +60,23 @@ def test_attach_to_an_ipcluster_maps_ranks_and_never_stops_it(tmp_path: Path) ->
                    collect=False)
         assert engine.pull("t", 1).tolist() == [1.0]
         assert [engine.pull("env", r)[:2] for r in (0, 1)] == [("0", "2"), ("1", "2")]
-        assert engine.pull("env", 1)[2] == engine.rank_hosts[0]  # rank 0's host, not loopback
+        # rank 0's address facing the controller (here the controller listens on 127.0.0.1)
+        assert engine.pull("env", 1)[2] == "127.0.0.1"
+        # a restart gets fresh engines from ipcluster's launchers, and the next cell works on them (it used to fail
+        # with `IndexError: No such engine: 0`: per-rank views outlived the restart)
+        pids = {r: s["pid"] for r, s in engine.status().items()}
+        engine.restart()
+        engine.run("after = rank + world_size", collect=False)
+        assert [engine.pull("after", r) for r in (0, 1)] == [2, 3]
+        assert set(pids.values()).isdisjoint(s["pid"] for s in engine.status().values())
         engine.stop()  # detaches only
+        # --nproc is honoured: a bounded wait, then the counts and where they are
+        start = time.monotonic()
+        with pytest.raises(RankError, match=r"Waited 3 s for 3 engine\(s\) .*: 2 registered \(2 on "):
+            RankEngine.attach(cluster_id=cluster_id, profile="tvtest", nproc=3, wait_s=3, on_output=lambda *a: None)
+        assert time.monotonic() - start < 60
+        with pytest.raises(RankUsageError, match="--nproc 1 asks for 1 ranks, but 2 engines are registered"):
+            RankEngine.attach(cluster_id=cluster_id, profile="tvtest", nproc=1, wait_s=3, on_output=lambda *a: None)
         again = RankEngine.attach(cluster_id=cluster_id, profile="tvtest", backend="gloo", timeout=20,
                                   on_output=lambda *a: None)
         assert again.world_size == 2

@@ -86,3 +86,16 @@ def test_auto_counts_the_fewest_gpus_of_any_engine() -> None:
     layout = layout_ranks({0: EngineIdentity(0, "a", 1000, 2, 8), 1: engines[1]})
     assert layout.cuda_devices_per_host == 1
     assert resolve_backend("auto", layout.local_world_size, layout.cuda_devices_per_host) == "gloo"
+
+
+def test_the_rendezvous_is_rank_zeros_address_facing_the_controller() -> None:
+    engines = {
+        0: EngineIdentity(0, "a", 1, 0, 8, address="10.0.0.1", interface="eth0"),
+        1: EngineIdentity(1, "b", 2, 0, 8, address="10.0.0.2", interface="eth1"),
+    }
+    assert layout_ranks(engines).master_address == "10.0.0.1"
+    loopback = {0: EngineIdentity(0, "a", 1, 0, 8, address="127.0.0.1", interface="lo"), 1: engines[1]}
+    with pytest.raises(RankUsageError, match=r"reaches the controller over loopback .*ipcontroller --ip=ADDRESS"):
+        layout_ranks(loopback).master_address
+    single = {0: loopback[0], 1: EngineIdentity(1, "a", 2, 0, 8, address="127.0.0.1", interface="lo")}
+    assert layout_ranks(single).master_address == "127.0.0.1"  # one host: loopback is right

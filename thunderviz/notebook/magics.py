@@ -8,12 +8,16 @@ and turning engine errors into what IPython shows well (``UsageError`` for bad f
 from __future__ import annotations
 
 import argparse
+import collections
+import re
+import sys
 import time
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, argument_group, magic_arguments, parse_argstring
+from traitlets import Bool
 
 from thunderviz.core.decisions import BUCKETING_STRATEGIES, SHARDING_STRATEGIES
 from thunderviz.notebook.timeline_cell import STEPS_HELP, TIMELINE_HELP, steps_arg, timeline_options
@@ -27,10 +31,30 @@ from thunderviz.ranks import (
     StrategySpec,
 )
 from thunderviz.ranks.topology import check_local_backend
+from thunderviz.ranks.warm_pool import PRESTART_VARIABLE, WarmPool, prestart_enabled
 
 __all__ = ["ThundervizMagics", "register"]
 
 STATUS_REDRAW_S = 0.2
+#: Local ranks started when a cell gives no --nproc.
+LOCAL_NPROC = 2
+#: How many of the latest reports keep their traces whatever holds them; older ones keep everything but the traces
+#: (decisions, ledgers, memory, output) unless a variable names them. See ``ThundervizMagics._keep_recent``.
+REPORT_HISTORY = 5
+# Names IPython's output history gives results: _, __, ___, _12
+_OUTPUT_CACHE_NAME = re.compile(r"^_{1,3}$|^_\d+$")
+
+
+def _release_traces(report: Any) -> None:
+    """Drop a report's trace bundles (its heavy part), and say so in the report."""
+    if not (report.bundles or report.bundles_by_rank):
+        return
+    report.bundles = {}
+    report.bundles_by_rank = {}
+    report.problems.append(
+        f"traces released to bound memory: only the last {REPORT_HISTORY} reports keep them unless a variable "
+        "names the report (use --name)"
+    )
 #: The flags spell the FSDP choices in lower case (``--sharding zero3``); the strategy takes them upper case.
 SHARDING_CHOICES = [name.lower() for name in SHARDING_STRATEGIES]
 BUCKETING_CHOICES = [name.lower() for name in BUCKETING_STRATEGIES]
@@ -64,11 +88,18 @@ def _identifier(text: str) -> str:
     return text
 
 
+def _attaching(args: argparse.Namespace) -> bool:
+    """Whether the flags name an existing cluster (instead of local ranks)."""
+    return bool(args.cluster_id or args.profile or args.connection_file)
+
+
 def _common_arguments(func: Any) -> Any:
     """Flags shared by both strategy magics (one definition, so the two cannot drift apart)."""
     decorators = [
         argument_group("ranks"),
-        argument("--nproc", type=_nproc, default=2, help="number of ranks (default 2)"),
+        argument("--nproc", type=_nproc, default=None,
+                 help=f"number of ranks (default {LOCAL_NPROC} local ranks; when attaching, every registered engine, "
+                      "and with --nproc N wait for N of them)"),
         argument("--backend", choices=list(BACKENDS), default="auto",
                  help="process-group backend; auto = nccl with one GPU per local rank when CUDA is present, else gloo"),
         argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT_S,
@@ -77,7 +108,10 @@ def _common_arguments(func: Any) -> Any:
         argument("--cluster-id", default=None,
                  help="attach to a running ipyparallel cluster (e.g. `ipcluster start -n 8 --engines slurm`) "
                       "instead of starting local ranks"),
-        argument("--profile", default=None, help="IPython profile of the cluster given by --cluster-id"),
+        argument("--profile", default=None, help="IPython profile of the cluster to attach to"),
+        argument("--connection-file", default=None,
+                 help="attach to the cluster of this controller connection file (ipcontroller-client.json; "
+                      "e.g. a hand-started `ipcontroller` + `ipengine`)"),
         argument_group("strategy"),
         argument("--no-jit", action="store_true",
                  help="do not thunder.jit what fabric.setup receives (case 2: you jit your own function)"),
@@ -138,9 +172,19 @@ class _LiveStatus:
 class ThundervizMagics(Magics):
     """Holds the rank pool between cells; see the module docstring."""
 
-    def __init__(self, shell: Any) -> None:
-        super().__init__(shell)
+    prestart = Bool(
+        True,
+        help=f"Start {LOCAL_NPROC} local engines in the background when the extension loads, so the first cell finds "
+        "them warm (no process group or CUDA context before that cell). The environment variable "
+        f"{PRESTART_VARIABLE}=0 turns it off too.",
+    ).tag(config=True)
+
+    def __init__(self, shell: Any = None, **kwargs: Any) -> None:
+        super().__init__(shell=shell, **kwargs)
         self.engine: RankEngine | None = None
+        #: local engines started when the extension loaded, for the first cell (see ``ranks.warm_pool``)
+        self.warm: WarmPool | None = None
+        self._recent_reports: collections.deque[Any] = collections.deque()
         self._pool_key: tuple[Any, ...] | None = None
         self._status: _LiveStatus | None = None
 
@@ -155,7 +199,9 @@ class ThundervizMagics(Magics):
             pass
 
     def _pool(self, args: argparse.Namespace) -> RankEngine:
-        key = (args.nproc if not args.cluster_id else None, args.backend, args.timeout, args.cluster_id, args.profile)
+        attach = _attaching(args)
+        nproc = args.nproc if attach else (args.nproc or LOCAL_NPROC)
+        key = (nproc, args.backend, args.timeout, args.cluster_id, args.profile, args.connection_file)
         if self.engine is not None and self._pool_key == key:
             return self.engine
         if self.engine is not None:
@@ -164,18 +210,23 @@ class ThundervizMagics(Magics):
                   f"timeout={old[2]:g}, and this cell asks for nproc={key[0]}, backend={key[1]}, timeout={key[2]:g}.")
             self._stop()
         try:
-            if args.cluster_id or args.profile:
+            if attach:
                 self.engine = RankEngine.attach(cluster_id=args.cluster_id, profile=args.profile,
+                                                connection_file=args.connection_file, nproc=args.nproc,
                                                 backend=args.backend, timeout=args.timeout, on_status=self._on_status)
             else:
-                self.engine = RankEngine.start(args.nproc, backend=args.backend, timeout=args.timeout,
-                                               on_status=self._on_status)
+                warm, self.warm = (self.warm.take(nproc) if self.warm is not None else None), None
+                self.engine = RankEngine.start(nproc, backend=args.backend, timeout=args.timeout,
+                                               on_status=self._on_status, warm=warm)
         except RankUsageError as exc:
             raise UsageError(str(exc)) from None
         self._pool_key = key
         return self.engine
 
     def _stop(self) -> None:
+        if self.warm is not None:
+            warm, self.warm = self.warm, None
+            warm.close()
         if self.engine is not None:
             try:
                 self.engine.stop()
@@ -188,9 +239,9 @@ class ThundervizMagics(Magics):
     def _run(self, kind: str, options: dict[str, Any], args: argparse.Namespace, cell: str) -> Any:
         if not cell.strip():
             raise UsageError(f"%%{kind} needs code in the cell below the magic line.")
-        if not (args.cluster_id or args.profile):
+        if not _attaching(args):
             try:
-                check_local_backend(args.backend, args.nproc)
+                check_local_backend(args.backend, args.nproc or LOCAL_NPROC)
             except RankUsageError as exc:
                 raise UsageError(str(exc)) from None
         executors = [e.strip() for e in args.executors.split(",") if e.strip()] if args.executors else None
@@ -199,7 +250,7 @@ class ThundervizMagics(Magics):
             options["executors"] = executors
         spec = StrategySpec(kind, options)
         timeline = timeline_options(args)
-        self._status = _LiveStatus(args.nproc, label=f"%%{kind}")
+        self._status = _LiveStatus(args.nproc or LOCAL_NPROC, label=f"%%{kind}")
         try:
             engine = self._pool(args)
             report = engine.run(cell, strategy=spec, output=args.output, **timeline)
@@ -214,7 +265,43 @@ class ThundervizMagics(Magics):
             status.close(self.engine.phases if self.engine is not None else None)
         if args.name:
             self.shell.user_ns[args.name] = report
+        self._keep_recent(report)
         return report
+
+    # ----------------------------------------------------------------- the bounded report history
+
+    def _keep_recent(self, report: Any) -> None:
+        """Keep the last ``REPORT_HISTORY`` reports whole; release the traces of older ones nobody holds.
+
+        Why: IPython's output history (``Out``, ``_N``) keeps every returned report, and traces are the heavy
+        part, so a long session grew by one cell's traces per cell. A report that a variable names (``--name``, an
+        assignment) or that anything else refers to (a list, a widget) keeps everything.
+        """
+        self._recent_reports.append(report)
+        while len(self._recent_reports) > REPORT_HISTORY:
+            old = self._recent_reports.popleft()
+            if not self._held_elsewhere(old):
+                _release_traces(old)
+
+    def _held_elsewhere(self, report: Any) -> bool:
+        ns = self.shell.user_ns
+        named = [n for n, v in list(ns.items()) if v is report and not _OUTPUT_CACHE_NAME.match(n)]
+        if named:
+            return True
+        # References IPython's output history holds: Out[N]; _N, _, __, ___ in the user's namespace and again in
+        # user_ns_hidden (push(interactive=False) records them there); the display hook's own _, __, ___; and the
+        # last ExecutionResult.
+        out_cache = ns.get("Out") if isinstance(ns.get("Out"), dict) else {}
+        hidden = getattr(self.shell, "user_ns_hidden", {})
+        hook = getattr(self.shell, "displayhook", None)
+        known = sum(1 for v in list(ns.values()) if v is report)
+        known += sum(1 for v in list(out_cache.values()) if v is report)
+        known += sum(1 for n, v in list(hidden.items()) if v is report and _OUTPUT_CACHE_NAME.match(str(n)))
+        known += sum(1 for n in ("_", "__", "___") if getattr(hook, n, None) is report)
+        last = getattr(getattr(self.shell, "last_execution_result", None), "result", None)
+        known += 1 if last is report else 0
+        # 3 more: the caller's variable, this frame's argument, and getrefcount's own
+        return sys.getrefcount(report) - 3 > known
 
     @magic_arguments()
     @_common_arguments
@@ -252,6 +339,14 @@ class ThundervizMagics(Magics):
     def thunder_ranks(self, line: str) -> Any:
         """Inspect or control the rank pool used by ``%%thunder_fsdp`` / ``%%thunder_ddp``."""
         args = parse_argstring(self.thunder_ranks, line)
+        if self.engine is None and self.warm is not None and args.action != "restart":
+            if args.action == "stop":
+                self._stop()
+                print("Stopped the warm pool (started when the extension loaded).")
+            else:
+                print(f"A warm pool of {self.warm.nproc} local engines ({self.warm.state}), started when the extension "
+                      "loaded; the first %%thunder_fsdp or %%thunder_ddp cell uses it.")
+            return None
         if self.engine is None:
             print("No rank pool is running; a %%thunder_fsdp or %%thunder_ddp cell starts one.")
             return None
@@ -272,9 +367,12 @@ class ThundervizMagics(Magics):
 
 
 def register(ipython: Any) -> ThundervizMagics:
-    """Called by ``%load_ext thunderviz``; stops the pool when the shell exits so no rank outlives the kernel."""
-    magics = ThundervizMagics(ipython)
+    """Called by ``%load_ext thunderviz``; starts a warm pool in the background (unless opted out: see
+    ``ThundervizMagics.prestart``) and stops every pool when the shell exits so no rank outlives the kernel."""
+    magics = ThundervizMagics(parent=ipython, shell=ipython)
     ipython.register_magics(magics)
+    if magics.prestart and prestart_enabled():
+        magics.warm = WarmPool(LOCAL_NPROC)
     import atexit
 
     atexit.register(magics._stop)

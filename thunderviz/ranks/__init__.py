@@ -9,9 +9,10 @@ One job per module, in the order a cell meets them:
     failures.py     RankFailure, CellError, RanksInterrupted, RankUsageError, the failure message
     inside_rank.py  runs inside each rank: set-up, fabric, the post-cell report hook
     cluster.py      where engines come from: LocalCluster (ours, watched) or AttachedCluster (never stopped)
+    warm_pool.py    a LocalCluster started in the background at %load_ext, handed to the first cell
     watchdog.py     kills a local cluster whose owner died
     spawn.py        run_ranks: a function on N fresh processes, like torchrun (scripts, tests, the demo)
-    rendezvous.py   the torchrun environment block and the rendezvous port, shared by engine and spawner
+    rendezvous.py   torchrun environment block, rendezvous socket, cluster-facing interface (engine and spawner)
     report.py       RunReport: one cell's results from every rank
 """
 

@@ -12,6 +12,7 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -24,15 +25,19 @@ import psutil
 from thunderviz.errors import RankError
 from thunderviz.ranks.watchdog import TAG_VARIABLE, kill_tagged, tagged_processes
 
-__all__ = ["AttachedCluster", "LocalCluster", "RankCluster"]
+__all__ = ["AttachedCluster", "LocalCluster", "RankCluster", "controller_address"]
 
 # The controller's default heartbeat (3 s) makes a 2-engine start take 6.5 s instead of 2.5 s.
 HEARTBEAT_MS = 500
 ENGINE_START_TIMEOUT_S = 120.0
+# How long attaching waits for the engines --nproc asks for, and a restart for engines an owner replaced.
+ATTACH_WAIT_S = 60.0
+RESTART_WAIT_S = 10.0
+UNREGISTER_WAIT_S = 10.0
 
 
 # Engines import torch and thunder (about 3 s) before they register, so the import overlaps the controller's
-# start-up instead of following it; measured by bench/notebook_latency.py (cold first report).
+# start-up and the registration instead of following them; measured by bench/notebook_latency.py (truly cold).
 _ENGINE_CMD = [
     sys.executable, "-c",
     # a broken torch must not keep the engine from registering: init_rank reports the import error per rank
@@ -58,12 +63,29 @@ def _run(coro: Any) -> Any:
         return pool.submit(asyncio.run, coro).result()
 
 
+def controller_address(client: Any) -> tuple[str, int]:
+    """Where the controller listens for registrations, as this client reaches it (engines reach the same one).
+
+    ipyparallel keeps it only in the client's private ``_config`` (from the connection file); ``("127.0.0.1", 0)``
+    when it is missing, which makes every engine report its loopback side.
+    """
+    url = str(getattr(client, "_config", {}).get("registration", ""))
+    if "://" not in url:
+        return "127.0.0.1", 0
+    host, _, port = url.split("://", 1)[1].rpartition(":")
+    return host.strip("[]"), int(port) if port.isdigit() else 0
+
+
 class RankCluster:
     """What the engine needs from a cluster; see ``LocalCluster`` and ``AttachedCluster``."""
 
     client: Any
     is_local: bool = False
     description: str = ""
+
+    def engine_ids(self) -> list[int]:
+        """The engines that are the ranks (sorted ids)."""
+        return sorted(self.client.ids)
 
     def signal_engines(self, sig: int, engine_ids: list[int]) -> None:
         """Deliver ``sig`` to the engine processes (through their nannies, so it works across machines)."""
@@ -77,7 +99,9 @@ class RankCluster:
     def kill_engines(self, engine_ids: list[int]) -> None:
         self.signal_engines(signal.SIGKILL, engine_ids)
 
-    def restart(self) -> None:
+    def restart(self, where: dict[int, str] | None = None) -> str:
+        """Fresh engines (returns ``"fresh"``), or ``"in-place"`` when the engines stay and only need a reset;
+        ``where`` (engine id -> "rank r on host h") only words messages."""
         raise NotImplementedError
 
     def close(self) -> None:
@@ -118,7 +142,8 @@ class LocalCluster(RankCluster):
             engine_timeout=int(ENGINE_START_TIMEOUT_S),
             delay=0.1,
             shutdown_atexit=True,
-            log_level=logging.WARNING,
+            # ERROR: its "did not exit in 5 seconds after TERM" warnings would land in the cell; close() makes sure
+            log_level=logging.ERROR,
         )
         self.description = f"local cluster {self._cluster.cluster_id} ({self.n} engines on 127.0.0.1)"
         try:
@@ -129,8 +154,11 @@ class LocalCluster(RankCluster):
             raise
 
     async def _start(self) -> Any:
+        # Engines first: they spend seconds importing torch and thunder, then wait for the controller's connection
+        # file, so the controller's start-up (about a second) happens during their imports instead of before them.
+        await self._cluster.start_engines(self.n, environment=dict(self._environment), engine_cmd=_ENGINE_CMD,
+                                          engine_args=[f"--IPEngine.wait_for_url_file={ENGINE_START_TIMEOUT_S:g}"])
         await self._cluster.start_controller(environment=dict(self._environment))
-        await self._cluster.start_engines(self.n, environment=dict(self._environment), engine_cmd=_ENGINE_CMD)
         client = await self._cluster.connect_client()
         return client
 
@@ -182,10 +210,11 @@ class LocalCluster(RankCluster):
         if not pids:
             super().kill_engines(engine_ids)
 
-    def restart(self) -> None:
+    def restart(self, where: dict[int, str] | None = None) -> str:
         """Fresh engines (and controller): the only way to release ranks stuck in a gloo collective."""
         self.close()
         self._open()
+        return "fresh"
 
     def close(self) -> None:
         # Our engines hold nothing worth a graceful exit, and torch's static destructors make one take seconds
@@ -227,48 +256,163 @@ class LocalCluster(RankCluster):
 
 
 class AttachedCluster(RankCluster):
-    """An ipyparallel cluster someone else started (the multi-node path). We never stop it."""
+    """An ipyparallel cluster someone else started (the multi-node path). We never stop it.
+
+    Found by ``profile``/``cluster_id`` (the cluster file ``ipcluster`` writes, else the client connection file a
+    hand-started ``ipcontroller`` writes) or by the path of that connection file. Every registered engine becomes a
+    rank; with ``nproc`` we wait (bounded) until that many have registered and refuse any other count.
+    """
 
     is_local = False
 
-    def __init__(self, *, cluster_id: str | None = None, profile: str | None = None, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        *,
+        cluster_id: str | None = None,
+        profile: str | None = None,
+        connection_file: str | None = None,
+        nproc: int | None = None,
+        wait_s: float = ATTACH_WAIT_S,
+    ) -> None:
         import ipyparallel as ipp
 
-        kwargs: dict[str, Any] = {}
+        self._cluster: Any = None  # ipcluster's Cluster when it wrote a cluster file: it can restart engines
+        self.client = None
+        self._killed: set[int] = set()
+        where = (f"connection file {connection_file}" if connection_file else
+                 f"profile {profile or 'default'!r}, cluster id {cluster_id or '(none)'!r}")
+        try:
+            if connection_file:
+                self.client = ipp.Client(connection_file)
+            else:
+                self._cluster = self._cluster_file(ipp, profile, cluster_id)
+                if self._cluster is not None:
+                    self.client = _run(self._cluster.connect_client())
+                else:
+                    kwargs: dict[str, Any] = {"cluster_id": cluster_id} if cluster_id else {}
+                    self.client = ipp.Client(profile=profile or "default", **kwargs)
+        except Exception as exc:
+            raise RankError(
+                f"Cannot attach to the ipyparallel cluster ({where}): {exc}. Start one with `ipcluster start -n N "
+                "--engines slurm|mpi|ssh` (or `ipcontroller` + `ipengine`) and pass its --profile/--cluster-id, or "
+                "--connection-file with the controller's ipcontroller-client.json."
+            ) from exc
+        kind = "ipcluster" if self._cluster is not None else "controller"
+        self.description = f"attached {kind} ({where})"
+        self.wanted = nproc
+        try:
+            self._ids = self._wait_for_engines(nproc, wait_s)
+        except BaseException:
+            self.close()
+            raise
+        self.n = len(self._ids)
+        self.description = f"attached {kind} ({where}, {self.n} engines)"
+
+    @staticmethod
+    def _cluster_file(ipp: Any, profile: str | None, cluster_id: str | None) -> Any:
+        kwargs: dict[str, Any] = {"cluster_id": cluster_id or ""}
         if profile:
             kwargs["profile"] = profile
-        if cluster_id is not None:
-            kwargs["cluster_id"] = cluster_id
         try:
-            self._cluster = ipp.Cluster.from_file(**kwargs)
-        except Exception as exc:
-            raise RankError(
-                f"Cannot attach to the ipyparallel cluster (cluster_id={cluster_id!r}, profile={profile!r}): {exc}. "
-                "Start one with `ipcluster start -n N --engines slurm|mpi|ssh` and pass its --cluster-id/--profile."
-            ) from exc
-        self.client = _run(self._cluster.connect_client())
-        deadline = time.monotonic() + timeout
-        while not self.client.ids and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if not self.client.ids:
-            raise RankError(f"The cluster {cluster_id!r} has no engines registered after {timeout:.0f} s.")
-        self.n = len(self.client.ids)
-        self.description = f"attached cluster {self._cluster.cluster_id or '(default)'} ({self.n} engines)"
+            return ipp.Cluster.from_file(**kwargs)
+        except FileNotFoundError:  # no ipcluster: maybe a hand-started ipcontroller
+            return None
 
-    def restart(self) -> None:
-        """Ask the cluster's launchers for fresh engines; needs the cluster file written by ``ipcluster``."""
-        try:
-            _run(self._cluster.restart_engines())
-        except Exception as exc:
-            raise RankError(
-                f"Could not restart the engines of {self.description}: {exc}. Restart the cluster with "
-                "`ipcluster stop` / `ipcluster start`, then run the cell again."
-            ) from exc
-        deadline = time.monotonic() + ENGINE_START_TIMEOUT_S
-        while len(self.client.ids) < self.n and time.monotonic() < deadline:
+    def kill_engines(self, engine_ids: list[int]) -> None:
+        # remembered: the controller may list a killed engine for a few heartbeats more
+        self._killed.update(engine_ids)
+        super().kill_engines(engine_ids)
+
+    @property
+    def can_restart_engines(self) -> bool:
+        """Whether ipyparallel knows how to start this cluster's engines again (``ipcluster`` launched them)."""
+        return self._cluster is not None and bool(getattr(self._cluster, "engines", None))
+
+    def engine_ids(self) -> list[int]:
+        return list(self._ids)
+
+    def _hosts(self, ids: list[int]) -> str:
+        """``2 on node-a, 1 on node-b`` for the given engines (asked with a short bound; busy engines are counted
+        as ``busy``)."""
+        counts: dict[str, int] = {}
+        for eid in ids:
+            try:
+                host = self.client[eid].apply_async(socket.gethostname).get(timeout=5)
+            except Exception:
+                host = "busy or unreachable"
+            counts[host] = counts.get(host, 0) + 1
+        return ", ".join(f"{n} on {h}" for h, n in counts.items()) or "none"
+
+    def _wait_for_engines(self, nproc: int | None, wait_s: float, exclude: set[int] = frozenset()) -> list[int]:
+        """Wait (bounded) until ``nproc`` engines (at least one when None) are registered; return their ids.
+
+        Raises:
+            RankError: fewer registered within ``wait_s`` (says how many and where).
+            RankUsageError: more registered than ``nproc`` (every engine becomes a rank).
+        """
+        from thunderviz.ranks.failures import RankUsageError
+
+        wanted = nproc or 1
+        started = time.monotonic()
+        ids = sorted(set(self.client.ids) - exclude)
+        # fewer: wait for engines still starting; more: give engines that just died a few heartbeats to unregister
+        while time.monotonic() - started < (wait_s if len(ids) < wanted else min(wait_s, UNREGISTER_WAIT_S)):
+            if len(ids) == wanted or (nproc is None and ids):
+                break
             time.sleep(0.2)
+            ids = sorted(set(self.client.ids) - exclude)
+        if len(ids) < wanted:
+            raise RankError(
+                f"Waited {wait_s:.0f} s for {wanted} engine(s) of the {self.description}: {len(ids)} registered "
+                f"({self._hosts(ids)}). Start the missing engines (e.g. `ipengine` on each host, or `ipcluster "
+                f"engines -n K`), or pass --nproc {len(ids)}." if ids else
+                f"Waited {wait_s:.0f} s for {wanted} engine(s) of the {self.description}: none registered. Start "
+                "engines (e.g. `ipengine` on each host) and run the cell again."
+            )
+        if nproc is not None and len(ids) > nproc:
+            raise RankUsageError(
+                f"--nproc {nproc} asks for {nproc} ranks, but {len(ids)} engines are registered in the "
+                f"{self.description} ({self._hosts(ids)}); every engine of an attached cluster becomes a rank. Pass "
+                f"--nproc {len(ids)}, or leave --nproc out to use them all."
+            )
+        return ids
+
+    def restart(self, where: dict[int, str] | None = None) -> str:
+        """Fresh engines when ipyparallel can start them (``ipcluster``); otherwise reuse the live engines in place,
+        or say that the cluster's owner must restart the ones that are gone (``where``: engine id -> "rank r on
+        host h", for that message)."""
+        old = set(self._ids)
+        if self.can_restart_engines:
+            try:
+                _run(self._cluster.restart_engines())
+            except Exception as exc:
+                raise RankError(
+                    f"Could not restart the engines of the {self.description}: {exc}. Restart the cluster with "
+                    "`ipcluster stop` / `ipcluster start`, then run the cell again."
+                ) from exc
+            self._ids = self._wait_for_engines(self.n, ENGINE_START_TIMEOUT_S, exclude=old)
+            self._killed.clear()
+            return "fresh"
+        gone = sorted((old - set(self.client.ids)) | (old & self._killed))
+        if not gone:
+            return "in-place"
+        try:  # the owner may have started replacements already
+            self._ids = self._wait_for_engines(self.n, RESTART_WAIT_S, exclude=self._killed)
+        except RankError:
+            live = sorted(set(self.client.ids) - self._killed)
+            lost = "; ".join(f"engine {eid}" + (f" ({where[eid]})" if where and eid in where else "") for eid in gone)
+            raise RankError(
+                f"{len(gone)} of the {self.n} engines of the {self.description} are gone ({lost}); {len(live)} "
+                f"registered now ({self._hosts(live)}). thunderviz cannot start engines in a cluster it did not "
+                "launch (ipcontroller + ipengine started by hand): its owner must restart them (e.g. `ipengine` on "
+                "the hosts they ran on), then run the cell again."
+            ) from None
+        self._killed -= set(gone)
+        # the survivors still hold the old namespace and process group: reset them too
+        return "in-place"
 
     def close(self) -> None:
+        """Detach: close our client only; the controller and engines keep running."""
         if self.client is not None:
             self.client.close()
             self.client = None

@@ -10,7 +10,7 @@ One pass of the loop is four named steps, repeated every ``POLL_S`` until no ran
 The escalation ladder (why: a rank stuck in a gloo collective cannot be interrupted, and a process group that saw a
 failure is not safe to reuse)::
 
-    RUNNING --(a rank failed, +PEER_GRACE_S) or Ctrl-C--> SIGINT sent
+    RUNNING --(a rank failed, +PEER_GRACE_S, unless stop_peers is off) or Ctrl-C--> SIGINT sent
     SIGINT sent --(+SIGINT_GRACE_S, or +INTERRUPT_GRACE_S after Ctrl-C)--> SIGKILL, pool marked for restart
     RUNNING --(a peer finished, +timeout+10 s) or (deadline)--> SIGKILL, pool marked for restart
 
@@ -141,6 +141,7 @@ class _Driver:
         pump: _OutputPump,
         done_phase: str | None,
         flush_partial_lines: bool,
+        stop_peers: bool,
     ) -> None:
         self.requests = requests
         self.controls = controls
@@ -148,8 +149,10 @@ class _Driver:
         self.pump = pump
         self.done_phase = done_phase
         self.flush_partial_lines = flush_partial_lines
+        self.stop_peers = stop_peers
         self.outcome = Outcome()
         self.settled: set[int] = set()
+        self.passes = 0
         self.started = time.monotonic()
         self.first_failure_at: float | None = None
         self.first_success_at: float | None = None
@@ -183,6 +186,7 @@ class _Driver:
     def _settle(self) -> None:
         from ipyparallel.error import EngineError, RemoteError
 
+        self.passes += 1
         for rank in self._pending():
             request = self.requests[rank]
             if (request.metadata.get("data") or {}).get(PHASE_DATA_KEY) == "collecting":
@@ -196,12 +200,12 @@ class _Driver:
                     self._fail(RankFailure(rank, "died", f"the rank process exited ({exc})"))
                 else:
                     self._succeed(rank, value)
-            elif self.controls.rank_dead(rank):
+            elif self.passes > 1 and self.controls.rank_dead(rank):  # not before a reply could have come
                 self._fail(RankFailure(rank, "died", "the rank process exited while running the cell"))
 
     def _escalate(self) -> None:
         now = time.monotonic()
-        if self.outcome.failures and self.first_failure_at is None:
+        if self.outcome.failures and self.first_failure_at is None and self.stop_peers:
             self.first_failure_at = now
         stop_from = self.interrupted_at
         if stop_from is None and self.first_failure_at is not None:
@@ -298,6 +302,7 @@ def drive(
     stream: bool = True,
     done_phase: str | None = None,
     flush_partial_lines: bool = False,
+    stop_peers: bool = True,
 ) -> Outcome:
     """Wait for every rank's reply to ``requests`` (ipyparallel ``AsyncResult`` by rank) while streaming output.
 
@@ -309,6 +314,9 @@ def drive(
         stream: pass output lines to ``controls.emit``.
         done_phase: the phase a rank enters when its reply is ok.
         flush_partial_lines: emit a last line without a newline (end of a user cell), else drop it.
+        stop_peers: after one rank fails, interrupt (then kill) the others. Off for set-up: peers still connecting
+            fail on their own within the group's timeout, and killing them would cost an attached cluster its
+            engines over a network problem.
     """
     pump = _OutputPump({} if captured is None else captured, controls.emit if stream else None)
     driver = _Driver(
@@ -318,5 +326,6 @@ def drive(
         pump=pump,
         done_phase=done_phase,
         flush_partial_lines=flush_partial_lines,
+        stop_peers=stop_peers,
     )
     return driver.run()

@@ -3,8 +3,9 @@
 ``RankEngine`` speaks only in ranks, and reads as the path of one cell:
 
 1. set-up (``start``/``attach``/``restart``): ``inside_rank.identify`` on every engine, ``topology.layout_ranks``
-   numbers them by host, ``protocol.RankSetup`` goes to each rank (``inside_rank.set_up``: torchrun environment,
-   process group with our timeout, namespace, report hook);
+   numbers them by host, rank 0 binds the rendezvous on its address facing the controller
+   (``inside_rank.bind_rendezvous``), and ``protocol.RankSetup`` goes to each rank (``inside_rank.set_up``: torchrun
+   environment, socket interface, process group with our timeout, namespace, report hook);
 2. ``run``: a ``protocol.CellConfig`` only when the strategy or collect flag changed (``inside_rank.prepare_cell``),
    then the cell's source by ``execute``; ``driver.drive`` waits and streams; the report data arrives on the cell's
    data channel (``protocol.REPORT_DATA_KEY``) and becomes a ``RunReport``;
@@ -19,11 +20,8 @@ check; if the group does not answer, the pool is restarted too.
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -31,8 +29,9 @@ from typing import Any
 
 import psutil
 
+from thunderviz.errors import RankError
 from thunderviz.ranks import inside_rank
-from thunderviz.ranks.cluster import AttachedCluster, LocalCluster, RankCluster
+from thunderviz.ranks.cluster import ATTACH_WAIT_S, AttachedCluster, LocalCluster, RankCluster, controller_address
 from thunderviz.ranks.driver import OUTPUT_MODES, Outcome, drive, output_filter
 from thunderviz.ranks.failures import CellError, RankFailure, RankUsageError, cell_error
 from thunderviz.ranks.protocol import (
@@ -43,7 +42,6 @@ from thunderviz.ranks.protocol import (
     StrategySpec,
     missing_report,
 )
-from thunderviz.ranks.rendezvous import free_port
 from thunderviz.ranks.topology import (
     DEFAULT_TIMEOUT_S,
     EngineIdentity,
@@ -57,6 +55,8 @@ from thunderviz.ranks.topology import (
 __all__ = ["RankEngine"]
 
 SETUP_TIMEOUT_S = 180.0
+# How long every engine gets to say who it is before set-up gives up on it.
+IDENTIFY_TIMEOUT_S = 60.0
 # How long the barrier check after a failed cell may take before the group counts as broken.
 PG_CHECK_S = 2.0
 PG_CHECK_DEADLINE_S = 5.0
@@ -99,8 +99,8 @@ class RankEngine:
         self.rank_hosts: dict[int, str] = {}
         self.rank_pids: dict[int, int] = {}
         self.phases: dict[int, str] = {}
+        self._processes: dict[int, psutil.Process] = {}
         self.restart_reason: str | None = None
-        self._rendezvous_dir: str | None = None
         self._config: CellConfig | None = None  # what the ranks were last prepared with
         self._views: dict[int, Any] = {}
         self._views_client: Any = None
@@ -117,13 +117,22 @@ class RankEngine:
         timeout: float = DEFAULT_TIMEOUT_S,
         on_status: Callable[[dict[int, str]], None] | None = None,
         on_output: Callable[[int, str, str], None] | None = None,
+        warm: LocalCluster | None = None,
     ) -> RankEngine:
-        """Start ``nproc`` local ranks (controller and engines on 127.0.0.1, guarded against orphaning)."""
+        """Start ``nproc`` local ranks (controller and engines on 127.0.0.1, guarded against orphaning).
+
+        ``warm``: a ``LocalCluster`` of ``nproc`` engines already started (``warm_pool.WarmPool.take``) to use instead.
+        """
         nproc, backend, timeout = validate_pool_args(nproc, backend, timeout)
-        check_local_backend(backend, nproc)  # fail before starting anything
+        try:
+            check_local_backend(backend, nproc)  # fail before starting anything
+        except RankUsageError:
+            if warm is not None:
+                warm.close()
+            raise
         if on_status:
             on_status({r: "starting" for r in range(nproc)})
-        cluster = LocalCluster(nproc)
+        cluster = warm if warm is not None else LocalCluster(nproc)
         engine = cls(cluster, backend=backend, timeout=timeout, on_status=on_status, on_output=on_output)
         try:
             engine._set_up()
@@ -138,16 +147,29 @@ class RankEngine:
         *,
         cluster_id: str | None = None,
         profile: str | None = None,
+        connection_file: str | None = None,
+        nproc: int | None = None,
         backend: str = "auto",
         timeout: float = DEFAULT_TIMEOUT_S,
+        wait_s: float = ATTACH_WAIT_S,
         on_status: Callable[[dict[int, str]], None] | None = None,
         on_output: Callable[[int, str, str], None] | None = None,
     ) -> RankEngine:
-        """Use the engines of a running ipyparallel cluster as ranks (the multi-node path); never stops it."""
-        _, backend, timeout = validate_pool_args(1, backend, timeout)
-        cluster = AttachedCluster(cluster_id=cluster_id, profile=profile)
+        """Use the engines of a running ipyparallel cluster as ranks (the multi-node path); never stops it.
+
+        The cluster is found by ``profile``/``cluster_id`` or by the controller's ``connection_file``
+        (``ipcontroller-client.json``). With ``nproc``, wait up to ``wait_s`` until that many engines registered
+        (more is an error: every engine becomes a rank); without, every registered engine becomes a rank.
+        """
+        _, backend, timeout = validate_pool_args(nproc or 1, backend, timeout)
+        cluster = AttachedCluster(cluster_id=cluster_id, profile=profile, connection_file=connection_file,
+                                  nproc=nproc, wait_s=wait_s)
         engine = cls(cluster, backend=backend, timeout=timeout, on_status=on_status, on_output=on_output)
-        engine._set_up()
+        try:
+            engine._set_up()
+        except BaseException:
+            engine.stop()  # detaches only
+            raise
         return engine
 
     @property
@@ -160,25 +182,30 @@ class RankEngine:
 
     # ----------------------------------------------------------------- set-up
 
-    def _set_up(self) -> None:
-        """Map engines to ranks, pick backend and rendezvous, and join every rank to a fresh process group."""
-        client = self.cluster.client
+    def _set_up(self, *, reset_in_place: bool = False) -> None:
+        """Map engines to ranks, pick backend and rendezvous, and join every rank to a fresh process group.
+
+        ``reset_in_place``: the engines are the ones of earlier cells (a cluster we cannot restart): empty their
+        namespaces and leave their process group first.
+        """
+        self._views = {}  # engine ids change across restarts: a view must never outlive one
         if isinstance(self.cluster, LocalCluster):
             self.cluster.wait_for_engines()
-        ids = sorted(client.ids)
-        identities = {
-            eid: EngineIdentity.from_dict(eid, data)
-            for eid, data in zip(ids, client[ids].apply_sync(inside_rank.identify))
-        }
-        layout = self.layout = layout_ranks(identities)
+        layout = self.layout = layout_ranks(self._identify(self.cluster.engine_ids()))
         self.rank_to_engine = layout.rank_to_engine
         self.rank_hosts = layout.rank_hosts
         self.rank_pids = layout.rank_pids
         if isinstance(self.cluster, LocalCluster):
             self.cluster.engine_pids = {e.engine_id: e.pid for e in layout.engines}
         self.backend = resolve_backend(self.requested_backend, layout.local_world_size, layout.cuda_devices_per_host)
-
-        master_addr, init_method, master_port = self._rendezvous(layout)
+        if reset_in_place:
+            resets = {rank: self._view(rank).apply_async(inside_rank.reset) for rank in self.ranks}
+            outcome = self._drive(resets, deadline_s=SETUP_TIMEOUT_S, stream=False)
+            if outcome.failures:
+                self.restart_reason = "resetting the ranks in place failed"
+                raise self._cell_error(outcome.failures, what="Resetting the ranks in place")
+        master_addr = layout.master_address
+        master_port = self._view(0).apply_sync(inside_rank.bind_rendezvous, master_addr)
         self._set_phase(self.ranks, "importing")
         setups = {
             rank: RankSetup(
@@ -192,29 +219,43 @@ class RankEngine:
                 master_port=master_port,
                 backend=self.backend,
                 timeout_s=self.timeout,
-                init_method=init_method,
                 threads=layout.threads_per_rank,
+                socket_ifname=layout.engines[rank].interface,
             )
             for rank in self.ranks
         }
         requests = {rank: self._view(rank).apply_async(inside_rank.set_up, setups[rank]) for rank in self.ranks}
-        outcome = self._drive(requests, deadline_s=SETUP_TIMEOUT_S, done_phase="waiting")
+        outcome = self._drive(requests, deadline_s=SETUP_TIMEOUT_S, done_phase="waiting", stop_peers=False)
         if outcome.failures:
             self.restart_reason = "setting up the ranks failed"
             raise self._cell_error(outcome.failures, what="Setting up the ranks")
         self._config = None
 
-    def _rendezvous(self, layout: RankLayout) -> tuple[str, str, int]:
-        """Where the ranks meet: (MASTER_ADDR, init_method, MASTER_PORT)."""
-        rank0 = self._view(0)
-        if self.cluster.is_local:
-            # TCPStore listens on every interface; a file store keeps the local rendezvous off the network.
-            self._rendezvous_dir = tempfile.mkdtemp(prefix="thunderviz-rdzv-")
-            port = rank0.apply_sync(free_port, "127.0.0.1")
-            return "127.0.0.1", "file://" + os.path.join(self._rendezvous_dir, "store"), port
-        master_addr = layout.hosts[0]
-        port = rank0.apply_sync(free_port, "")
-        return master_addr, f"tcp://{master_addr}:{port}", port
+    def _identify(self, ids: list[int]) -> dict[int, EngineIdentity]:
+        """Ask every engine who it is (bounded); an engine that died or does not answer is named in a RankError."""
+        from ipyparallel.error import RemoteError
+
+        client = self.cluster.client
+        controller = controller_address(client)
+        requests = {eid: client[eid].apply_async(inside_rank.identify, *controller) for eid in ids}
+        deadline = time.monotonic() + IDENTIFY_TIMEOUT_S
+        identities: dict[int, EngineIdentity] = {}
+        problems = []
+        for eid, request in requests.items():
+            try:
+                identities[eid] = EngineIdentity.from_dict(eid, request.get(max(0.1, deadline - time.monotonic())))
+            except TimeoutError:
+                problems.append(f"engine {eid} did not answer within {IDENTIFY_TIMEOUT_S:.0f} s (busy?)")
+            except RemoteError as exc:
+                problems.append(f"engine {eid}: {exc.ename}: {exc.evalue}")
+            except Exception as exc:
+                problems.append(f"engine {eid}: {type(exc).__name__}: {exc}")
+        if problems:
+            raise RankError(
+                f"Could not set up ranks on the engines of the {self.cluster.description}: {'; '.join(problems)}. "
+                "Make sure every engine is alive and idle, then run the cell again."
+            )
+        return identities
 
     # ----------------------------------------------------------------- what the driver needs (RankControls)
 
@@ -238,7 +279,10 @@ class RankEngine:
         if pid is None:
             return False
         try:
-            return psutil.Process(pid).status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+            process = self._processes.get(pid)
+            if process is None:  # built once: psutil.Process() reads /proc, and this runs every poll
+                process = self._processes[pid] = psutil.Process(pid)
+            return process.status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
         except psutil.NoSuchProcess:
             return True
 
@@ -262,14 +306,15 @@ class RankEngine:
     # ----------------------------------------------------------------- running
 
     def _view(self, rank: int) -> Any:
-        """One DirectView per rank, built once per client (building one costs more than a message)."""
+        """One DirectView per engine, built once per client and set-up (building one costs more than a message)."""
         client = self.cluster.client
         if self._views_client is not client:
             self._views = {}
             self._views_client = client
-        view = self._views.get(rank)
+        engine_id = self.rank_to_engine[rank]
+        view = self._views.get(engine_id)
         if view is None:
-            view = self._views[rank] = client[self.rank_to_engine[rank]]
+            view = self._views[engine_id] = client[engine_id]
         return view
 
     def run(
@@ -290,6 +335,14 @@ class RankEngine:
         (``RunReport.timeline``); when the cell fails, ``CellError.partial_report`` holds what the ranks that
         returned recorded.
         """
+        try:
+            return self._run(source, strategy=strategy, output=output, collect=collect, timeline=timeline, steps=steps)
+        finally:
+            self._forget_finished()
+
+    def _run(
+        self, source: str, *, strategy: StrategySpec | None, output: str, collect: bool, timeline: bool, steps: int
+    ) -> Any:
         from thunderviz.ranks.report import RunReport
 
         if output not in OUTPUT_MODES:
@@ -383,7 +436,28 @@ class RankEngine:
 
     def pull(self, name: str, rank: int = 0) -> Any:
         """The value of ``name`` in ``rank``'s namespace (pickled across)."""
-        return self._view(rank).pull(name, block=True)
+        try:
+            return self._view(rank).pull(name, block=True)
+        finally:
+            self._forget_finished()
+
+    def _forget_finished(self) -> None:
+        """Drop ipyparallel's records of our finished requests.
+
+        Why: the client keeps every reply, its metadata (which holds the report data, traces included) and the
+        message history forever, so a long session grew by a cell's report data per cell. The report already holds
+        what it needs; nothing reads these records again.
+        """
+        client = self.cluster.client
+        if client is None:
+            return
+        outstanding = set(client.outstanding)
+        finished = [msg_id for msg_id in list(client.metadata) if msg_id not in outstanding]
+        if finished:
+            client.purge_local_results(jobs=finished)
+        client.history[:] = [m for m in client.history if m in outstanding]
+        for view in self._views.values():
+            view.history[:] = [m for m in view.history if m in outstanding]
 
     # ----------------------------------------------------------------- failures
 
@@ -423,12 +497,17 @@ class RankEngine:
     # ----------------------------------------------------------------- control
 
     def restart(self) -> None:
-        """Fresh rank processes and process group (the namespace of earlier cells is lost)."""
+        """Fresh rank processes and process group (the namespace of earlier cells is lost).
+
+        An attached cluster that ``ipcluster`` launched gets fresh engines; one started by hand keeps its live
+        engines and resets them in place (fresh process group, empty namespace), or raises naming the engines its
+        owner must restart.
+        """
         self._set_phase(self.ranks, "starting")
-        self._cleanup_rendezvous()
-        self.cluster.restart()
+        where = {eid: f"rank {rank} on {self.rank_hosts.get(rank)}" for rank, eid in self.rank_to_engine.items()}
+        how = self.cluster.restart(where)
         self.restart_reason = None
-        self._set_up()
+        self._set_up(reset_in_place=how == "in-place")
 
     def interrupt(self) -> None:
         """Send SIGINT to every rank (what Ctrl-C does while a cell runs)."""
@@ -454,17 +533,11 @@ class RankEngine:
             f"{self.cluster.description}: {state}"
         )
 
-    def _cleanup_rendezvous(self) -> None:
-        if self._rendezvous_dir:
-            shutil.rmtree(self._rendezvous_dir, ignore_errors=True)
-            self._rendezvous_dir = None
-
     def stop(self) -> None:
         """Stop a local pool (every process it started) or detach from an attached cluster."""
         try:
             self.cluster.close()
         finally:
-            self._cleanup_rendezvous()
             self._set_phase(self.ranks, "stopped")
 
     def __enter__(self) -> RankEngine:

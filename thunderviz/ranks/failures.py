@@ -4,6 +4,7 @@ cell shows.
     ThundervizError
     ├── RankUsageError (also ValueError)   bad arguments to the engine or the magics: nothing was started
     └── RankError                           thunderviz.errors
+        ├── RankConnectionError             (raised inside a rank) it could not join the process group
         └── CellError                       a cell failed on one or more ranks; ``failures`` tells every rank's story
             └── RanksInterrupted            the user interrupted the cell (Ctrl-C)
 
@@ -23,6 +24,7 @@ from thunderviz.errors import RankError, ThundervizError
 __all__ = [
     "FAILURE_KINDS",
     "CellError",
+    "RankConnectionError",
     "RankFailure",
     "RankUsageError",
     "RanksInterrupted",
@@ -35,8 +37,9 @@ __all__ = [
 
 #: raised: the cell raised on that rank; died: the rank process exited; timeout: a collective timed out (the
 #: process group's ``--timeout``); killed: we had to kill it (it did not stop after a peer failed, or passed a
-#: deadline); interrupted: the user's Ctrl-C stopped it (or it was killed after not stopping in time).
-FAILURE_KINDS = ("raised", "died", "timeout", "killed", "interrupted")
+#: deadline); interrupted: the user's Ctrl-C stopped it (or it was killed after not stopping in time);
+#: unreachable: during set-up it could not connect to the rendezvous or to its peers.
+FAILURE_KINDS = ("raised", "died", "timeout", "killed", "interrupted", "unreachable")
 
 _COLLECTIVES = (
     "all_gather_into_tensor",
@@ -74,6 +77,11 @@ class RankFailure:
     summary: str
     traceback: str = ""
     collective: str | None = None
+
+
+class RankConnectionError(RankError):
+    """Raised inside a rank whose set-up could not connect; the message names the address, the interface and the
+    fix (it reaches the kernel as the rank's error text)."""
 
 
 class CellError(RankError):
@@ -147,6 +155,8 @@ def classify_remote_error(rank: int, exc: Any, *, interrupt_sent: bool) -> RankF
     tb = remote_traceback(exc)
     if exc.ename == "EngineError":  # the controller reports a vanished engine as a remote EngineError
         return RankFailure(rank, "died", f"the rank process exited ({exc.evalue})")
+    if exc.ename == RankConnectionError.__name__:
+        return RankFailure(rank, "unreachable", str(exc.evalue), tb)
     if exc.ename == "KeyboardInterrupt" and interrupt_sent:
         return RankFailure(rank, "interrupted", "stopped by KeyboardInterrupt", tb)
     if is_collective_timeout(f"{exc.evalue}\n{tb}"):
@@ -165,6 +175,8 @@ def _describe(failure: RankFailure, timeout_s: float) -> str:
         return f"rank {rank} is stuck: it waited {timeout_s:.0f} s (--timeout){where} that not every rank entered"
     if failure.kind == "interrupted":
         return f"rank {rank} interrupted ({failure.summary})"
+    if failure.kind == "unreachable":
+        return f"rank {rank} could not connect: {failure.summary}"
     return f"rank {rank} {failure.summary}"
 
 

@@ -14,13 +14,16 @@ so the kernel can import it to name the functions it sends.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import socket
+import sys
 import traceback
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from thunderviz.ranks.failures import RankConnectionError
 from thunderviz.ranks.protocol import (
     FABRIC_STRATEGY_KIND,
     PHASE_DATA_KEY,
@@ -29,17 +32,21 @@ from thunderviz.ranks.protocol import (
     RankSetup,
     ReportData,
 )
-from thunderviz.ranks.rendezvous import torchrun_environment
+from thunderviz.ranks.rendezvous import bind_listener, hostname_address, route_to, torchrun_environment
 
 __all__ = [
     "STATE",
     "RankState",
+    "bind_rendezvous",
     "check_process_group",
     "collect",
+    "forget_unreachable_modules",
     "identify",
     "prepare_cell",
+    "reset",
     "set_up",
     "snapshot_jitted_calls",
+    "warm_up",
 ]
 
 
@@ -66,6 +73,7 @@ class RankState:
     recorder: Any = None
     timeline_problems: list[str] = field(default_factory=list)
     pre_hook: Any = None
+    rendezvous_socket: socket.socket | None = None
 
 
 STATE = RankState()
@@ -78,15 +86,117 @@ def _user_namespace() -> dict[str, Any]:
     return get_ipython().user_ns
 
 
-def identify() -> dict[str, Any]:
-    """Who this engine is, so the kernel can map engines to ranks (grouped by host) and kill them by pid."""
+def identify(controller_host: str = "127.0.0.1", controller_port: int = 0) -> dict[str, Any]:
+    """Who this engine is, so the kernel can map engines to ranks (grouped by host), kill them by pid, and know which
+    address and interface face the cluster (the ones that reach the controller)."""
     try:
         import torch
 
         cuda_devices = torch.cuda.device_count() if torch.cuda.is_available() else 0
     except Exception:  # torch broken on this host: set_up reports the import error per rank
         cuda_devices = 0
-    return {"host": socket.gethostname(), "pid": os.getpid(), "cuda_devices": cuda_devices, "cpus": os.cpu_count()}
+    try:
+        address, interface = route_to(controller_host, controller_port)
+    except OSError:
+        address, interface = None, None
+    return {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "cuda_devices": cuda_devices,
+        "cpus": os.cpu_count(),
+        "address": address,
+        "interface": interface,
+    }
+
+
+def warm_up() -> None:
+    """Import what a first cell needs (Fabric, the strategies, trace capture), before anyone asks: no process group,
+    no CUDA (``torch.cuda`` stays uninitialised until the first cell's set-up)."""
+    import lightning.fabric  # noqa: F401
+
+    import thunderviz.core.collectives  # noqa: F401
+    import thunderviz.core.traces  # noqa: F401
+    import thunderviz.strategies.ddp  # noqa: F401
+    import thunderviz.strategies.fsdp  # noqa: F401
+
+
+def bind_rendezvous(address: str) -> int:
+    """Rank 0, before ``set_up``: listen on ``address`` on a port the OS picks and keep the socket, so nothing can
+    take the port before the store serves on it. Returns the port."""
+    _close_rendezvous_socket()
+    STATE.rendezvous_socket = bind_listener(address)
+    return STATE.rendezvous_socket.getsockname()[1]
+
+
+def _close_rendezvous_socket() -> None:
+    if STATE.rendezvous_socket is not None:
+        STATE.rendezvous_socket.close()
+        STATE.rendezvous_socket = None
+
+
+def _store(setup: RankSetup) -> Any:
+    """The ``TCPStore`` of this process group: rank 0 serves on the socket ``bind_rendezvous`` kept."""
+    import torch.distributed as dist
+
+    timeout = timedelta(seconds=float(setup.timeout_s))
+    if setup.rank != 0:
+        return dist.TCPStore(setup.master_addr, setup.master_port, setup.world_size, False, timeout)
+    if STATE.rendezvous_socket is None:
+        raise RuntimeError("set_up(rank=0) needs bind_rendezvous() first")
+    fd = STATE.rendezvous_socket.detach()  # the store owns (and closes) the descriptor from here on
+    STATE.rendezvous_socket = None
+    return dist.TCPStore(
+        setup.master_addr,
+        setup.master_port,
+        setup.world_size,
+        True,
+        timeout,
+        wait_for_workers=False,
+        master_listen_fd=fd,
+        use_libuv=True,
+    )
+
+
+def _socket_interfaces(setup: RankSetup) -> dict[str, str]:
+    """Tell gloo and NCCL which interface to use, unless the engine's environment already does.
+
+    Without it gloo advertises whatever the hostname resolves to, which on Debian is 127.0.1.1: peers on other
+    hosts then cannot connect.
+    """
+    chosen = {}
+    for variable in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+        if variable not in os.environ and setup.socket_ifname:
+            os.environ[variable] = chosen[variable] = setup.socket_ifname
+    return chosen
+
+
+def _connection_advice(setup: RankSetup, exc: BaseException, chosen: dict[str, str]) -> str:
+    """The message of a set-up that could not connect: where it tried, through which interface, and the fix."""
+    host = socket.gethostname()
+    first_line = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+    ifname = os.environ.get("GLOO_SOCKET_IFNAME") if setup.backend == "gloo" else os.environ.get("NCCL_SOCKET_IFNAME")
+    variable = "GLOO_SOCKET_IFNAME" if setup.backend == "gloo" else "NCCL_SOCKET_IFNAME"
+    who = "chosen by thunderviz" if variable in chosen else "set in the engine's environment"
+    parts = [
+        f"rank {setup.rank} on host {host} could not join the {setup.backend} process group within "
+        f"{setup.timeout_s:.0f} s ({type(exc).__name__}: {first_line}).",
+        f"The rendezvous is {setup.master_addr}:{setup.master_port} (rank 0's address facing the controller);",
+        f"this rank reaches the controller through interface {setup.socket_ifname or 'unknown'};",
+        f"{variable}={ifname} ({who})." if ifname else f"{variable} is not set.",
+    ]
+    resolved = hostname_address()
+    if resolved and ipaddress.ip_address(resolved).is_loopback and setup.num_nodes > 1:
+        parts.append(
+            f"The hostname {host} resolves to {resolved}, a loopback address (Debian's default /etc/hosts "
+            "line): peers cannot connect to an address advertised from it."
+        )
+    fix = (
+        f"Fix: make {variable} name the interface that reaches the other hosts"
+        + (f" (here {setup.socket_ifname})" if setup.socket_ifname else "")
+        + f", or unset it so thunderviz chooses; and check that {setup.master_addr}:{setup.master_port} and the "
+        "peers' ports are reachable from this host (firewall)."
+    )
+    return " ".join([*parts, fix])
 
 
 def set_up(setup: RankSetup) -> None:
@@ -95,6 +205,9 @@ def set_up(setup: RankSetup) -> None:
 
     The process group is created here (not by Fabric) so that its timeout is ours: it is what bounds a rank that
     waits in a collective its peers never enter. Fabric then finds it initialised and reuses it.
+
+    Raises:
+        RankConnectionError: the store or the peers could not be reached (names the address, interface and fix).
     """
     os.environ.update(
         torchrun_environment(
@@ -108,6 +221,7 @@ def set_up(setup: RankSetup) -> None:
             threads=setup.threads,
         )
     )
+    chosen = _socket_interfaces(setup)
     import torch
     import torch.distributed as dist
 
@@ -122,13 +236,16 @@ def set_up(setup: RankSetup) -> None:
         device = torch.device("cpu")
     if dist.is_initialized():
         dist.destroy_process_group()
-    dist.init_process_group(
-        backend=setup.backend,
-        init_method=setup.init_method,
-        rank=setup.rank,
-        world_size=setup.world_size,
-        timeout=timedelta(seconds=float(setup.timeout_s)),
-    )
+    try:
+        dist.init_process_group(
+            backend=setup.backend,
+            store=_store(setup),
+            rank=setup.rank,
+            world_size=setup.world_size,
+            timeout=timedelta(seconds=float(setup.timeout_s)),
+        )
+    except (RuntimeError, OSError, TimeoutError) as exc:  # DistNetworkError/DistStoreError are RuntimeErrors
+        raise RankConnectionError(_connection_advice(setup, exc, chosen)) from exc
     STATE.setup = setup
     STATE.fabric = STATE.fabric_spec = None
     _user_namespace().update(
@@ -235,6 +352,26 @@ def snapshot_jitted_calls(ns: dict[str, Any]) -> dict[int, int]:
     for _, module in _strategy_modules(ns):
         counts[id(module)] = _calls(module)
     return counts
+
+
+def forget_unreachable_modules(ns: dict[str, Any]) -> int:
+    """Drop the strategy's entries for modules nothing else holds any more; returns how many.
+
+    Why: the strategy lists every module set up through it (``thunder_modules``), so a notebook that runs
+    ``model = fabric.setup(Model())`` in each cell kept every earlier model, its compiled traces and caches alive
+    (measured: 17-18 MB per cell per rank). A module whose only reference is that list can never be called again,
+    so no later report needs it. Runs after the report data was gathered, so a module set up and dropped within
+    one cell is still reported.
+    """
+    modules = getattr(_strategy(ns), "thunder_modules", None)
+    if not modules:
+        return 0
+    # a module only the list holds has two references here: the entry's tuple, and getrefcount's argument
+    keep = [entry for entry in modules if sys.getrefcount(entry[1]) > 2]
+    dropped = len(modules) - len(keep)
+    if dropped:
+        modules[:] = keep
+    return dropped
 
 
 def _memory() -> dict[str, Any]:
@@ -358,6 +495,21 @@ def check_process_group(timeout_s: float) -> bool:
         return False
 
 
+def reset() -> None:
+    """An in-place restart, for clusters whose engines we cannot replace: leave the process group, empty the
+    namespace (``%reset``), forget the strategy. ``set_up`` follows."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    from IPython import get_ipython
+
+    get_ipython().reset(new_session=False)
+    STATE.fabric = STATE.fabric_spec = None
+    STATE.calls_before = {}
+    STATE.decisions_before = 0
+
+
 def _publish(data: dict[str, Any]) -> None:
     from ipyparallel.datapub import publish_data
 
@@ -379,6 +531,7 @@ def _after_user_cell(result: Any) -> None:
     try:
         if succeeded and STATE.collect:
             data = collect(ns, STATE.calls_before, keep_bundles=True, by_object=captured)
+        forget_unreachable_modules(ns)
         STATE.calls_before = snapshot_jitted_calls(ns)
     except Exception:
         rank = STATE.setup.rank if STATE.setup is not None else None

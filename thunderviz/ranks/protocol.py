@@ -7,8 +7,10 @@ one cell's path can be read hop by hop. Three delivery mechanisms, each for one 
    tracebacks, the shell's ``post_run_cell`` event), and its stdout/stderr stream back while it runs.
 2. **Our own calls** go by ipyparallel ``apply`` of a plain function of ``inside_rank`` (pickled by reference),
    with this module's dataclasses as arguments; the result comes back in the reply:
-   ``identify()`` -> ``dict`` (see ``topology.EngineIdentity``), ``set_up(RankSetup)``, ``prepare_cell(CellConfig)``
-   and ``check_process_group(seconds)`` -> ``bool``. No code strings: a static reader can follow every call.
+   ``identify(controller_host, controller_port)`` -> ``dict`` (see ``topology.EngineIdentity``),
+   ``bind_rendezvous(address)`` -> port (rank 0 only), ``set_up(RankSetup)``, ``prepare_cell(CellConfig)``,
+   ``check_process_group(seconds)`` -> ``bool``, ``reset()`` (an in-place restart) and ``release()`` (drop what the
+   last cell left for the report). No code strings: a static reader can follow every call.
 3. **The report data** comes back on the user cell's own data channel (``ipyparallel.datapub``): the rank's
    ``post_run_cell`` hook publishes a ``ReportData`` under ``REPORT_DATA_KEY`` before the cell's reply, so a warm
    cell costs one message per rank instead of a second round trip. While the hook captures traces it first
@@ -73,7 +75,12 @@ class StrategySpec:
 
 @dataclass(frozen=True)
 class RankSetup:
-    """What set-up sends each rank: its place in the world, the rendezvous, the backend and the group's timeout."""
+    """What set-up sends each rank: its place in the world, the rendezvous, the backend and the group's timeout.
+
+    ``master_addr:master_port`` is the socket rank 0 already listens on (``bind_rendezvous``); ``socket_ifname`` is
+    the interface this rank reaches the controller through, used for ``GLOO_SOCKET_IFNAME``/``NCCL_SOCKET_IFNAME``
+    unless the engine's environment sets them.
+    """
 
     rank: int
     local_rank: int
@@ -85,8 +92,8 @@ class RankSetup:
     master_port: int
     backend: str
     timeout_s: float
-    init_method: str
     threads: int
+    socket_ifname: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -1,15 +1,20 @@
-"""How ranks find each other: the torchrun environment block and the rendezvous port.
+"""How ranks find each other: the torchrun environment block, the rendezvous socket, and the interface to use.
 
 Shared by both ways thunderviz makes ranks: the persistent engines (``inside_rank.set_up``) and the one-shot
 spawner (``spawn.run_ranks``). Fabric and torch read these variables exactly as torchrun sets them, so processes
 created by us look "created externally" to Fabric.
+
+Why the engines do not pick a port by probing: a port found free and closed again can be taken by another process
+before the store binds it. Rank 0 binds a listening socket on its cluster-facing address (never every interface)
+and keeps it; torch's ``TCPStore`` then serves on that very socket (``master_listen_fd``).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import socket
 
-__all__ = ["free_port", "torchrun_environment"]
+__all__ = ["bind_listener", "free_port", "hostname_address", "interface_of", "route_to", "torchrun_environment"]
 
 
 def torchrun_environment(
@@ -39,7 +44,52 @@ def torchrun_environment(
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port free on ``host`` right now (another process may take it before it is used)."""
+    """A TCP port free on ``host`` right now (another process may take it before it is used: the one-shot spawner
+    accepts that on loopback, as torchrun does; the engines use ``bind_listener`` instead)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def bind_listener(address: str) -> socket.socket:
+    """A TCP socket listening on ``address`` (one interface, never all) on a port the OS picks; the caller keeps it."""
+    family = socket.AF_INET6 if ipaddress.ip_address(address).version == 6 else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.bind((address, 0))
+        sock.listen(1024)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def interface_of(address: str) -> str | None:
+    """The name of the network interface that carries ``address`` on this machine (``lo`` for 127.0.0.1)."""
+    import psutil
+
+    for name, addrs in psutil.net_if_addrs().items():
+        for addr in addrs:
+            if addr.family in (socket.AF_INET, socket.AF_INET6) and addr.address.split("%")[0] == address:
+                return name
+    return None
+
+
+def route_to(host: str, port: int) -> tuple[str, str | None]:
+    """The local address (and its interface) this machine uses to reach ``host:port``.
+
+    A UDP ``connect`` only asks the routing table; nothing is sent.
+    """
+    family, kind, proto, _, target = socket.getaddrinfo(host, port or 9, type=socket.SOCK_DGRAM)[0]
+    with socket.socket(family, kind, proto) as s:
+        s.connect(target)
+        address = s.getsockname()[0]
+    return address, interface_of(address)
+
+
+def hostname_address() -> str | None:
+    """What this machine's hostname resolves to (Debian maps it to 127.0.1.1 by default), or None."""
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return None

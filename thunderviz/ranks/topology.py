@@ -11,6 +11,7 @@ and rank 0 lives on the first host, as torchrun numbers them. Every host must ru
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -98,13 +99,16 @@ def check_local_backend(backend: str, nproc: int) -> None:
 
 @dataclass(frozen=True)
 class EngineIdentity:
-    """What an engine says about itself (``inside_rank.identify``): enough to place it and to kill it by pid."""
+    """What an engine says about itself (``inside_rank.identify``): enough to place it, to kill it by pid, and the
+    address and interface it reaches the controller through (its cluster-facing side)."""
 
     engine_id: int
     host: str
     pid: int
     cuda_devices: int
     cpus: int
+    address: str | None = None
+    interface: str | None = None
 
     @classmethod
     def from_dict(cls, engine_id: int, data: Mapping[str, Any]) -> EngineIdentity:
@@ -114,6 +118,8 @@ class EngineIdentity:
             pid=int(data["pid"]),
             cuda_devices=int(data.get("cuda_devices") or 0),
             cpus=int(data.get("cpus") or 1),
+            address=data.get("address"),
+            interface=data.get("interface"),
         )
 
 
@@ -155,6 +161,27 @@ class RankLayout:
     def cuda_devices_per_host(self) -> int:
         """The fewest GPUs any engine sees (what ``auto`` can count on everywhere)."""
         return min(e.cuda_devices for e in self.engines)
+
+    def describe_hosts(self) -> str:
+        """E.g. ``2 on node-a, 2 on node-b`` (for messages)."""
+        return ", ".join(f"{sum(1 for e in self.engines if e.host == h)} on {h}" for h in self.hosts)
+
+    @property
+    def master_address(self) -> str:
+        """Where the rendezvous listens: rank 0's address facing the controller.
+
+        Raises:
+            RankUsageError: several hosts, but rank 0 reaches the controller over loopback (others could not reach it).
+        """
+        address = self.engines[0].address or "127.0.0.1"
+        if self.num_nodes > 1 and ipaddress.ip_address(address).is_loopback:
+            raise RankUsageError(
+                f"The ranks span {self.num_nodes} hosts ({self.describe_hosts()}), but rank 0 on {self.hosts[0]} "
+                f"reaches the controller over loopback ({address}), so the other hosts could not reach its "
+                "rendezvous. Start the controller on a cluster-facing address (`ipcontroller --ip=ADDRESS` or "
+                "`ipcluster start --ip=ADDRESS`)."
+            )
+        return address
 
     @property
     def threads_per_rank(self) -> int:

@@ -1,0 +1,262 @@
+"""Two hosts made of network namespaces (``tests/helpers/netns.py``), a notebook on the first attaching to a cluster
+whose engines land on both: ``ipcluster``, and a hand-started ``ipcontroller`` + ``ipengine``.
+
+Each host's hostname resolves to 127.0.1.1 (Debian's default), so these tests also prove the rendezvous and gloo
+never rely on the hostname. Covered: ranks spread over both hosts with numerics equal to single-process training;
+a rank on the second host raising; a restart of the attached pool followed by a working cell; set-up that cannot
+connect reported as such; ``ss`` in each namespace shows nothing listening on all interfaces; a cluster we attached
+to still runs after we detach. Skipped, with the reason, where namespaces cannot be created.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from tests.helpers.netns import PLACEMENT_VARIABLE, NamespacesUnavailable, TwoHosts, wait_until, wildcard
+
+pytestmark = pytest.mark.timeout(1200)
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+PROFILE = "tv2h"
+
+# FSDP over 4 ranks on 2 hosts vs one process on the global batch: every dim-0 divisible by 4 (no padding).
+NUMERICS = """
+import socket
+from thunderviz.core.distribute import gather_full
+host = socket.gethostname()
+def make():
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 4))
+full_x = torch.randn(16, 8, generator=torch.Generator().manual_seed(1))
+full_y = torch.randn(16, 4, generator=torch.Generator().manual_seed(2))
+reference = make()
+ref_loss = torch.nn.functional.mse_loss(reference(full_x), full_y)
+ref_loss.backward()
+model = fabric.setup(make())
+x, y = full_x.chunk(world_size)[rank], full_y.chunk(world_size)[rank]
+loss = torch.nn.functional.mse_loss(model(x), y)
+fabric.backward(loss)
+inner = getattr(model._forward_module, "_model", model._forward_module)
+grads = [gather_full(p.grad, p) for p in inner.parameters()]
+losses = fabric.all_gather(loss.detach())
+grad_error = max((g - r.grad).abs().max().item() for g, r in zip(grads, reference.parameters()))
+loss_error = abs(losses.mean().item() - ref_loss.item())
+"""
+RAISE_ON_HOST_B = """
+if rank == 3:
+    raise ValueError("host b says no")
+torch.distributed.all_reduce(torch.ones(1))
+"""
+WHO = "import os, socket\nwho = (socket.gethostname(), os.getpid(), rank, world_size)\n"
+
+
+@pytest.fixture
+def hosts() -> Iterator[TwoHosts]:
+    try:
+        two = TwoHosts()
+    except NamespacesUnavailable as exc:
+        pytest.skip(f"the two-host test needs Linux network namespaces: {exc}")
+    try:
+        yield two
+    finally:
+        two.close()
+
+
+def _env(tmp_path: Path, hosts: TwoHosts) -> dict[str, str]:
+    return {
+        **os.environ,
+        "IPYTHONDIR": str(tmp_path / "ipython"),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
+        PLACEMENT_VARIABLE: hosts.placement(2),
+        "PYTHONUNBUFFERED": "1",
+    }
+
+
+class Notebook:
+    """``tests/ranks/two_hosts_client.py`` running on host a: one JSON command in, one answer out, bounded."""
+
+    def __init__(self, hosts: TwoHosts, env: dict[str, str], log: Path) -> None:
+        self.proc = hosts.launch("a", [sys.executable, "-u", "-m", "tests.ranks.two_hosts_client"], env=env,
+                                 cwd=str(ROOT), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True)
+        self.log = log.open("a")
+        self.answers: queue.Queue[dict[str, Any]] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self._next(120, "the notebook process starting")
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.log.write(line)
+            self.log.flush()
+            if line.startswith("@@tv@@ "):
+                self.answers.put(json.loads(line[len("@@tv@@ "):]))
+
+    def _next(self, seconds: float, what: str) -> dict[str, Any]:
+        try:
+            return self.answers.get(timeout=seconds)
+        except queue.Empty:
+            raise AssertionError(f"no answer from the notebook on host a within {seconds:.0f} s ({what}); "
+                                 f"its output is in {self.log.name}") from None
+
+    def ask(self, seconds: float = 400, **command: Any) -> dict[str, Any]:
+        self.proc.stdin.write(json.dumps(command) + "\n")
+        self.proc.stdin.flush()
+        return self._next(seconds, repr(command)[:200])
+
+    def cell(self, flags: str, source: str, seconds: float = 400) -> dict[str, Any]:
+        return self.ask(seconds, cell=f"%%thunder_fsdp {flags}\n{source}")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.ask(60, quit=True)
+            except (AssertionError, OSError):
+                pass
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.log.close()
+
+
+def _ok(answer: dict[str, Any]) -> dict[str, Any]:
+    assert answer["ok"], answer
+    return answer
+
+
+def _nothing_listens_on_all_interfaces(hosts: TwoHosts) -> None:
+    for key in "ab":
+        listening = hosts.listening(key)
+        assert [a for a in listening if wildcard(a)] == [], f"host {key} listens on every interface: {listening}"
+    assert any(a.startswith(hosts.hosts["a"].address + ":") for a in hosts.listening("a"))  # the scan sees ours
+
+
+def _numerics_match_and_ranks_span_both_hosts(nb: Notebook, flags: str) -> None:
+    _ok(nb.cell(f"{flags} --output none", NUMERICS))
+    assert _ok(nb.ask(pull="host"))["values"] == ["tvhosta", "tvhosta", "tvhostb", "tvhostb"]
+    assert max(_ok(nb.ask(pull="grad_error"))["values"]) < 1e-6
+    assert max(_ok(nb.ask(pull="loss_error"))["values"]) < 1e-6
+
+
+def _rank_on_host_b_raises(nb: Notebook, flags: str) -> None:
+    answer = nb.cell(f"{flags} --output none", RAISE_ON_HOST_B)
+    print(f"\n[fault latency] two hosts: rank 3 on host b raised -> cell failed in {answer['seconds']:.2f} s")
+    assert not answer["ok"] and answer["error_type"] == "CellError", answer
+    assert "rank 3 raised ValueError: host b says no" in answer["error"]
+    assert answer["kinds"]["3"] == "raised" and {answer["kinds"][r] for r in "012"} == {"killed"}
+    assert answer["seconds"] < 30  # generous: the peers are released by signals, not by the 60 s timeout
+
+
+def _who(nb: Notebook, flags: str) -> list[Any]:
+    _ok(nb.cell(f"{flags} --output none", WHO))
+    return _ok(nb.ask(pull="who"))["values"]
+
+
+def test_ipcluster_across_two_hosts(hosts: TwoHosts, tmp_path: Path) -> None:
+    env = _env(tmp_path, hosts)
+    a = hosts.hosts["a"]
+    common = [f"--profile={PROFILE}", "--cluster-id=c1"]
+    started = hosts.run("a", [str(BIN / "ipcluster"), "start", "-n", "4", "--daemonize", *common, f"--ip={a.address}",
+                              "--Cluster.engine_launcher_class=tests.helpers.netns.NetnsEngineSetLauncher"],
+                        timeout=180, env=env, cwd=str(ROOT))
+    assert started.returncode == 0, started.stderr[-3000:]
+    flags = f"--nproc 4 {' '.join(common).replace('=', ' ')} --backend gloo --timeout 30"
+    nb = Notebook(hosts, env, tmp_path / "notebook.log")
+    try:
+        _numerics_match_and_ranks_span_both_hosts(nb, flags)
+        _nothing_listens_on_all_interfaces(hosts)
+        before = _who(nb, flags)
+        _rank_on_host_b_raises(nb, flags)
+        after = _who(nb, flags)  # the pool restarts itself before this cell: fresh engines from the launchers
+        assert [w[0] for w in after] == ["tvhosta", "tvhosta", "tvhostb", "tvhostb"]
+        assert {w[1] for w in after}.isdisjoint({w[1] for w in before})
+        _ok(nb.ask(line="thunder_ranks restart"))
+        again = _who(nb, flags)
+        assert {w[1] for w in again}.isdisjoint({w[1] for w in after}) and [w[2:] for w in again] == [
+            [r, 4] for r in range(4)]
+        _nothing_listens_on_all_interfaces(hosts)
+        _ok(nb.ask(line="thunder_ranks stop"))  # detaches; the cluster is not ours to stop
+        client_file = tmp_path / "ipython" / f"profile_{PROFILE}" / "security" / "ipcontroller-c1-client.json"
+        assert _ok(nb.ask(engines=str(client_file)))["engines"] == 4
+    finally:
+        nb.close()
+        hosts.run("a", [str(BIN / "ipcluster"), "stop", *common], timeout=120, env=env, cwd=str(ROOT))
+
+
+def test_hand_started_controller_and_engines_across_two_hosts(hosts: TwoHosts, tmp_path: Path) -> None:
+    env = _env(tmp_path, hosts)
+    a = hosts.hosts["a"]
+    log = (tmp_path / "cluster.log").open("w")
+    security = tmp_path / "ipython" / f"profile_{PROFILE}" / "security"
+    controller = hosts.launch("a", [str(BIN / "ipcontroller"), f"--profile={PROFILE}", f"--ip={a.address}"],
+                              env=env, cwd=str(ROOT), stdout=log, stderr=subprocess.STDOUT)
+    wait_until(lambda: (security / "ipcontroller-engine.json").exists(), 120, "the controller's connection file")
+    engine = [str(BIN / "ipengine"), f"--profile={PROFILE}"]
+
+    engines: dict[str, list[subprocess.Popen]] = {"a": [], "b": []}
+
+    def start_engine(key: str, **extra: str) -> None:
+        engines[key].append(hosts.launch(key, engine, env={**env, **extra}, cwd=str(ROOT), stdout=log,
+                                         stderr=subprocess.STDOUT))
+
+    for key in "aab":
+        start_engine(key)
+    connection = f"--connection-file {security / 'ipcontroller-client.json'}"
+    flags = f"--nproc 4 {connection} --backend gloo --timeout 30"
+    nb = Notebook(hosts, env, tmp_path / "notebook.log")
+    try:
+        uneven = nb.cell(f"--nproc 3 {connection} --backend gloo", "pass")
+        assert uneven["error_type"] == "UsageError" and "{'tvhosta': 2, 'tvhostb': 1}" in uneven["error"], uneven
+        start_engine("b")
+        _numerics_match_and_ranks_span_both_hosts(nb, flags)
+        _ok(nb.cell(f"{flags} --output none", "kept = rank"))
+        _ok(nb.ask(line="thunder_ranks restart"))  # the engines are not ours to replace: reset in place
+        _ok(nb.cell(f"{flags} --output none", "assert 'kept' not in globals() and world_size == 4"))
+        _nothing_listens_on_all_interfaces(hosts)
+
+        _rank_on_host_b_raises(nb, flags)  # ranks 0-2 had to be killed; nobody can start them but their owner
+        owner_must = nb.cell(f"{flags} --output none", "pass")
+        assert not owner_must["ok"] and "its owner must restart them" in owner_must["error"], owner_must
+        assert "engine 0 (rank 0 on tvhosta)" in owner_must["error"] and "1 registered now (1 on tvhostb)" in (
+            owner_must["error"])
+        for key in "aab":  # the owner does, and waits for them as the message says
+            start_engine(key)
+        client_file = str(security / "ipcontroller-client.json")
+        wait_until(lambda: _ok(nb.ask(engines=client_file))["engines"] == 4, 300, "4 engines registered")
+        placed = [w[0] for w in _who(nb, flags)]  # the survivor (lowest engine id) is on b: b's ranks come first
+        assert sorted(placed) == ["tvhosta", "tvhosta", "tvhostb", "tvhostb"] and placed[0] == placed[1], placed
+        _nothing_listens_on_all_interfaces(hosts)
+
+        # engines whose environment tells gloo to use loopback (the user's setting wins over ours): set-up cannot
+        # connect across hosts, and says where and why
+        _ok(nb.ask(line="thunder_ranks stop"))
+        for proc in engines["a"] + engines["b"]:
+            if proc.poll() is None:
+                proc.kill()
+        wait_until(lambda: _ok(nb.ask(engines=client_file))["engines"] == 0, 120, "the engines gone")
+        for key in "aabb":
+            start_engine(key, GLOO_SOCKET_IFNAME="lo")
+        wait_until(lambda: _ok(nb.ask(engines=client_file))["engines"] == 4, 300, "4 engines registered")
+        broken = nb.cell(f"--nproc 4 {connection} --backend gloo --timeout 10 --output none", "pass", seconds=300)
+        assert not broken["ok"] and set(broken["kinds"].values()) == {"unreachable"}, broken
+        seconds = broken["seconds"]
+        print(f"[fault latency] two hosts: set-up that cannot connect (--timeout 10) failed in {seconds:.1f} s")
+        text = broken["error"]
+        assert "could not join the gloo process group within 10 s" in text and "The rendezvous is 10.231.7." in text
+        assert "GLOO_SOCKET_IFNAME=lo (set in the engine's environment)" in text and "Fix:" in text
+        assert "resolves to 127.0.1.1, a loopback address" in text
+        _ok(nb.ask(line="thunder_ranks stop"))
+        assert controller.poll() is None  # we never stop a cluster we attached to
+    finally:
+        nb.close()
+        log.close()
