@@ -83,12 +83,16 @@ class Bucket:
     dtype: str
     issue_index: int = -1
     wait_index: int = -1
-    extra: dict[str, object] = field(default_factory=dict)
+    sends: list[str] = field(default_factory=list)
+    results: list[str] = field(default_factory=list)
+    reshard_after_forward: bool = False
 
     def to_dict(self) -> dict[str, object]:
         return {
             "kind": self.kind, "trace": self.trace, "label": self.label, "params": list(self.params),
             "bytes": self.bytes, "dtype": self.dtype, "issue_index": self.issue_index, "wait_index": self.wait_index,
+            "sends": list(self.sends), "results": list(self.results),
+            "reshard_after_forward": self.reshard_after_forward,
         }  # fmt: skip
 
 

@@ -287,6 +287,7 @@ def rewrite_gathers(
                                wait.flat_proxy_outs[0], removed=[i, w]))  # fmt: skip
     if not members:
         return bsyms, []
+    members, bsyms, idx = _dedupe_gathers(members, bsyms)
 
     ops = _Ops.get()
     start = _first_compute_index(bsyms)
@@ -324,7 +325,11 @@ def rewrite_gathers(
             issue_code[k] = made + made_ag
             wait_code[k] = made_w + [unpack]
         nbytes = sum(m.send.numel * m.send.dtype.bytes for m in g)
-        buckets.append(Bucket("all_gather", trace_name, label, list(names), nbytes, _dtype_name(g[0].send)))
+        buckets.append(
+            Bucket("all_gather", trace_name, label, list(names), nbytes, _dtype_name(g[0].send),
+                   sends=[m.send.name for m in g], results=[m.result.name for m in g],
+                   reshard_after_forward=all(m.record.config.reshard_after_forward for m in g))
+        )  # fmt: skip
 
     removed = {i for m in members for i in m.removed}
     out: list[Any] = []
@@ -338,6 +343,31 @@ def rewrite_gathers(
         if i not in removed:
             out.append(b)
     return out, buckets
+
+
+def _dedupe_gathers(members: list[_Member], bsyms: list[Any]) -> tuple[list[_Member], list[Any], _Index]:
+    """One gather per shard: a second gather of the same shard (thunder's recompute and ours) reuses the first."""
+    from thunder.core.proxies import variableify
+
+    kept: dict[str, _Member] = {}
+    swap: dict[Any, Any] = {}
+    drop: set[int] = set()
+    for m in members:
+        first = kept.setdefault(m.send.name, m)
+        if first is not m:
+            swap[variableify(m.result)] = first.result
+            drop.update(m.removed)
+    if not swap:
+        return members, bsyms, _Index(bsyms)
+    unique = list(kept.values())
+    old_pos = {id(b): i for i, b in enumerate(bsyms)}
+    new_bsyms = [b.from_bsym_swap_proxies(swap) for i, b in enumerate(bsyms) if i not in drop]
+    survivors = [b for i, b in enumerate(bsyms) if i not in drop]
+    remap = {old_pos[id(b)]: j for j, b in enumerate(survivors)}
+    for m in unique:
+        m.removed = [remap[i] for i in m.removed]
+        m.collective, m.wait = new_bsyms[m.removed[0]], new_bsyms[m.removed[1]]
+    return unique, new_bsyms, _Index(new_bsyms)
 
 
 def _torchex(name: str) -> Any:
@@ -436,7 +466,10 @@ def rewrite_reductions(
         issue_after.setdefault(ready, []).append(k)
         codes.append((made + made_c, made_w + [unpack]))
         nbytes = sum(s.numel * s.dtype.bytes for s in sends)
-        buckets.append(Bucket(kind, trace_name, label, list(names), nbytes, _dtype_name(sends[0])))
+        buckets.append(
+            Bucket(kind, trace_name, label, list(names), nbytes, _dtype_name(sends[0]),
+                   sends=[s.name for s in sends], results=[m.result.name for m in g])
+        )  # fmt: skip
 
     removed = {i for m in members for i in m.removed}
     out: list[Any] = []
@@ -451,6 +484,129 @@ def rewrite_reductions(
             buckets[k].issue_index = len(out)
             out.extend(codes[k][0])
     return out, buckets
+
+
+@dataclass
+class _Zero3Plan:
+    """What forward stopped saving for backward, and how backward recomputes it from re-gathered shards."""
+
+    removed: list[str]  # names of saved tensors no longer saved
+    added: list[Any]  # shard proxies now saved instead (when not saved already)
+    chains: dict[str, list[Any]]  # removed name -> forward bound symbols computing it from unsharded weights
+    weight_shard: dict[str, tuple[Any, ParamRecord]]  # unsharded weight name -> (its shard, its record)
+
+
+def _weight_only(bsyms: Sequence[Any], weights: set[str]) -> dict[str, int]:
+    """Names computed from nothing but ``weights`` (views, casts, transposes of unsharded weights) -> producer index."""
+    from thunder.core import prims
+
+    derived: dict[str, int] = {}
+    for i, b in enumerate(bsyms):
+        if b.sym.id == prims.PrimIDs.RETURN:
+            continue
+        args = [p.name for p in b.flat_proxy_args]
+        if args and all(a in weights or a in derived for a in args):
+            for o in b.flat_proxy_outs:
+                derived.setdefault(o.name, i)
+    return derived
+
+
+def drop_weight_saves(
+    bsyms: list[Any], resharded: dict[str, tuple[Any, ParamRecord]]
+) -> tuple[list[Any], _Zero3Plan | None]:
+    """ZERO3: stop saving for backward anything computed from resharded unsharded weights alone.
+
+    thunder recomputes in backward what ``thunder_hooks`` tagged (the gathered weight and its unpadding), but a view
+    made inside a decomposition — a LayerNorm weight unsqueezed and expanded to the activation's shape — is saved,
+    and keeps the whole unsharded weight alive until backward. Such tensors leave the saved list; the shards they
+    come from take their place (free: they are parameters), and ``restore_weight_saves`` recomputes them in
+    backward after gathering those shards again.
+    """
+    from thunder.core.proxies import TensorProxy
+
+    ret = bsyms[-1]
+    if len(ret.args) < 2 or not isinstance(ret.args[1], (tuple, list)) or len(ret.args[1]) != 2:
+        return bsyms, None
+    saved_tensors, saved_other = ret.args[1]
+    derived = _weight_only(bsyms, set(resharded))
+    drop = [t for t in saved_tensors if isinstance(t, TensorProxy) and (t.name in derived or t.name in resharded)]
+    if not drop:
+        return bsyms, None
+    producer = {o.name: i for i, b in enumerate(bsyms) for o in b.flat_proxy_outs}
+    chains: dict[str, list[Any]] = {}
+    needed: dict[str, tuple[Any, ParamRecord]] = {}
+    for t in drop:
+        todo, seen = [t.name], set()
+        while todo:
+            name = todo.pop()
+            if name in resharded:
+                needed[name] = resharded[name]
+                continue
+            i = producer[name]
+            if i in seen:
+                continue
+            seen.add(i)
+            todo.extend(p.name for p in bsyms[i].flat_proxy_args)
+        chains[t.name] = [bsyms[i] for i in sorted(seen)]
+    already = {t.name for t in saved_tensors if isinstance(t, TensorProxy)}
+    added = []
+    for shard, _ in needed.values():
+        if shard.name not in already and shard.name not in {a.name for a in added}:
+            added.append(shard)
+    dropped = {t.name for t in drop}
+    kept = tuple(t for t in saved_tensors if not (isinstance(t, TensorProxy) and t.name in dropped)) + tuple(added)
+    new_ret = ret.from_bsym(args=(ret.args[0], (kept, saved_other)))
+    return bsyms[:-1] + [new_ret], _Zero3Plan([t.name for t in drop], added, chains, needed)
+
+
+def restore_weight_saves(trace: Any, bsyms: list[Any], plan: _Zero3Plan) -> list[Any]:
+    """The backward side of ``drop_weight_saves``: unpack the new saved list, gather, recompute before first use."""
+    from thunder.core import prims
+
+    unpack_i = next(
+        (
+            i
+            for i, b in enumerate(bsyms)
+            if b.sym.id == prims.PrimIDs.UNPACK_SEQUENCE and any(o.name in plan.removed for o in b.flat_proxy_outs)
+        ),
+        None,
+    )
+    if unpack_i is None:
+        raise RuntimeError(
+            "thunderviz's ZERO3 pass could not find where backward unpacks the tensors forward saved; the forward"
+            " and backward traces no longer match. Use sharding_strategy='ZERO2' and report this."
+        )
+    unpack = bsyms[unpack_i]
+    outs = [o for o in unpack.flat_proxy_outs if o.name not in plan.removed] + list(plan.added)
+    coll = unpack.args[0]
+    bsyms = list(bsyms)
+    bsyms[unpack_i] = unpack.from_bsym(args=(coll, len(outs)), output=outs)
+    if isinstance(getattr(coll, "coll", None), list):
+        # The backward's signature describes the saved list through this collection (thunder's memory estimate
+        # reads it); the list is the one the split made for this very trace pair, so update it in place.
+        coll.coll[:] = outs
+    idx = _Index(bsyms)
+    firsts = sorted((min(idx.consumers.get(n, [len(bsyms) - 1])), n) for n in plan.removed)
+    insert_at: dict[int, list[Any]] = {}
+    emitted: set[int] = set()
+    gathered: set[str] = set()
+    ag, wait = _torchex("all_gather_prim_impl"), _torchex("wait_prim_impl")
+    for pos, name in firsts:
+        code = insert_at.setdefault(pos, [])
+        for b in plan.chains[name]:
+            for w in (p for p in b.flat_proxy_args if p.name in plan.weight_shard and p.name not in gathered):
+                shard, rec = plan.weight_shard[w.name]
+                fut, made = _record_new(trace, ag, shard, rec.group, True, None)
+                code.extend(made + [wait.bind(fut, output=w)])
+                gathered.add(w.name)
+            if id(b) not in emitted:
+                emitted.add(id(b))
+                code.append(b)
+    out: list[Any] = []
+    for i, b in enumerate(bsyms):
+        out.extend(insert_at.get(i, ()))
+        out.append(b)
+    return out
 
 
 def _sum_op() -> Any:
@@ -474,6 +630,7 @@ class CommTransform(Transform):
         self.pending: dict[str, ParamRecord] = {}
         self.current: dict[str, ParamRecord] = {}
         self.forward_flat_args: list[str | None] | None = None
+        self.zero3: _Zero3Plan | None = None
         self.buckets: dict[str, list[Bucket]] = {}
 
     def note_param(self, shard_name: str, record: ParamRecord) -> None:
@@ -485,6 +642,7 @@ class CommTransform(Transform):
         # Tracing just finished: what it recorded belongs to the cache entry being built now.
         self.current, self.pending = self.pending, {}
         self.forward_flat_args = None
+        self.zero3 = None
         self.buckets = {}
         return prologue_trace, computation_trace, epilogue_trace
 
@@ -504,11 +662,17 @@ class CommTransform(Transform):
         self.buckets["forward"] = gathers
         if not gathers:
             return trace
+        resharded = _resharded_weights(bsyms, gathers, self.current)
+        if resharded and TraceTag.AUGMENTED_FORWARD in trace.tags:
+            bsyms, self.zero3 = drop_weight_saves(bsyms, resharded)
         return _finish(new_trace, bsyms, backward=False, buckets=gathers)
 
     def _backward(self, trace: Any) -> Any:
         new_trace = from_trace(trace)
-        bsyms, gathers = rewrite_gathers(new_trace, _strip_dels(trace.bound_symbols), self.current, "backward")
+        bsyms = _strip_dels(trace.bound_symbols)
+        if self.zero3 is not None:
+            bsyms = restore_weight_saves(new_trace, bsyms, self.zero3)
+        bsyms, gathers = rewrite_gathers(new_trace, bsyms, self.current, "backward")
         grad_records: dict[str, ParamRecord] = {}
         outs = bsyms[-1].args[0] if bsyms[-1].args else ()
         if self.forward_flat_args is not None and isinstance(outs, (tuple, list)):
@@ -521,6 +685,19 @@ class CommTransform(Transform):
         if not gathers and not reductions:
             return trace
         return _finish(new_trace, bsyms, backward=True, buckets=gathers + reductions)
+
+
+def _resharded_weights(
+    bsyms: Sequence[Any], gathers: Sequence[Bucket], records: dict[str, ParamRecord]
+) -> dict[str, tuple[Any, ParamRecord]]:
+    """Unsharded weight name -> (shard proxy, record) for forward gathers that ZERO3 does not keep for backward."""
+    proxies = {p.name: p for b in bsyms for p in (*b.flat_proxy_args, *b.flat_proxy_outs)}
+    out: dict[str, tuple[Any, ParamRecord]] = {}
+    for bucket in gathers:
+        if bucket.reshard_after_forward:
+            for send, result in zip(bucket.sends, bucket.results):
+                out[result] = (proxies[send], records[send])
+    return out
 
 
 def _finish(new_trace: Any, bsyms: list[Any], *, backward: bool, buckets: list[Bucket]) -> Any:
