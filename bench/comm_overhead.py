@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import torch  # noqa: E402
+import torch
 
 FSDP_VARIANTS = [("ZERO2", "NONE"), ("ZERO2", "BLOCK"), ("ZERO3", "NONE"), ("ZERO3", "BLOCK")]
 _C10D_SKIP = ("barrier", "wait", "monitored_barrier")
@@ -74,12 +74,12 @@ def _top_ops(step: Any, i: int, n: int = 8) -> list[tuple[str, float]]:
 
 def _bench(rank: int, world: int, warmup: int, rounds: int, profile_ops: bool) -> dict[str, Any]:
     import thunder
+    from _steps import batch_for, fresh_gpt, gpt_loss, interleave
     from lightning.fabric import Fabric
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from torch.nn.parallel import DistributedDataParallel
 
-    from _steps import batch_for, fresh_gpt, gpt_loss, interleave
     from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
     from thunderviz.core.comm import configure_comm
 
@@ -108,7 +108,9 @@ def _bench(rank: int, world: int, warmup: int, rounds: int, profile_ops: bool) -
     fabric.launch()
     model = fabric.setup_module(fresh_gpt())
     configure_comm(model, bucket_size_in_mb=25.0)
-    steps["ours DDP"] = fabric_step(fabric, model, fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=1e-3)))
+    steps["ours DDP"] = fabric_step(
+        fabric, model, fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=1e-3))
+    )
     jitted["ours DDP"] = model._forward_module
 
     for sharding, bucketing in FSDP_VARIANTS:

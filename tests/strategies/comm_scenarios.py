@@ -40,7 +40,7 @@ def _linear(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
 class Blocks(nn.Module):
     """An embedding, a list of two blocks and a head tied to the embedding (as GPT-2 ties them)."""
 
-    def __init__(self, frozen: bool = False, bf16_block: bool = False) -> None:  # noqa: D107
+    def __init__(self, frozen: bool = False, bf16_block: bool = False) -> None:
         super().__init__()
         self.emb = nn.Embedding(9, 6)
         self.blocks = nn.ModuleList(Block() for _ in range(2))
