@@ -13,7 +13,9 @@ the same two processes and their steps are interleaved round by round, so machin
 Distributed overhead = 2-rank step - 1-process step (medians). Target: ours/torch <= 1.0 for DDP and for FSDP BLOCK
 (ZERO2 and ZERO3), and collectives per step <= torch's. Collectives per step are counted twice for ours (the
 executed forward + backward traces, and torch.profiler's ``c10d::`` calls in one step) and once for torch's
-(profiler). ``--profile`` adds the ops that take the most time in one step of each thunder variant.
+(profiler). Also printed: what each of our variants saves for backward and thunder's peak-memory estimates of its
+executed traces (ZERO3 against ZERO2). ``--profile`` adds the ops that take the most time in one step of each
+thunder variant.
 """
 
 from __future__ import annotations
@@ -61,6 +63,22 @@ def _trace_collectives(jitted: Any) -> dict[str, int]:
             if kind:
                 counts[kind] = counts.get(kind, 0) + 1
     return counts
+
+
+def _memory_facts(jitted: Any) -> dict[str, int]:
+    """What forward saves for backward, and thunder's peak-memory estimates of the executed traces, in bytes."""
+    import thunder
+
+    from thunderviz.core import thunder_hooks as hooks
+
+    fw, bw = thunder.last_traces(jitted)[-1], thunder.last_backward_traces(jitted)[-1]
+    saved = hooks.saved_for_backward(fw)
+    return {
+        "saved_tensors": len(saved),
+        "saved_bytes": sum(b for *_, b in saved),
+        "peak_forward": hooks.estimated_peak_bytes(fw),
+        "peak_backward": hooks.estimated_peak_bytes(bw),
+    }
 
 
 def _top_ops(step: Any, i: int, n: int = 8) -> list[tuple[str, float]]:
@@ -141,8 +159,9 @@ def _bench(rank: int, world: int, warmup: int, rounds: int, profile_ops: bool) -
     times = interleave(steps, warmup=warmup, rounds=rounds)
     calls = {name: _c10d_calls(step, warmup + rounds) for name, step in steps.items() if "1-process" not in name}
     traced = {name: _trace_collectives(j) for name, j in jitted.items()}
+    memory = {name: _memory_facts(j) for name, j in jitted.items()}
     top = {name: _top_ops(steps[name], warmup + rounds + 1) for name in jitted} if profile_ops else {}
-    return {"times": times, "calls": calls, "traced": traced, "top": top}
+    return {"times": times, "calls": calls, "traced": traced, "memory": memory, "top": top}
 
 
 def _fmt_counts(c: dict[str, int]) -> str:
@@ -175,6 +194,14 @@ def table(result: dict[str, Any], load: str) -> str:
                 f"| {theirs} | {times[theirs]:.1f} ms | eager {eager1:.1f} ms | {t_over:.1f} ms | |"
                 f" {_fmt_counts(result['calls'][theirs])} |"
             )
+    lines.append("")
+    lines.append("| ours | saved for backward (per rank) | thunder's peak estimate, forward / backward |")
+    lines.append("|---|---|---|")
+    for name, m in result["memory"].items():
+        lines.append(
+            f"| {name} | {m['saved_tensors']} tensors, {m['saved_bytes'] / 2**20:.2f} MiB |"
+            f" {m['peak_forward'] / 2**20:.2f} / {m['peak_backward'] / 2**20:.2f} MiB |"
+        )
     for name, ops in result["top"].items():
         lines.append(f"top ops, one step of {name}: " + "; ".join(f"{k} {ms:.1f} ms" for k, ms in ops))
     return "\n".join(lines)

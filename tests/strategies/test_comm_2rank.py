@@ -85,7 +85,7 @@ def test_fsdp_one_collective_per_bucket(kind, case, variant):
     assert r["forward_collectives"] == {"all_gather": expected_forward, "wait": expected_forward}
     assert len(_labels(r)) == expected_forward
     if variant == "bf16" and bucketing == "BLOCK":
-        assert {d for label, d in _labels(r) if label == "blocks.1"} == {"dtypes.float32", "dtypes.bfloat16"}
+        assert {d for label, d in _labels(r) if label == "blocks.1"} == {"float32", "bfloat16"}
     frozen = ("blocks.1.fc1.",) if variant == "frozen" else ()
     trainable = sum(
         1 for b in r["buckets"]["forward"] if any(not p.startswith(frozen) or not frozen for p in b["params"])
@@ -158,7 +158,7 @@ def test_ddp_packs_gradients_into_one_bucket_at_25_mb_and_one_per_gradient_at_0(
 
 def test_ddp_bf16_gradients_get_their_own_bucket():
     r = _scenario("ddp", "raw", "bf16")[0]
-    assert {b["dtype"] for b in r["buckets"]["backward"]} == {"dtypes.float32", "dtypes.bfloat16"}
+    assert {b["dtype"] for b in r["buckets"]["backward"]} == {"float32", "bfloat16"}
     assert r["backward_collectives"]["all_reduce"] == 2
 
 

@@ -258,7 +258,8 @@ def _gather_key(m: _Member) -> tuple:
 
 
 def _dtype_name(p: Any) -> str:
-    return str(p.dtype).replace("thunder.", "")
+    """``float32``, ``bfloat16``: thunder's dtype without its module prefix."""
+    return str(p.dtype).rpartition(".")[2]
 
 
 def _label(members: Sequence[_Member], fallback: str) -> str:
