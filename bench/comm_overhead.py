@@ -33,6 +33,32 @@ FSDP_VARIANTS = [("ZERO2", "NONE"), ("ZERO2", "BLOCK"), ("ZERO3", "NONE"), ("ZER
 _C10D_SKIP = ("barrier", "wait", "monitored_barrier")
 
 
+def interleave_timed(steps: dict[str, Any], *, warmup: int, rounds: int) -> dict[str, dict[str, list[float]]]:
+    """Wall time and this process's CPU time (all its threads, gloo's included) per step, variants interleaved.
+
+    CPU time is reported next to wall time because this machine is shared: under load, wall time mostly measures
+    how long the scheduler kept a rank waiting, while CPU time still measures the work a variant does per step.
+    """
+    import time
+
+    import torch.distributed as dist
+
+    for i in range(warmup):
+        for fn in steps.values():
+            fn(i)
+    out: dict[str, dict[str, list[float]]] = {k: {"wall": [], "cpu": []} for k in steps}
+    for i in range(rounds):
+        order = list(steps.items()) if i % 2 == 0 else list(reversed(steps.items()))
+        for name, fn in order:
+            dist.barrier()
+            w0, c0 = time.perf_counter(), time.process_time()
+            fn(warmup + i)
+            dist.barrier()
+            out[name]["wall"].append(time.perf_counter() - w0)
+            out[name]["cpu"].append(time.process_time() - c0)
+    return out
+
+
 def _c10d_calls(step: Any, i: int) -> dict[str, int]:
     """Collectives one call of ``step`` issues, from torch.profiler's ``c10d::`` ops (where the rank issues them)."""
     from torch.profiler import ProfilerActivity, profile
@@ -92,7 +118,7 @@ def _top_ops(step: Any, i: int, n: int = 8) -> list[tuple[str, float]]:
 
 def _bench(rank: int, world: int, warmup: int, rounds: int, profile_ops: bool) -> dict[str, Any]:
     import thunder
-    from _steps import batch_for, fresh_gpt, gpt_loss, interleave
+    from _steps import batch_for, fresh_gpt, gpt_loss
     from lightning.fabric import Fabric
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -156,7 +182,7 @@ def _bench(rank: int, world: int, warmup: int, rounds: int, profile_ops: bool) -
     eager = fresh_gpt()
     steps["1-process eager"] = plain_step(eager, torch.optim.SGD(eager.parameters(), lr=1e-3))
 
-    times = interleave(steps, warmup=warmup, rounds=rounds)
+    times = interleave_timed(steps, warmup=warmup, rounds=rounds)
     calls = {name: _c10d_calls(step, warmup + rounds) for name, step in steps.items() if "1-process" not in name}
     traced = {name: _trace_collectives(j) for name, j in jitted.items()}
     memory = {name: _memory_facts(j) for name, j in jitted.items()}
@@ -169,29 +195,38 @@ def _fmt_counts(c: dict[str, int]) -> str:
 
 
 def table(result: dict[str, Any], load: str) -> str:
-    times = {k: statistics.median(v) * 1e3 for k, v in result["times"].items()}
-    jit1, eager1 = times["1-process thunder.jit"], times["1-process eager"]
+    times = {
+        k: {kind: statistics.median(v[kind]) * 1e3 for kind in ("wall", "cpu")} for k, v in result["times"].items()
+    }
     rows = [("ours DDP", "torch DDP")] + [
         (f"ours FSDP {s} {b}", f"torch FSDP2 reshard={s == 'ZERO3'}") for s, b in FSDP_VARIANTS
     ]
     lines = [
-        f"load: {load}",
-        "| | 2-rank step | 1-process step | distributed overhead | ours/torch overhead | collectives per step |",
+        f"load: {load}; medians of {len(next(iter(result['times'].values()))['wall'])} interleaved steps, rank 0",
+        (
+            "| | 2-rank step, wall / CPU | 1-process step, wall / CPU | distributed overhead, wall / CPU |"
+            " ours/torch overhead, wall / CPU | collectives per step |"
+        ),
         "|---|---|---|---|---|---|",
     ]
+
+    def pair(d: dict[str, float]) -> str:
+        return f"{d['wall']:.1f} / {d['cpu']:.1f} ms"
+
     done_torch: set[str] = set()
     for ours, theirs in rows:
-        o_over, t_over = times[ours] - jit1, times[theirs] - eager1
-        ratio = o_over / t_over if t_over > 0 else float("inf")
-        calls = _fmt_counts(result["calls"][ours])
+        base_o, base_t = times["1-process thunder.jit"], times["1-process eager"]
+        o_over = {k: times[ours][k] - base_o[k] for k in ("wall", "cpu")}
+        t_over = {k: times[theirs][k] - base_t[k] for k in ("wall", "cpu")}
+        ratio = " / ".join(f"{o_over[k] / t_over[k]:.2f}" if t_over[k] > 0 else "n/a" for k in ("wall", "cpu"))
         lines.append(
-            f"| {ours} | {times[ours]:.1f} ms | thunder.jit {jit1:.1f} ms | {o_over:.1f} ms | {ratio:.2f}"
-            f" (vs {theirs}) | {calls} (trace: {_fmt_counts(result['traced'][ours])}) |"
+            f"| {ours} | {pair(times[ours])} | thunder.jit {pair(base_o)} | {pair(o_over)} | {ratio} (vs {theirs}) |"
+            f" {_fmt_counts(result['calls'][ours])} (trace: {_fmt_counts(result['traced'][ours])}) |"
         )
         if theirs not in done_torch:
             done_torch.add(theirs)
             lines.append(
-                f"| {theirs} | {times[theirs]:.1f} ms | eager {eager1:.1f} ms | {t_over:.1f} ms | |"
+                f"| {theirs} | {pair(times[theirs])} | eager {pair(base_t)} | {pair(t_over)} | |"
                 f" {_fmt_counts(result['calls'][theirs])} |"
             )
     lines.append("")
