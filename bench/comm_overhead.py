@@ -125,7 +125,6 @@ def _bench(rank: int, world: int, warmup: int, rounds: int, profile_ops: bool) -
     from torch.nn.parallel import DistributedDataParallel
 
     from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
-    from thunderviz.core.comm import configure_comm
 
     steps: dict[str, Any] = {}
     jitted: dict[str, Any] = {}
@@ -148,20 +147,19 @@ def _bench(rank: int, world: int, warmup: int, rounds: int, profile_ops: bool) -
 
         return step
 
-    fabric = Fabric(accelerator="cpu", devices=world, strategy=ThunderDDPStrategy())
+    fabric = Fabric(accelerator="cpu", devices=world, strategy=ThunderDDPStrategy(bucket_size_in_mb=25.0))
     fabric.launch()
     model = fabric.setup_module(fresh_gpt())
-    configure_comm(model, bucket_size_in_mb=25.0)
     steps["ours DDP"] = fabric_step(
         fabric, model, fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=1e-3))
     )
     jitted["ours DDP"] = model._forward_module
 
     for sharding, bucketing in FSDP_VARIANTS:
-        fabric = Fabric(accelerator="cpu", devices=world, strategy=ThunderFSDPStrategy(sharding_strategy=sharding))
+        strategy = ThunderFSDPStrategy(sharding_strategy=sharding, bucketing_strategy=bucketing)
+        fabric = Fabric(accelerator="cpu", devices=world, strategy=strategy)
         fabric.launch()
         model = fabric.setup_module(fresh_gpt())
-        configure_comm(model, sharding_strategy=sharding, bucketing_strategy=bucketing)
         opt = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=1e-3))
         name = f"ours FSDP {sharding} {bucketing}"
         steps[name] = fabric_step(fabric, model, opt)

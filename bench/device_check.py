@@ -93,25 +93,25 @@ def strategies_job(rank: int, world: int, device_type: str) -> list[dict[str, An
     from lightning.fabric import Fabric
 
     from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
-    from thunderviz.core.comm import configure_comm
-    from thunderviz.models import TinyGPT, make_batch
+    from thunderviz.demos.models import TinyGPT, make_batch
 
     nvfuser = thunder.extend.get_executor("nvfuser") is not None
     rows = []
+
+    def fsdp(sharding: str) -> Any:
+        return lambda: ThunderFSDPStrategy(sharding_strategy=sharding, bucketing_strategy="BLOCK")
+
     variants = [
-        ("ThunderDDPStrategy", lambda: ThunderDDPStrategy(), {"bucket_size_in_mb": 25.0}),
-        ("ThunderFSDPStrategy ZERO2 BLOCK", lambda: ThunderFSDPStrategy(sharding_strategy="ZERO2"),
-         {"sharding_strategy": "ZERO2", "bucketing_strategy": "BLOCK"}),
-        ("ThunderFSDPStrategy ZERO3 BLOCK", lambda: ThunderFSDPStrategy(sharding_strategy="ZERO3"),
-         {"sharding_strategy": "ZERO3", "bucketing_strategy": "BLOCK"}),
-    ]  # fmt: skip
-    for name, make, comm in variants:
+        ("ThunderDDPStrategy", lambda: ThunderDDPStrategy(bucket_size_in_mb=25.0)),
+        ("ThunderFSDPStrategy ZERO2 BLOCK", fsdp("ZERO2")),
+        ("ThunderFSDPStrategy ZERO3 BLOCK", fsdp("ZERO3")),
+    ]
+    for name, make in variants:
         t0 = time.perf_counter()
         fabric = Fabric(accelerator="cuda" if device_type == "cuda" else "cpu", devices=world, strategy=make())
         fabric.launch()
         torch.manual_seed(0)
         model = fabric.setup_module(TinyGPT(n_layer=2, d_model=64, n_head=4))
-        configure_comm(model, **comm)
         opt = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=0.5))
         x, y = make_batch(batch=4, block_size=64, device=fabric.device)
         losses = []
@@ -136,11 +136,9 @@ _CELL = """\
 import sys
 sys.path.insert(0, {bench!r})
 from device_check import _trace_facts, _problems
-from thunderviz.core.comm import configure_comm
-from thunderviz.models import TinyGPT, make_batch
+from thunderviz.demos.models import TinyGPT, make_batch
 torch.manual_seed(0)
 model = fabric.setup_module({model})
-configure_comm(model, sharding_strategy="ZERO3", bucketing_strategy="BLOCK")
 opt = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=0.5))
 x, y = make_batch(batch=4, block_size=64, device=device)
 losses = []
@@ -152,7 +150,8 @@ for _ in range(3):
     opt.step()
     losses.append(float(loss.detach()))
 facts = _trace_facts(model._forward_module)
-problems = _problems("%%thunder_fsdp ZERO3 BLOCK", facts, losses, {device_type!r}, thunder.extend.get_executor("nvfuser") is not None)
+nvfuser = thunder.extend.get_executor("nvfuser") is not None
+problems = _problems("%%thunder_fsdp ZERO3 BLOCK", facts, losses, {device_type!r}, nvfuser)
 print("DEVICE_CHECK", repr({{"device": str(device), "losses": losses, "facts": facts, "problems": problems}}))
 """
 
@@ -196,7 +195,7 @@ def kernel_check(backend: str, device_type: str, timeout: float) -> dict[str, An
         status, out = _execute(kc, cell, timeout)
         if status != "ok":
             return {"problems": [f"the %%thunder_fsdp cell failed:\n{out}"]}
-        line = next((l for l in out.splitlines() if "DEVICE_CHECK" in l), None)
+        line = next((ln for ln in out.splitlines() if "DEVICE_CHECK" in ln), None)
         if line is None:
             return {"problems": [f"the rank printed no DEVICE_CHECK line:\n{out}"]}
         data = ast.literal_eval(line.split("DEVICE_CHECK", 1)[1].strip())
@@ -204,7 +203,9 @@ def kernel_check(backend: str, device_type: str, timeout: float) -> dict[str, An
             kc, "print(repr(device_report))\nprint('BUNDLES', sorted(device_report.bundles))\n%thunder_ranks stop", 60
         )
         data["report"] = summary.strip().splitlines()[0] if summary.strip() else "(nothing printed)"
-        bundles = next((l.split("BUNDLES", 1)[1].strip() for l in summary.splitlines() if l.startswith("BUNDLES")), "")
+        bundles = next(
+            (ln.split("BUNDLES", 1)[1].strip() for ln in summary.splitlines() if ln.startswith("BUNDLES")), ""
+        )
         if status != "ok" or bundles in ("", "[]"):
             data["problems"].append(f"the RunReport carries no captured traces: {summary.strip()}")
         data["seconds"] = time.perf_counter() - t0

@@ -1,9 +1,10 @@
 """Communication scenarios run inside real rank processes: bucketed, scheduled collectives against eager PyTorch.
 
-Each scenario sets up a model with a thunderviz strategy, attaches a communication plan (``configure_comm``), trains
-a few SGD steps on a different batch per rank, and returns plain data: losses, all-gathered gradients and
-parameters next to single-process eager PyTorch on the whole global batch, plus what the executed traces did
-(collectives, buckets with their issue/wait positions, what forward saved for backward, thunder's peak estimates).
+Each scenario sets up a model with a thunderviz strategy given the communication knobs (``sharding_strategy``,
+``bucketing_strategy``, ``bucket_size_in_mb``; the strategy attaches the plan through ``core.comm``), trains a few
+SGD steps on a different batch per rank, and returns plain data: losses, all-gathered gradients and parameters next
+to single-process eager PyTorch on the whole global batch, plus what the executed traces did (collectives, buckets
+with their issue/wait positions, what forward saved for backward, thunder's peak estimates).
 """
 
 from __future__ import annotations
@@ -134,12 +135,14 @@ def _trace_facts(traced: Any) -> dict[str, Any]:
     }
 
 
-def _strategy(kind: str, jit: bool, sharding: str) -> Any:
+def _strategy(
+    kind: str, jit: bool, sharding: str = "ZERO2", bucketing: str = "BLOCK", bucket_size_in_mb: float = 25.0
+) -> Any:
     from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
 
     if kind == "fsdp":
-        return ThunderFSDPStrategy(jit=jit, sharding_strategy=sharding)
-    return ThunderDDPStrategy(jit=jit)
+        return ThunderFSDPStrategy(jit=jit, sharding_strategy=sharding, bucketing_strategy=bucketing)
+    return ThunderDDPStrategy(jit=jit, bucket_size_in_mb=bucket_size_in_mb)
 
 
 def _full(p: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -156,9 +159,11 @@ def train(
     import thunder
     from lightning.fabric import Fabric
 
-    from thunderviz.core.comm import configure_comm, unwrap_module
+    from thunderviz.core import thunder_hooks as hooks
+    from thunderviz.core.comm import unwrap_module
 
-    fabric = Fabric(accelerator="cpu", devices=world, strategy=_strategy(kind, case != "function", sharding))
+    strategy = _strategy(kind, case != "function", sharding, bucketing, bucket_size_in_mb)
+    fabric = Fabric(accelerator="cpu", devices=world, strategy=strategy)
     fabric.launch()
     torch.manual_seed(0 if rank == 0 else 1234)  # the strategy must broadcast rank 0's parameters
     model: Any = Blocks(**VARIANTS[variant])
@@ -170,10 +175,8 @@ def train(
     if case == "function":
         fwd = thunder.jit(lambda m, x: loss_fn(m(x)))
     model = fabric.setup_module(model)
-    configs = configure_comm(
-        model, sharding_strategy=sharding, bucketing_strategy=bucketing, bucket_size_in_mb=bucket_size_in_mb
-    )
     inner = unwrap_module(model)
+    configs = [hooks.comm_config(p) for p in inner.parameters()]
     optimizer = fabric.setup_optimizers(torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=LR))
     losses, grads = [], None
     for step in range(STEPS):
@@ -193,6 +196,7 @@ def train(
         "params": params,
         "ref": _reference(variant, world),
         "configs": [(c.param_name, c.label, c.reshard_after_forward) for c in configs],
+        "reason": strategy.decisions[-1].reason,
         **_trace_facts(traced),
     }
 
@@ -218,9 +222,8 @@ def two_models_one_function(rank: int, world: int, kind: str, bucketing: str) ->
     from lightning.fabric import Fabric
 
     from thunderviz.core import thunder_hooks as hooks
-    from thunderviz.core.comm import configure_comm
 
-    fabric = Fabric(accelerator="cpu", devices=world, strategy=_strategy(kind, False, "ZERO2"))
+    fabric = Fabric(accelerator="cpu", devices=world, strategy=_strategy(kind, False, bucketing=bucketing))
     fabric.launch()
     torch.manual_seed(0)
     enc, head = Encoder(), nn.Linear(5, 3)
@@ -228,8 +231,6 @@ def two_models_one_function(rank: int, world: int, kind: str, bucketing: str) ->
     ref_enc.load_state_dict(enc.state_dict())
     ref_head.load_state_dict(head.state_dict())
     enc, head = fabric.setup_module(enc), fabric.setup_module(head)
-    for m in (enc, head):
-        configure_comm(m, bucketing_strategy=bucketing)
     step = thunder.jit(lambda e, h, x: loss_fn(h(e(x))))
     xs = [torch.randn(4, 6, generator=torch.Generator().manual_seed(r)) for r in range(world)]
     fabric.backward(step(enc, head, xs[rank]))
@@ -248,9 +249,9 @@ def ddp_no_backward_sync(rank: int, world: int, case: str) -> dict[str, Any]:
     from lightning.fabric import Fabric
 
     from thunderviz.core import thunder_hooks as hooks
-    from thunderviz.core.comm import configure_comm, unwrap_module
+    from thunderviz.core.comm import unwrap_module
 
-    fabric = Fabric(accelerator="cpu", devices=world, strategy=_strategy("ddp", case != "function", "ZERO2"))
+    fabric = Fabric(accelerator="cpu", devices=world, strategy=_strategy("ddp", case != "function"))
     fabric.launch()
     torch.manual_seed(0)
     model = Blocks()
@@ -258,7 +259,6 @@ def ddp_no_backward_sync(rank: int, world: int, case: str) -> dict[str, Any]:
     ref.load_state_dict(model.state_dict())
     fwd = thunder.jit(lambda m, x: loss_fn(m(x))) if case == "function" else None
     model = fabric.setup_module(model)
-    configure_comm(model, bucket_size_in_mb=25.0)
     run = (lambda x: fwd(model, x)) if fwd is not None else (lambda x: loss_fn(model(x)))
     mine = [Blocks.batch(10 * i + rank) for i in range(2)]
     with fabric.no_backward_sync(model, enabled=True):

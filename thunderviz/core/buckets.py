@@ -51,7 +51,8 @@ class CommConfig:
     ``param_name`` is the qualified name inside the set-up module ``owner`` (``owner_id`` keeps two set-up modules'
     buckets apart when one jitted function takes both). ``label`` names the FSDP bucket (see ``bucket_label``);
     ``reshard_after_forward`` is ZERO3 for this parameter (backward gathers it again from its shard);
-    ``bucket_cap_bytes`` is the DDP bucket size (``0``: one gradient per all_reduce).
+    ``bucket_cap_bytes`` is the DDP bucket size (``0``: one gradient per all_reduce), ``first_bucket_cap_bytes`` an
+    optional smaller cap for the first one.
     """
 
     param_name: str

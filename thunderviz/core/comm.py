@@ -13,7 +13,7 @@ from typing import Any
 from torch import nn
 
 from thunderviz.core import thunder_hooks as hooks
-from thunderviz.core.buckets import BUCKETING_CHOICES, ROOT_LABEL, CommConfig, bucket_label, find_blocks
+from thunderviz.core.buckets import BUCKETING_CHOICES, CommConfig, bucket_label, find_blocks
 
 __all__ = ["configure_comm", "unwrap_module"]
 
@@ -40,8 +40,8 @@ def configure_comm(
         module: the set-up module (Fabric's wrapper, a ThunderModule or the plain module; its parameters must
             already be sharded or replicated).
         sharding_strategy: FSDP only: ``"ZERO2"`` keeps the unsharded parameters from forward for backward;
-            ``"ZERO3"`` gathers them again in backward (every bucket but BLOCK's root bucket, which, as in torch's
-            FSDP2, is used again right at the start of backward).
+            ``"ZERO3"`` gathers every bucket again in backward from its shards (as FSDP2 with
+            ``reshard_after_forward=True`` on every module, the root included), so forward saves shards only.
         bucketing_strategy: FSDP only: ``"NONE"``, ``"LAYER"`` or ``"BLOCK"`` (see ``core.buckets``).
         bucket_size_in_mb: DDP only: gradients per all_reduce bucket; ``0`` gives one all_reduce per gradient.
         first_bucket_size_in_mb: DDP only: a smaller cap for the first bucket, so communication starts before most
@@ -69,10 +69,9 @@ def configure_comm(
             continue
         if kind == hooks.SyncKind.FULLY_SHARDED:
             label = bucket_label(name, bucketing_strategy, blocks)
-            reshard = sharding_strategy == "ZERO3" and not (bucketing_strategy == "BLOCK" and label == ROOT_LABEL)
             config = CommConfig(
                 param_name=name, owner=owner, owner_id=id(inner), parallelism="fsdp", label=label,
-                bucketing=bucketing_strategy, reshard_after_forward=reshard,
+                bucketing=bucketing_strategy, reshard_after_forward=sharding_strategy == "ZERO3",
             )  # fmt: skip
         else:
             config = CommConfig(

@@ -78,7 +78,7 @@ def _unpack_gather_impl(
     sizes = [math.prod(s) // world for s in full_shapes]
     outs = [torch.empty((world, n), dtype=buffer.dtype, device=buffer.device) for n in sizes]
     torch.split_with_sizes_copy(rows, sizes, dim=1, out=outs)
-    return [o.view(s) for o, s in zip(outs, full_shapes)]
+    return [o.view(s) for o, s in zip(outs, full_shapes, strict=True)]
 
 
 def _pack_scatter_impl(
@@ -104,7 +104,7 @@ def _pack_flat_impl(
 
 def _unpack_views_impl(buffer: torch.Tensor, shapes: tuple[tuple[int, ...], ...], label: str) -> list[torch.Tensor]:
     sizes = [math.prod(s) for s in shapes]
-    return [piece.view(s) for piece, s in zip(torch.split(buffer, sizes), shapes)]
+    return [piece.view(s) for piece, s in zip(torch.split(buffer, sizes), shapes, strict=True)]
 
 
 def _flat_meta(tensors: Sequence[Any], numel: int) -> Any:
@@ -324,7 +324,7 @@ def rewrite_gathers(
             shapes = tuple(tuple(m.result.shape) for m in g)
             unpack = ops.unpack_gather.bind(gathered, shapes, rec.world, label, output=[m.result for m in g])
             issue_code[k] = made + made_ag
-            wait_code[k] = made_w + [unpack]
+            wait_code[k] = [*made_w, unpack]
         nbytes = sum(m.send.numel * m.send.dtype.bytes for m in g)
         buckets.append(
             Bucket("all_gather", trace_name, label, list(names), nbytes, _dtype_name(g[0].send),
@@ -428,7 +428,7 @@ def rewrite_reductions(
     ddp = [m for m in members if kinds[id(m)] == "all_reduce"]
     groups += [g for _, g in group_in_order((_gather_key(m), m) for m in sorted(fsdp, key=lambda m: m.ready))]
     ddp.sort(key=lambda m: m.ready)
-    for key, same in group_in_order(
+    for _, same in group_in_order(
         ((id(m.record.group), str(m.send.dtype), str(m.send.device), m.record.config.owner_id), m) for m in ddp
     ):
         cfg = same[0].record.config
@@ -446,7 +446,7 @@ def rewrite_reductions(
         sends = [m.undivided if divide else m.send for m in g]
         names = tuple(m.record.config.param_name for m in g)
         label = _label(g, f"bucket {k}") if kind == "reduce_scatter" else f"bucket {k}"
-        ready = max(idx.producer.get(s.name, m.ready) for s, m in zip(sends, g))
+        ready = max(idx.producer.get(s.name, m.ready) for s, m in zip(sends, g, strict=True))
         if not divide:
             # Keep the per-gradient divisions we could not fold (e.g. fused by nvFuser): they stay where they were.
             for m in g:
@@ -465,7 +465,7 @@ def rewrite_reductions(
         shapes = tuple(tuple(m.result.shape) for m in g)
         unpack = ops.unpack_views.bind(reduced, shapes, label, output=[m.result for m in g])
         issue_after.setdefault(ready, []).append(k)
-        codes.append((made + made_c, made_w + [unpack]))
+        codes.append((made + made_c, [*made_w, unpack]))
         nbytes = sum(s.numel * s.dtype.bytes for s in sends)
         buckets.append(
             Bucket(kind, trace_name, label, list(names), nbytes, _dtype_name(sends[0]),
@@ -557,7 +557,7 @@ def drop_weight_saves(
     dropped = {t.name for t in drop}
     kept = tuple(t for t in saved_tensors if not (isinstance(t, TensorProxy) and t.name in dropped)) + tuple(added)
     new_ret = ret.from_bsym(args=(ret.args[0], (kept, saved_other)))
-    return bsyms[:-1] + [new_ret], _Zero3Plan([t.name for t in drop], added, chains, needed)
+    return [*bsyms[:-1], new_ret], _Zero3Plan([t.name for t in drop], added, chains, needed)
 
 
 def restore_weight_saves(trace: Any, bsyms: list[Any], plan: _Zero3Plan) -> list[Any]:
@@ -598,7 +598,7 @@ def restore_weight_saves(trace: Any, bsyms: list[Any], plan: _Zero3Plan) -> list
             for w in (p for p in b.flat_proxy_args if p.name in plan.weight_shard and p.name not in gathered):
                 shard, rec = plan.weight_shard[w.name]
                 fut, made = _record_new(trace, ag, shard, rec.group, True, None)
-                code.extend(made + [wait.bind(fut, output=w)])
+                code.extend([*made, wait.bind(fut, output=w)])
                 gathered.add(w.name)
             if id(b) not in emitted:
                 emitted.add(id(b))
@@ -678,7 +678,7 @@ class CommTransform(Transform):
         outs = bsyms[-1].args[0] if bsyms[-1].args else ()
         if self.forward_flat_args is not None and isinstance(outs, (tuple, list)):
             # The backward returns one gradient per forward input, in the order of the forward's flat_args.
-            for name, out in zip(self.forward_flat_args, outs):
+            for name, out in zip(self.forward_flat_args, outs, strict=False):
                 if name in self.current and isinstance(out, Proxy):
                     grad_records[out.name] = self.current[name]
         bsyms, reductions = rewrite_reductions(new_trace, bsyms, grad_records, "backward")
@@ -696,7 +696,7 @@ def _resharded_weights(
     out: dict[str, tuple[Any, ParamRecord]] = {}
     for bucket in gathers:
         if bucket.reshard_after_forward:
-            for send, result in zip(bucket.sends, bucket.results):
+            for send, result in zip(bucket.sends, bucket.results, strict=True):
                 out[result] = (proxies[send], records[send])
     return out
 

@@ -22,6 +22,7 @@ usual for everything our strategies did not set up.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from collections.abc import Iterator
@@ -252,9 +253,7 @@ def clear_all_trace_caches() -> int:
     return len(stale)
 
 
-def mark_module_ddp(
-    module: torch.nn.Module, jitted: Any, group: tdist.ProcessGroup, bucket_size_in_mb: float
-) -> None:
+def mark_module_ddp(module: torch.nn.Module, jitted: Any, group: tdist.ProcessGroup, bucket_size_in_mb: float) -> None:
     """Set the attributes thunder reads to treat a jitted module as DDP, exactly as ``thunder.distributed.ddp`` does.
 
     They make thunder key the module's cache on ``no_sync`` and bucket the gradient all-reduces.
@@ -416,12 +415,10 @@ def _key_cache_on_no_sync() -> None:
     if cd is None:
         return
     if not getattr(cd.fn, "use_ddp", False):
-        try:
+        # A bound method refuses the attribute: it is keyed for this trace only, retraced when the mode differs.
+        with contextlib.suppress(AttributeError):
             cd.fn.use_ddp = True
-        except AttributeError:  # a bound method: keyed for this trace only, retraced when the mode differs
-            pass
     thunder._get_cache_info()["no_grad_sync"] = bool(get_skip_data_parallel_grad_sync())
-
 
 
 # -- Accessors for the strategies and the decision table (issue 10 / 13: thunder internals are read only here) ---
