@@ -124,7 +124,10 @@ def _trace_facts(traced: Any) -> dict[str, Any]:
     resharded = {r for b in hooks.comm_buckets(traced).get("forward", []) if b.reshard_after_forward for r in b.results}
     saved = hooks.saved_for_backward(fw)
     derived = _weight_derived(fw, resharded)
+    reductions = [b for b in hooks.trace_buckets(bw) if b.kind != "all_gather"]
+    first_wait = min((b.wait_index for b in reductions), default=len(bw.bound_symbols))
     return {
+        "after_first_reduction_wait": sorted({b.sym.name for b in bw.bound_symbols[first_wait:]}),
         "forward_collectives": _collective_counts(fw),
         "backward_collectives": _collective_counts(bw),
         "buckets": buckets,

@@ -120,7 +120,10 @@ def test_fsdp_issues_early_and_waits_late(kind):
         assert nxt["issue_index"] < this["wait_index"], f"{nxt['label']} is not prefetched before {this['label']}"
     reductions = [b for b in r["buckets"]["backward"] if b["kind"] == "reduce_scatter"]
     waits = sorted(b["wait_index"] for b in reductions)
-    assert waits == list(range(waits[0], waits[0] + 2 * len(waits), 2)), "waits are not together at the end"
+    # From the first reduction's wait on, backward only waits, unpacks and frees: nothing is left to compute.
+    assert set(r["after_first_reduction_wait"]) <= {
+        "torch_wait_prim_impl", "thunderviz_unpack_views", "python_del", "clear_mutable_collection", "python_return",
+    }  # fmt: skip
     assert max(b["issue_index"] for b in reductions) < waits[0]
     # Issued as their gradients appear (last forward bucket first), the first well before the waits: it overlaps
     # the rest of backward.

@@ -24,11 +24,14 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from torch import nn
+if TYPE_CHECKING:  # plain data here: the trace model reads Bucket without importing torch
+    from torch import nn
 
 __all__ = [
     "BUCKETING_CHOICES",
+    "BUCKET_KINDS",
     "ROOT_LABEL",
     "Bucket",
     "CommConfig",
@@ -39,6 +42,9 @@ __all__ = [
 ]
 
 BUCKETING_CHOICES = ("NONE", "LAYER", "BLOCK")
+
+#: The collectives a bucket can be packed for.
+BUCKET_KINDS = ("all_gather", "reduce_scatter", "all_reduce")
 
 #: The label of the bucket holding parameters outside every block (BLOCK) or owned by the set-up module itself.
 ROOT_LABEL = "(root)"
@@ -87,14 +93,20 @@ class Bucket:
     sends: list[str] = field(default_factory=list)
     results: list[str] = field(default_factory=list)
     reshard_after_forward: bool = False
+    future: str = ""
 
     def to_dict(self) -> dict[str, object]:
         return {
             "kind": self.kind, "trace": self.trace, "label": self.label, "params": list(self.params),
             "bytes": self.bytes, "dtype": self.dtype, "issue_index": self.issue_index, "wait_index": self.wait_index,
             "sends": list(self.sends), "results": list(self.results),
-            "reshard_after_forward": self.reshard_after_forward,
+            "reshard_after_forward": self.reshard_after_forward, "future": self.future,
         }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict[str, object]) -> Bucket:
+        """The inverse of ``to_dict`` for trusted data (trace files are read through ``trace_file``'s checks)."""
+        return cls(**{k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in d.items()})  # type: ignore[arg-type]
 
 
 def _is_repeated(container: nn.Module) -> bool:
@@ -107,6 +119,8 @@ def _is_repeated(container: nn.Module) -> bool:
 
 def find_blocks(module: nn.Module) -> list[str]:
     """The qualified names of ``module``'s blocks (see the module docstring), in module order."""
+    from torch import nn
+
     blocks: list[str] = []
 
     def visit(prefix: str, m: nn.Module) -> None:

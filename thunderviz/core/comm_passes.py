@@ -312,11 +312,12 @@ def rewrite_gathers(
     buckets: list[Bucket] = []
     for k, g in enumerate(groups):
         rec = g[0].record
-        label = _label(g, f"bucket {k}")
+        label = _label(g, f"#{k}")
         names = tuple(m.record.config.param_name for m in g)
         if len(g) == 1:
             issue_code[k] = [g[0].collective]
             wait_code[k] = [g[0].wait]
+            fut = g[0].collective.flat_proxy_outs[0]
         else:
             buf, made = _record_new(trace, ops.pack_gather, [m.send for m in g], label, names)
             fut, made_ag = _record_new(trace, _torchex("all_gather_prim_impl"), buf, rec.group, True, None)
@@ -329,7 +330,7 @@ def rewrite_gathers(
         buckets.append(
             Bucket("all_gather", trace_name, label, list(names), nbytes, _dtype_name(g[0].send),
                    sends=[m.send.name for m in g], results=[m.result.name for m in g],
-                   reshard_after_forward=all(m.record.config.reshard_after_forward for m in g))
+                   reshard_after_forward=all(m.record.config.reshard_after_forward for m in g), future=fut.name)
         )  # fmt: skip
 
     removed = {i for m in members for i in m.removed}
@@ -445,7 +446,7 @@ def rewrite_reductions(
         divide = all(m.undivided is not None for m in g)
         sends = [m.undivided if divide else m.send for m in g]
         names = tuple(m.record.config.param_name for m in g)
-        label = _label(g, f"bucket {k}") if kind == "reduce_scatter" else f"bucket {k}"
+        label = _label(g, f"#{k}") if kind == "reduce_scatter" else f"#{k}"
         ready = max(idx.producer.get(s.name, m.ready) for s, m in zip(sends, g, strict=True))
         if not divide:
             # Keep the per-gradient divisions we could not fold (e.g. fused by nvFuser): they stay where they were.
@@ -469,7 +470,7 @@ def rewrite_reductions(
         nbytes = sum(s.numel * s.dtype.bytes for s in sends)
         buckets.append(
             Bucket(kind, trace_name, label, list(names), nbytes, _dtype_name(sends[0]),
-                   sends=[s.name for s in sends], results=[m.result.name for m in g])
+                   sends=[s.name for s in sends], results=[m.result.name for m in g], future=fut.name)
         )  # fmt: skip
 
     removed = {i for m in members for i in m.removed}
@@ -707,6 +708,19 @@ def _finish(new_trace: Any, bsyms: list[Any], *, backward: bool, buckets: list[B
 
     new_trace.bound_symbols = bsyms
     done = del_last_used(new_trace, clear_mutable_collections=backward)
+    # Positions in the final trace (``del``s included), where captures and ledgers will look for them.
+    issued: dict[str, int] = {}
+    waited: dict[str, int] = {}
+    wait_id = _ids()["wait"]
+    for i, b in enumerate(done.bound_symbols):
+        for p in b.flat_proxy_outs:
+            issued.setdefault(p.name, i)
+        if b.sym.id == wait_id and b.flat_proxy_args:
+            waited[b.flat_proxy_args[0].name] = i
+    for bucket in buckets:
+        bucket.issue_index = issued[bucket.future]
+        bucket.wait_index = waited[bucket.future]
+    done._thunderviz_buckets = list(buckets)  # read back by thunder_hooks.trace_buckets (capture)
     kinds: dict[str, int] = {}
     for b in buckets:
         kinds[b.kind] = kinds.get(b.kind, 0) + 1

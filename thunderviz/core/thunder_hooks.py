@@ -55,11 +55,13 @@ __all__ = [
     "param_group",
     "rebind_module_tensors",
     "saved_for_backward",
+    "saved_tensors",
     "set_comm_config",
     "skip_grad_sync",
     "sync_tag",
     "tag_param",
     "thunder_distributed_kind",
+    "trace_buckets",
 ]
 
 SUPPORTED_THUNDER_VERSIONS = ("0.2.6",)
@@ -156,8 +158,8 @@ def comm_buckets(jitted: Any) -> dict[str, list[Any]]:
     return dict(t.buckets) if t is not None else {}
 
 
-def saved_for_backward(forward_trace: Any) -> list[tuple[str, tuple[int, ...], str, int]]:
-    """The tensors a forward execution trace keeps for backward: ``(name, shape, dtype, bytes)`` each.
+def saved_tensors(forward_trace: Any) -> list[Any]:
+    """The tensor proxies a forward execution trace keeps for backward (empty for a trace without backward).
 
     thunder's split forward returns ``(outputs, (saved_tensors, saved_other))``; this is what stays alive between
     forward and backward on top of the parameters, so ZERO3 keeping shards instead of unsharded weights shows here.
@@ -167,11 +169,20 @@ def saved_for_backward(forward_trace: Any) -> list[tuple[str, tuple[int, ...], s
     ret = forward_trace.bound_symbols[-1] if forward_trace.bound_symbols else None
     if ret is None or len(ret.args) < 2 or not isinstance(ret.args[1], (tuple, list)) or not ret.args[1]:
         return []
-    out = []
-    for t in ret.args[1][0]:
-        if isinstance(t, TensorProxy):
-            out.append((t.name, tuple(int(d) for d in t.shape), str(t.dtype), int(t.numel * t.dtype.bytes)))
-    return out
+    return [t for t in ret.args[1][0] if isinstance(t, TensorProxy)]
+
+
+def saved_for_backward(forward_trace: Any) -> list[tuple[str, tuple[int, ...], str, int]]:
+    """``saved_tensors`` as plain data: ``(name, shape, dtype, bytes)`` each (dtype like ``float32``)."""
+    return [
+        (t.name, tuple(int(d) for d in t.shape), str(t.dtype).rpartition(".")[2], int(t.numel * t.dtype.bytes))
+        for t in saved_tensors(forward_trace)
+    ]
+
+
+def trace_buckets(trace: Any) -> list[Any]:
+    """The buckets (``core.buckets.Bucket``) the communication pass laid out in this very execution trace."""
+    return list(getattr(trace, "_thunderviz_buckets", None) or [])
 
 
 def estimated_peak_bytes(trace: Any) -> int:
