@@ -151,7 +151,7 @@ def test_communication_plan_zero3_block_names_the_blocks_and_why_block_is_the_de
             "NONE bucketing, one bucket per parameter",
         ),
         (StrategyOptions(parallelism="fsdp"), (), "ZERO2: the unsharded parameters gathered in forward are kept"),
-        (StrategyOptions(parallelism="ddp"), (), "into buckets of 25 MB; one all_reduce per bucket"),
+        (StrategyOptions(parallelism="ddp"), (), "into buckets of 25 MB (the first one 1 MB, as torch DDP does"),
         (StrategyOptions(parallelism="ddp", bucket_size_in_mb=0), (), "one all_reduce per gradient"),
     ],
 )

@@ -15,7 +15,7 @@ def test_scenarios_print_decisions_collectives_and_write_the_report(tmp_path, ca
     assert "[fsdp-raw-module] case 1: raw module -> jit, then distribute" in out
     assert "[ddp-user-jitted-function] case 2: module used inside a jitted function" in out
     # The strategies' default communication: FSDP packs the 2-block GPT's 29 parameters into BLOCK buckets (root +
-    # 2 blocks), DDP all-reduces its 29 gradients in one 25 MB bucket.
+    # 2 blocks), DDP all-reduces its 29 gradients in one bucket (they fit in the first, 1 MB, bucket).
     assert "rank 0 collectives: 3 all_gather, 3 reduce_scatter, 6 wait" in out
     assert "rank 0 collectives: 1 all_reduce, 1 wait" in out
     assert out.count("ranks agree") == 2

@@ -140,7 +140,7 @@ def test_decision_log_says_what_the_collectives_do(kind):
     strategy, sharding, bucketing = KINDS[kind]
     reason = _scenario(kind, "raw", "plain")[0]["reason"]
     if strategy == "ddp":
-        assert "gradients packed, in the order backward produces them, into buckets of 25 MB" in reason
+        assert "gradients packed, in the order backward produces them, into buckets of 25 MB (the first" in reason
         return
     assert f"communication: {bucketing} bucketing, " in reason
     if bucketing == "BLOCK":

@@ -90,7 +90,7 @@ def test_matches_single_process_eager(kind, case, model):
         assert all(shape[0] * 2 >= 1 for shape in r0["local_shapes"].values())
     else:
         assert "all_gather" not in r0["forward_collectives"]
-        assert r0["backward_collectives"] == {"all_reduce": 1, "wait": 1}  # one 25 MB bucket
+        assert r0["backward_collectives"] == {"all_reduce": 1, "wait": 1}  # one bucket: these gradients fit in the first (1 MB)
     decision = r0["decisions"][-1]
     expected_case = {
         "raw": "case 1: raw module",
@@ -164,7 +164,7 @@ def test_function_taking_two_set_up_models(feature_results, kind):
     r0 = feature_results(kind)[0]["two_models"]
     for name in r0["expected"]:
         torch.testing.assert_close(r0["got"][name], r0["expected"][name], msg=name)
-    # One bucket per set-up model (BLOCK's root bucket for FSDP, one 25 MB bucket for DDP): never one across both.
+    # One bucket per set-up model (BLOCK's root bucket for FSDP, one bucket for DDP): never one across both.
     if kind == "fsdp":
         assert r0["forward_collectives"] == {"all_gather": 2, "wait": 2}
         assert r0["backward_collectives"] == {"reduce_scatter": 2, "wait": 2}

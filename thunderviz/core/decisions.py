@@ -142,10 +142,12 @@ def communication_plan(options: StrategyOptions, facts: ObjectFacts | None = Non
                 "communication: one all_reduce per gradient (bucket_size_in_mb=0), each issued as soon as its"
                 " gradient exists and waited for just before backward returns"
             )
+        first = min(options.bucket_size_in_mb, 1.0)
         return (
             f"communication: gradients packed, in the order backward produces them, into buckets of"
-            f" {options.bucket_size_in_mb:g} MB; one all_reduce per bucket, issued as soon as its last gradient"
-            " exists and waited for just before backward returns, so it overlaps the rest of backward"
+            f" {options.bucket_size_in_mb:g} MB (the first one {first:g} MB, as torch DDP does, so the first"
+            " all_reduce starts early); one all_reduce per bucket, issued as soon as its last gradient exists and"
+            " waited for just before backward returns, so it overlaps the rest of backward"
         )
     blocks = facts.blocks if facts is not None else ()
     bucketing = options.bucketing_strategy
