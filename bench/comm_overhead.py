@@ -107,6 +107,29 @@ def _memory_facts(jitted: Any) -> dict[str, int]:
     }
 
 
+def _schedule(jitted: Any) -> list[str]:
+    """Where each bucket's collective is issued and waited for: the overlap evidence, in non-bookkeeping ops."""
+    import thunder
+
+    from thunderviz.core import thunder_hooks as hooks
+
+    skip = {"python_del", "clear_mutable_collection", "unpack_trivial", "unpack_sequence", "python_return"}
+    out = []
+    for label, trace in (
+        ("forward", thunder.last_traces(jitted)[-1]),
+        ("backward", thunder.last_backward_traces(jitted)[-1]),
+    ):
+        work = [i for i, b in enumerate(trace.bound_symbols) if b.sym.name not in skip]
+        pos = {i: n for n, i in enumerate(work)}
+        total = len(work)
+        for b in hooks.trace_buckets(trace):
+            out.append(
+                f"{label} {b.kind} {b.label} ({len(b.params)} params, {b.bytes / 1024:.0f} KiB): issued at op"
+                f" {pos.get(b.issue_index, '?')}, waited at op {pos.get(b.wait_index, '?')} of {total}"
+            )
+    return out
+
+
 def _top_ops(step: Any, i: int, n: int = 8) -> list[tuple[str, float]]:
     from torch.profiler import ProfilerActivity, profile
 
@@ -184,8 +207,9 @@ def _bench(rank: int, world: int, warmup: int, rounds: int, profile_ops: bool) -
     calls = {name: _c10d_calls(step, warmup + rounds) for name, step in steps.items() if "1-process" not in name}
     traced = {name: _trace_collectives(j) for name, j in jitted.items()}
     memory = {name: _memory_facts(j) for name, j in jitted.items()}
+    schedule = {name: _schedule(jitted[name]) for name in ("ours DDP", "ours FSDP ZERO3 BLOCK")}
     top = {name: _top_ops(steps[name], warmup + rounds + 1) for name in jitted} if profile_ops else {}
-    return {"times": times, "calls": calls, "traced": traced, "memory": memory, "top": top}
+    return {"times": times, "calls": calls, "traced": traced, "memory": memory, "schedule": schedule, "top": top}
 
 
 def _fmt_counts(c: dict[str, int]) -> str:
@@ -235,6 +259,10 @@ def table(result: dict[str, Any], load: str) -> str:
             f"| {name} | {m['saved_tensors']} tensors, {m['saved_bytes'] / 2**20:.2f} MiB |"
             f" {m['peak_forward'] / 2**20:.2f} / {m['peak_backward'] / 2**20:.2f} MiB |"
         )
+    for name, rows in result["schedule"].items():
+        lines.append("")
+        lines.append(f"bucket schedule of {name} (positions among the trace's non-bookkeeping ops):")
+        lines += [f"  {r}" for r in rows]
     for name, ops in result["top"].items():
         lines.append(f"top ops, one step of {name}: " + "; ".join(f"{k} {ms:.1f} ms" for k, ms in ops))
     return "\n".join(lines)
