@@ -8,10 +8,12 @@ import torch
 from torch import nn
 
 from thunderviz.core.decisions import (
+    DEFAULT_BUCKETING_STRATEGY,
     Action,
     ObjectFacts,
     ObjectKind,
     StrategyOptions,
+    communication_plan,
     decide,
     inspect_object,
     validate_options,
@@ -109,19 +111,55 @@ def test_decision_rows(facts, options, case, action, clear_cache, reason):
     assert decision.case == case
     assert decision.action == action.value
     assert decision.clear_cache is clear_cache
-    assert decision.reason == reason
+    # Every reason ends with what happens to the collectives (see test_communication_plan_*).
+    full = f"{reason}; {communication_plan(options, facts)}"
+    assert decision.reason == full
     assert decision.target == "Net"
-    assert decision.to_dict()["reason"] == reason
+    assert decision.to_dict()["reason"] == full
 
 
-def test_zero3_and_bucketing_are_named_in_the_reason():
-    options = StrategyOptions(parallelism="fsdp", sharding_strategy="ZERO3", bucketing_strategy="BLOCK")
-    notes = validate_options(options)
-    decision = decide(MODULE, options, notes)
-    assert decision.reason.endswith(
-        "; ZERO3 was requested, but thunder 0.2.6 traces it exactly like ZERO2 (no re-gather in backward; the"
-        " unsharded weight is kept for backward); bucketing_strategy=BLOCK was requested, but thunder 0.2.6's FSDP"
-        " path issues one all_gather/reduce_scatter per parameter whatever the bucketing"
+def test_no_knob_is_accepted_and_ignored_any_more():
+    options = StrategyOptions(parallelism="fsdp", sharding_strategy="ZERO3", bucketing_strategy="LAYER")
+    assert validate_options(options) == []
+
+
+def test_communication_plan_zero3_block_names_the_blocks_and_why_block_is_the_default():
+    facts = ObjectFacts(kind=ObjectKind.MODULE, type_name="GPT", blocks=("blocks.0", "blocks.1", "blocks.2"))
+    options = StrategyOptions(parallelism="fsdp", sharding_strategy="ZERO3")
+    assert options.bucketing_strategy == DEFAULT_BUCKETING_STRATEGY == "BLOCK"
+    assert communication_plan(options, facts) == (
+        "communication: BLOCK bucketing, one bucket per block (3: blocks.0 ... blocks.2, the children of the"
+        " model's repeated ModuleList/Sequential) and one root bucket for the parameters outside them; one"
+        " all_gather per bucket in forward, issued one bucket ahead of its first use and waited for right before"
+        " it, and one reduce_scatter per bucket in backward, issued as soon as its last gradient exists and waited"
+        " for just before backward returns; ZERO3: backward gathers each bucket again from its shards, so forward"
+        " releases the unsharded weights after their last use and saves shards, not unsharded weights, for"
+        " backward; BLOCK is the default because it measured cheapest: on a 4-block GPT on 2 CPU ranks, about"
+        " 10-12 ms of CPU per step beyond one-process thunder.jit, against 29 ms for LAYER, 36-44 ms for NONE and"
+        " 21-25 ms for torch's FSDP2"
+    )
+
+
+@pytest.mark.parametrize(
+    ("options", "blocks", "says"),
+    [
+        (StrategyOptions(parallelism="fsdp"), (), "one root bucket holding every parameter (no repeated"),
+        (StrategyOptions(parallelism="fsdp", bucketing_strategy="LAYER"), (), "one bucket per module that owns"),
+        (
+            StrategyOptions(parallelism="fsdp", bucketing_strategy="NONE"),
+            (),
+            "NONE bucketing, one bucket per parameter",
+        ),
+        (StrategyOptions(parallelism="fsdp"), (), "ZERO2: the unsharded parameters gathered in forward are kept"),
+        (StrategyOptions(parallelism="ddp"), (), "into buckets of 25 MB (the first one 1 MB, as torch DDP does"),
+        (StrategyOptions(parallelism="ddp", bucket_size_in_mb=0), (), "one all_reduce per gradient"),
+    ],
+)
+def test_communication_plan_rows(options, blocks, says):
+    facts = ObjectFacts(kind=ObjectKind.MODULE, type_name="Net", blocks=blocks)
+    assert says in communication_plan(options, facts)
+    assert ("BLOCK is the default" in communication_plan(options, facts)) == (
+        options.parallelism == "fsdp" and options.bucketing_strategy == "BLOCK"
     )
 
 

@@ -95,7 +95,7 @@ def test_fsdp_cell_streams_output_and_returns_a_report(shell, capsys) -> None:
     assert "[rank 0] loss" in out and "[rank 1] loss" in out
     assert isinstance(report, RunReport) and shell.user_ns["fsdp_report"] is report
     assert report.strategy == {"kind": "thunder_fsdp",
-                               "options": {"jit": True, "sharding_strategy": "ZERO3", "bucketing_strategy": "NONE"}}
+                               "options": {"jit": True, "sharding_strategy": "ZERO3", "bucketing_strategy": "BLOCK"}}
     assert report.decisions, "the strategy's decision log should come back"
     assert {"target", "case", "action", "reason"} <= set(report.decisions[0])
     assert sorted(report.memory) == [0, 1] and all(m["rss_bytes"] > 0 for m in report.memory.values())

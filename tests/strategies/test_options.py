@@ -124,6 +124,27 @@ def test_jit_keyword_arguments_are_kept_for_the_strategy_jit():
             id="bucket-size",
         ),
         pytest.param(
+            lambda: ThunderFSDPStrategy(bucket_size_in_mb=5),
+            "You set `ThunderFSDPStrategy(bucket_size_in_mb=...)`, but FSDP buckets parameters by the model's"
+            " structure, not by size: use `bucketing_strategy='BLOCK'` (one collective per block), 'LAYER' or"
+            " 'NONE'. `bucket_size_in_mb` is `ThunderDDPStrategy`'s knob for its gradient all-reduces.",
+            id="fsdp-bucket-size",
+        ),
+        pytest.param(
+            lambda: ThunderDDPStrategy(bucketing_strategy="BLOCK"),
+            "You set `ThunderDDPStrategy(bucketing_strategy=...)`, but DDP replicates parameters: nothing is sharded"
+            " or gathered. Its gradients are all-reduced in buckets of `bucket_size_in_mb` (default 25); for"
+            " `bucketing_strategy` use `ThunderFSDPStrategy`.",
+            id="ddp-bucketing",
+        ),
+        pytest.param(
+            lambda: ThunderDDPStrategy(sharding_strategy="ZERO3"),
+            "You set `ThunderDDPStrategy(sharding_strategy=...)`, but DDP replicates parameters: nothing is sharded"
+            " or gathered. Its gradients are all-reduced in buckets of `bucket_size_in_mb` (default 25); for"
+            " `sharding_strategy` use `ThunderFSDPStrategy`.",
+            id="ddp-sharding",
+        ),
+        pytest.param(
             lambda: ThunderFSDPStrategy(jit=False, executors=["torch"]),
             "You set `ThunderFSDPStrategy(jit=False, executors=...)`, but with `jit=False` the strategy never calls"
             " `thunder.jit`, so the executors would be silently ignored. Pass them to your own"
@@ -162,16 +183,16 @@ def test_meta_init_context_builds_on_meta_and_setup_moves_nothing():
     assert real.weight.device == torch.device("cpu")
 
 
-def test_zero3_warns_once_per_process():
+def test_fsdp_knobs_are_carried_out_not_warned_about():
+    """ZERO3 and every bucketing strategy are implemented (core.comm): no "accepted but ignored" warning is left."""
     base._warned.clear()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        ThunderFSDPStrategy(sharding_strategy="ZERO3")
-        ThunderFSDPStrategy(sharding_strategy="ZERO3")
-    messages = [str(w.message) for w in caught if "ZERO3" in str(w.message)]
-    assert messages == [
-        (
-            "ThunderFSDPStrategy: ZERO3 was requested, but thunder 0.2.6 traces it exactly like ZERO2 (no re-gather"
-            " in backward; the unsharded weight is kept for backward)."
-        )
-    ]
+        for sharding in ("ZERO2", "ZERO3"):
+            for bucketing in ("NONE", "LAYER", "BLOCK"):
+                ThunderFSDPStrategy(sharding_strategy=sharding, bucketing_strategy=bucketing)
+    assert [str(w.message) for w in caught if "Thunder" in str(w.message)] == []
+
+
+def test_fsdp_buckets_by_block_unless_told_otherwise():
+    assert ThunderFSDPStrategy().bucketing_strategy is FSDPBucketingStrategy.BLOCK

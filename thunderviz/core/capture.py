@@ -76,6 +76,7 @@ def capture(obj: Any, name: str | None = None, *, rank: int | None = None, stage
     param_names = _param_names(target, fwd_traces[-1])
     forward = snapshot_trace(fwd_traces[-1], label="forward", param_names=param_names)
     backward = snapshot_trace(bwd_traces[-1], label="backward") if bwd_traces else None
+    _add_communication(forward, fwd_traces[-1], backward, bwd_traces[-1] if bwd_traces else None)
     stage_snaps: list[TraceSnapshot] = []
     if stages:
         for i, t in enumerate(fwd_traces):
@@ -92,6 +93,18 @@ def capture(obj: Any, name: str | None = None, *, rank: int | None = None, stage
         stages=stage_snaps,
         versions={"thunder": str(getattr(thunder, "__version__", "?")), "torch": str(torch.__version__)},
     )
+
+
+def _add_communication(forward: TraceSnapshot, fwd: Any, backward: TraceSnapshot | None, bwd: Any) -> None:
+    """What forward saves for backward, and the buckets thunderviz's communication pass laid out in each trace."""
+    from thunderviz.core import thunder_hooks as hooks
+    from thunderviz.core.buckets import Bucket
+
+    if bwd is not None:
+        forward.saved_for_backward = [_tensor_ref(p) for p in hooks.saved_tensors(fwd)]
+    forward.buckets = [Bucket.from_dict(b.to_dict()) for b in hooks.trace_buckets(fwd)]
+    if backward is not None:
+        backward.buckets = [Bucket.from_dict(b.to_dict()) for b in hooks.trace_buckets(bwd)]
 
 
 # --------------------------------------------------------------------------------------------------------------

@@ -14,7 +14,15 @@ from typing import Any
 
 from thunderviz.core.trace_model import COLLECTIVE_KINDS, OpRecord, TraceBundle, TraceSnapshot
 
-__all__ = ["COLLECTIVE_KINDS", "Ledger", "LedgerEntry", "Mismatch", "find_mismatches", "ledger_from_bundle"]
+__all__ = [
+    "COLLECTIVE_KINDS",
+    "Ledger",
+    "LedgerEntry",
+    "Mismatch",
+    "bucket_description",
+    "find_mismatches",
+    "ledger_from_bundle",
+]
 
 
 @dataclass(frozen=True)
@@ -24,7 +32,9 @@ class LedgerEntry:
     ``tensor`` is the name of the tensor sent (the qualified parameter name when the trace knows it), ``shape``
     and ``dtype`` are those of that input, ``bytes`` its size on this rank, ``out_shape`` the result's shape.
     ``distance`` is the number of non-bookkeeping ops from the collective to its wait (None for a wait, or for
-    a synchronous collective): small distances mean little overlap of communication with compute.
+    a synchronous collective): small distances mean little overlap of communication with compute. A collective that
+    thunderviz's communication pass packed for several parameters is one entry: ``bucket`` is its label and
+    ``params`` the parameters it carries (``tensor`` names them too), ``bytes`` the whole bucket.
     """
 
     position: int
@@ -39,6 +49,8 @@ class LedgerEntry:
     out_shape: tuple[int, ...] | None = None
     distance: int | None = None
     waits_for: int | None = None
+    bucket: str | None = None
+    params: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """``all_gather of blocks.0.attn_qkv.weight float32[192, 128] (group of 2; forward op 8)``."""
@@ -60,6 +72,8 @@ class LedgerEntry:
             "out_shape": None if self.out_shape is None else list(self.out_shape),
             "distance": self.distance,
             "waits_for": self.waits_for,
+            "bucket": self.bucket,
+            "params": list(self.params),
         }
 
     @classmethod
@@ -78,6 +92,8 @@ class LedgerEntry:
             out_shape=None if out_shape is None else tuple(out_shape),
             distance=d.get("distance"),
             waits_for=d.get("waits_for"),
+            bucket=d.get("bucket"),
+            params=tuple(str(p) for p in d.get("params") or ()),
         )
 
 
@@ -170,6 +186,7 @@ def _append_snapshot(ledger: Ledger, snap: TraceSnapshot, grads: Mapping[str, st
         work_pos[op.index] = n
     future_owner: dict[str, int] = {}  # future tensor name -> ledger position of the collective
     pending: dict[int, OpRecord] = {}
+    buckets = {b.issue_index: b for b in snap.buckets}
     for op in snap.ops:
         if op.collective is None:
             continue
@@ -195,6 +212,8 @@ def _append_snapshot(ledger: Ledger, snap: TraceSnapshot, grads: Mapping[str, st
                     group_size=None,
                     out_shape=out.shape if out else None,
                     waits_for=src_pos,
+                    bucket=ledger.entries[src_pos].bucket if src_pos is not None else None,
+                    params=ledger.entries[src_pos].params if src_pos is not None else (),
                 )
             )
             coll_op = pending.pop(src_pos, None) if src_pos is not None else None
@@ -206,6 +225,9 @@ def _append_snapshot(ledger: Ledger, snap: TraceSnapshot, grads: Mapping[str, st
         inp = tensors[0] if tensors else None
         out = next((t for t in op.outputs if t.shape is not None), None)
         tensor = "?" if inp is None else snap.param_names.get(inp.name, inp.name)
+        bucket = buckets.get(op.index)
+        if bucket is not None:
+            tensor = bucket_description(bucket.kind, bucket.label, bucket.params)
         ledger.entries.append(
             LedgerEntry(
                 position=pos,
@@ -215,15 +237,26 @@ def _append_snapshot(ledger: Ledger, snap: TraceSnapshot, grads: Mapping[str, st
                 tensor=tensor,
                 shape=inp.shape if inp else None,
                 dtype=inp.dtype if inp else None,
-                bytes=inp.bytes if inp else None,
+                bytes=bucket.bytes if bucket is not None else (inp.bytes if inp else None),
                 group_size=op.group_size,
                 out_shape=out.shape if out else None,
+                bucket=None if bucket is None else bucket.label,
+                params=() if bucket is None else tuple(bucket.params),
             )
         )
         for t in op.outputs:
             if t.kind == "future":
                 future_owner[t.name] = pos
                 pending[pos] = op
+
+
+def bucket_description(kind: str, label: str, params: Iterable[str]) -> str:
+    """How a ledger row names a bucket: ``bucket blocks.0 = blocks.0.ln_1.weight, ...`` (``grads of`` when reduced)."""
+    params = list(params)
+    grads = kind != "all_gather"
+    if len(params) == 1:
+        return f"grad of {params[0]}" if grads else params[0]
+    return f"bucket {label} = {'grads of ' if grads else ''}{', '.join(params)}"
 
 
 def _replace(e: LedgerEntry, **kw: Any) -> LedgerEntry:

@@ -10,7 +10,11 @@ all from a function the user jitted (case 2). The mechanism here works for every
    read by ``thunder.core.proxies.tensorproxy``, and its FSDP padding) with its process group and full shape;
 3. while thunder traces, the moment a tagged tensor is turned into a proxy we replace it by
    ``thunder.distributed.prims.synchronize(proxy)``, exactly as thunder <= 0.2.0 did in ``JitCtx.proxify``:
-   forward all_gather for shards, backward reduce_scatter / all_reduce from synchronize's VJP.
+   forward all_gather for shards, backward reduce_scatter / all_reduce from synchronize's VJP;
+4. a parameter that also carries a communication plan (``set_comm_config``, see ``core.buckets``) is recorded in
+   the jitted object's ``CommTransform`` (``core.comm_passes``), which buckets and schedules its collectives in the
+   final traces; under ZERO3 its gathered value is tagged *recompute in backward*, so thunder's autodiff gathers it
+   again from the shard in backward instead of saving the unsharded weight.
 
 The hook is installed once per process and does nothing for tensors that carry no tag, so thunder behaves as
 usual for everything our strategies did not set up.
@@ -18,6 +22,7 @@ usual for everything our strategies did not set up.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 from collections.abc import Iterator
@@ -35,7 +40,10 @@ __all__ = [
     "cached_trace_count",
     "clear_all_trace_caches",
     "clear_trace_cache",
+    "comm_buckets",
+    "comm_config",
     "ensure_supported_thunder",
+    "estimated_peak_bytes",
     "full_shape",
     "has_run",
     "install_sync_hook",
@@ -46,10 +54,14 @@ __all__ = [
     "original_module",
     "param_group",
     "rebind_module_tensors",
+    "saved_for_backward",
+    "saved_tensors",
+    "set_comm_config",
     "skip_grad_sync",
     "sync_tag",
     "tag_param",
     "thunder_distributed_kind",
+    "trace_buckets",
 ]
 
 SUPPORTED_THUNDER_VERSIONS = ("0.2.6",)
@@ -60,6 +72,7 @@ _TYPE_ATTR = "distparallel_type"
 _PADDING_ATTR = "_thunder_fsdp_padding_size"
 _GROUP_ATTR = "_thunderviz_process_group"
 _FULL_SHAPE_ATTR = "_thunderviz_full_shape"
+_COMM_ATTR = "_thunderviz_comm"
 
 _install_lock = threading.Lock()
 _installed = False
@@ -117,6 +130,66 @@ def param_group(param: torch.Tensor) -> tdist.ProcessGroup | None:
 def full_shape(param: torch.Tensor) -> tuple[int, ...]:
     """The unsharded shape of a tagged parameter (its own shape when untagged)."""
     return tuple(getattr(param, _FULL_SHAPE_ATTR, tuple(param.shape)))
+
+
+def set_comm_config(param: torch.Tensor, config: Any) -> None:
+    """Attach a parameter's communication plan (a ``core.buckets.CommConfig``); traces made later follow it."""
+    if sync_tag(param) is None:
+        raise ValueError("set_comm_config: the parameter is not distributed by thunderviz (no sync tag)")
+    setattr(param, _COMM_ATTR, config)
+
+
+def comm_config(param: torch.Tensor) -> Any:
+    """The ``CommConfig`` attached by ``set_comm_config``, or None."""
+    return getattr(param, _COMM_ATTR, None)
+
+
+def comm_buckets(jitted: Any) -> dict[str, list[Any]]:
+    """How the last trace built for ``jitted`` packed its collectives: ``{"forward": [Bucket], "backward": [...]}``.
+
+    Empty when no parameter of the traced call carried a communication plan.
+    """
+    import thunder
+
+    from thunderviz.core.comm_passes import comm_transform_of
+
+    cd = thunder.compile_data(jitted)
+    t = comm_transform_of(cd) if cd is not None else None
+    return dict(t.buckets) if t is not None else {}
+
+
+def saved_tensors(forward_trace: Any) -> list[Any]:
+    """The tensor proxies a forward execution trace keeps for backward (empty for a trace without backward).
+
+    thunder's split forward returns ``(outputs, (saved_tensors, saved_other))``; this is what stays alive between
+    forward and backward on top of the parameters, so ZERO3 keeping shards instead of unsharded weights shows here.
+    """
+    from thunder.core.proxies import TensorProxy
+
+    ret = forward_trace.bound_symbols[-1] if forward_trace.bound_symbols else None
+    if ret is None or len(ret.args) < 2 or not isinstance(ret.args[1], (tuple, list)) or not ret.args[1]:
+        return []
+    return [t for t in ret.args[1][0] if isinstance(t, TensorProxy)]
+
+
+def saved_for_backward(forward_trace: Any) -> list[tuple[str, tuple[int, ...], str, int]]:
+    """``saved_tensors`` as plain data: ``(name, shape, dtype, bytes)`` each (dtype like ``float32``)."""
+    return [
+        (t.name, tuple(int(d) for d in t.shape), str(t.dtype).rpartition(".")[2], int(t.numel * t.dtype.bytes))
+        for t in saved_tensors(forward_trace)
+    ]
+
+
+def trace_buckets(trace: Any) -> list[Any]:
+    """The buckets (``core.buckets.Bucket``) the communication pass laid out in this very execution trace."""
+    return list(getattr(trace, "_thunderviz_buckets", None) or [])
+
+
+def estimated_peak_bytes(trace: Any) -> int:
+    """thunder's own estimate of a trace's peak memory (``thunder.examine.memory_calculation``), in bytes."""
+    from thunder.examine.memory_calculation import get_alloc_memory
+
+    return int(get_alloc_memory(trace)[0])
 
 
 def is_jitted(obj: Any) -> bool:
@@ -191,9 +264,7 @@ def clear_all_trace_caches() -> int:
     return len(stale)
 
 
-def mark_module_ddp(
-    module: torch.nn.Module, jitted: Any, group: tdist.ProcessGroup, bucket_size_in_mb: float
-) -> None:
+def mark_module_ddp(module: torch.nn.Module, jitted: Any, group: tdist.ProcessGroup, bucket_size_in_mb: float) -> None:
     """Set the attributes thunder reads to treat a jitted module as DDP, exactly as ``thunder.distributed.ddp`` does.
 
     They make thunder key the module's cache on ``no_sync`` and bucket the gradient all-reduces.
@@ -251,7 +322,42 @@ def install_sync_hook() -> None:
 
         proxify.__thunderviz_original__ = original  # type: ignore[attr-defined]
         jit_ext.JitCtx.proxify = proxify
+        _guard_sort_waits()
         _installed = True
+
+
+def _guard_sort_waits() -> None:
+    """Leave the collectives of planned parameters in program order for the communication pass.
+
+    thunder sorts the joint forward-backward trace before splitting it (``thunder.distributed.utils.maybe_sort_waits``,
+    looked up by name on every new cache entry): all collectives first, each wait only when nothing else can run.
+    That scrambles program order — which block's parameters are needed first — and the communication pass
+    (``core.comm_passes``) schedules these collectives itself, one bucket ahead of use. Traces without planned
+    parameters are sorted as before.
+    """
+    import importlib
+
+    dist_utils = importlib.import_module("thunder.distributed.utils")  # `thunder.distributed.utils` is shadowed
+
+    original = dist_utils.maybe_sort_waits
+
+    @functools.wraps(original)
+    def maybe_sort_waits(trace: Any) -> tuple[bool, Any]:
+        from thunder.core.compile_data import get_compile_data
+
+        from thunderviz.core.comm_passes import comm_transform_of
+
+        cd = get_compile_data()
+        t = comm_transform_of(cd) if cd is not None else None
+        if t is not None and t.current:
+            # Report it as transformed, exactly when thunder would have sorted it: the caller then keeps this
+            # executor-claimed trace, which thunder's own DDP bucketing (meant for `thunder.distributed.ddp`'s
+            # module attributes) passes over, as it does after sorting.
+            return dist_utils.has_wait_prims(trace), trace
+        return original(trace)
+
+    maybe_sort_waits.__thunderviz_original__ = original  # type: ignore[attr-defined]
+    dist_utils.maybe_sort_waits = maybe_sort_waits
 
 
 def _synchronized(value: Any, p: Any, group: tdist.ProcessGroup) -> Any:
@@ -261,18 +367,49 @@ def _synchronized(value: Any, p: Any, group: tdist.ProcessGroup) -> Any:
 
     if not isinstance(p, TensorProxy):
         return p
-    synced = dist_prims.synchronize(p, group, p.distparallel_type)
+    config = comm_config(value.original_value)
+    recompute = bool(config is not None and config.reshard_after_forward)
+    synced = _recompute_if(recompute, dist_prims.synchronize(p, group, p.distparallel_type))
     padding = p.thunder_fsdp_padding_size
     if isinstance(padding, int) and padding > 0:
-        synced = synced[: synced.shape[0] - padding]
+        synced = _recompute_if(recompute, synced[: synced.shape[0] - padding])
     full = getattr(value.original_value, _FULL_SHAPE_ATTR, None)
     if full is not None and tuple(synced.shape) != tuple(full):
-        synced = synced.reshape(full)  # a 0-dim parameter was sharded as shape (1,)
+        # A 0-dim parameter was sharded as shape (1,). Its reshape is not recomputed: thunder 0.2.6's recompute pass
+        # then feeds the reshape a wrong input in backward, and keeping 4 bytes for backward costs nothing.
+        synced = synced.reshape(full)
+    if config is not None:
+        _note_for_comm_pass(p, config, group)
     # The prologue must still unpack and check the local shard (``p``); the computation sees ``synced``.
     value.value = synced
     if p.distparallel_type.name == SyncKind.REPLICATED:
         _key_cache_on_no_sync()
     return synced
+
+
+def _recompute_if(recompute: bool, proxy: Any) -> Any:
+    """ZERO3: tag a value derived from the gathered parameter so thunder's autodiff recomputes it in backward.
+
+    This is thunder's own activation-checkpointing tag (``ProxyTag.RECOMPUTE_IN_BACKWARD``, read by
+    ``thunder.transforms.autodiff``): the backward gets its own all_gather of the shard, and what forward saves for
+    backward is the shard (an input anyway) instead of the unsharded weight.
+    """
+    if recompute:
+        from thunder.core.proxies import ProxyTag
+
+        proxy.tags.add(ProxyTag.RECOMPUTE_IN_BACKWARD)
+    return proxy
+
+
+def _note_for_comm_pass(p: Any, config: Any, group: tdist.ProcessGroup) -> None:
+    from thunder.core.compile_data import get_compile_data
+
+    from thunderviz.core.comm_passes import ParamRecord, ensure_comm_transform
+
+    cd = get_compile_data()
+    if cd is None:
+        return
+    ensure_comm_transform(cd).note_param(p.name, ParamRecord(config, group, tdist.get_world_size(group)))
 
 
 def _key_cache_on_no_sync() -> None:
@@ -289,12 +426,10 @@ def _key_cache_on_no_sync() -> None:
     if cd is None:
         return
     if not getattr(cd.fn, "use_ddp", False):
-        try:
+        # A bound method refuses the attribute: it is keyed for this trace only, retraced when the mode differs.
+        with contextlib.suppress(AttributeError):
             cd.fn.use_ddp = True
-        except AttributeError:  # a bound method: keyed for this trace only, retraced when the mode differs
-            pass
     thunder._get_cache_info()["no_grad_sync"] = bool(get_skip_data_parallel_grad_sync())
-
 
 
 # -- Accessors for the strategies and the decision table (issue 10 / 13: thunder internals are read only here) ---

@@ -34,6 +34,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from thunderviz.core.buckets import BUCKET_KINDS, Bucket
 from thunderviz.core.trace_model import (
     COLLECTIVE_KINDS,
     TENSOR_KINDS,
@@ -125,6 +126,8 @@ def _snapshot_to_dict(s: TraceSnapshot) -> dict[str, Any]:
         "return_names": list(s.return_names),
         "param_names": dict(s.param_names),
         "peak_memory_bytes": s.peak_memory_bytes,
+        "saved_for_backward": [_tensor_to_dict(t) for t in s.saved_for_backward],
+        "buckets": [b.to_dict() for b in s.buckets],
     }
 
 
@@ -255,6 +258,25 @@ def _edge_from(n: Node, n_ops: int) -> tuple[int, int, str]:
     return src, dst, parts[2].string(max_len=_NAME)
 
 
+def _bucket_from(n: Node, n_ops: int) -> Bucket:
+    """A bucket's ops must exist in its trace: a file cannot point the ledger or a graph outside it."""
+    last = max(n_ops - 1, 0)
+    return Bucket(
+        kind=n.req_str("kind", choices=BUCKET_KINDS),
+        trace=n.str_or("trace", "", max_len=_NAME),
+        label=n.req_str("label", max_len=_NAME),
+        params=[p.string(max_len=_NAME) for p in n.req_list("params")],
+        bytes=n.req_int("bytes", minimum=0, maximum=_MAX_NUMEL * 16),
+        dtype=n.req_str("dtype", max_len=64),
+        issue_index=n.req_int("issue_index", minimum=0, maximum=last),
+        wait_index=n.req_int("wait_index", minimum=0, maximum=last),
+        sends=[p.string(max_len=_NAME) for p in n.opt_list("sends")],
+        results=[p.string(max_len=_NAME) for p in n.opt_list("results")],
+        reshard_after_forward=False if n.get("reshard_after_forward") is None else n["reshard_after_forward"].boolean(),
+        future=n.str_or("future", "", max_len=_NAME),
+    )
+
+
 def _snapshot_from(n: Node, budget: _Budget) -> TraceSnapshot:
     op_nodes = n.req_list("ops")
     budget.take(n["ops"], len(op_nodes))
@@ -269,6 +291,8 @@ def _snapshot_from(n: Node, budget: _Budget) -> TraceSnapshot:
         return_names=return_names,
         param_names={} if pm is None else pm.str_map(max_len=_NAME),
         peak_memory_bytes=n.opt_int("peak_memory_bytes", minimum=0),
+        saved_for_backward=[_tensor_from(t) for t in n.opt_list("saved_for_backward")],
+        buckets=[_bucket_from(b, len(ops)) for b in n.opt_list("buckets")],
     )
 
 

@@ -16,6 +16,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from thunderviz.core.buckets import Bucket
+
 __all__ = [
     "BOOKKEEPING_OPS",
     "COLLECTIVE_KINDS",
@@ -169,7 +171,9 @@ class TraceSnapshot:
     ``param_names`` maps trace argument names (``t_blocks_0_attn_proj_weight``) to the module's qualified
     parameter names (``blocks.0.attn_proj.weight``): proxy names lose dots and odd characters, the grouping
     needs the real path. ``return_names`` keeps positions (None for non-proxy outputs) so backward gradients
-    can be matched to the forward inputs they belong to.
+    can be matched to the forward inputs they belong to. ``saved_for_backward`` (forward traces) lists the tensors
+    the forward keeps alive for backward; ``buckets`` are the collectives thunderviz's communication pass packed,
+    each naming its parameters and pointing at its collective and wait ops (``core.buckets.Bucket``).
     """
 
     label: str
@@ -179,6 +183,8 @@ class TraceSnapshot:
     return_names: list[str | None] = field(default_factory=list)
     param_names: dict[str, str] = field(default_factory=dict)
     peak_memory_bytes: int | None = None
+    saved_for_backward: list[TensorRef] = field(default_factory=list)
+    buckets: list[Bucket] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.ops)
@@ -186,6 +192,13 @@ class TraceSnapshot:
     @property
     def collectives(self) -> list[OpRecord]:
         return [op for op in self.ops if op.collective is not None]
+
+    def bucket_of(self, op_index: int) -> Bucket | None:
+        """The bucket whose collective or wait is the op at ``op_index`` (None for anything else)."""
+        for b in self.buckets:
+            if op_index in (b.issue_index, b.wait_index):
+                return b
+        return None
 
     def producers(self) -> dict[str, int]:
         """Tensor name -> index of the op that produced it."""
@@ -220,6 +233,12 @@ class TraceBundle:
         if self.backward is not None:
             out["backward"] = self.backward.peak_memory_bytes
         return out
+
+    @property
+    def saved_for_backward(self) -> dict[str, int]:
+        """What the forward keeps alive for backward on this rank: ``{"tensors": n, "bytes": b}``."""
+        saved = self.forward.saved_for_backward
+        return {"tensors": len(saved), "bytes": sum(t.bytes or 0 for t in saved)}
 
     def gradient_params(self) -> dict[str, str]:
         """Backward tensor name -> qualified name of the parameter it is the gradient of.

@@ -19,7 +19,7 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, argument_group, magic_arguments, parse_argstring
 from traitlets import Bool
 
-from thunderviz.core.decisions import BUCKETING_STRATEGIES, SHARDING_STRATEGIES
+from thunderviz.core.decisions import BUCKETING_STRATEGIES, DEFAULT_BUCKETING_STRATEGY, SHARDING_STRATEGIES
 from thunderviz.notebook.timeline_cell import STEPS_HELP, TIMELINE_HELP, steps_arg, timeline_options
 from thunderviz.ranks import (
     BACKENDS,
@@ -307,8 +307,8 @@ class ThundervizMagics(Magics):
     @_common_arguments
     @argument("--sharding", choices=SHARDING_CHOICES, default=SHARDING_CHOICES[0],
               help=f"FSDP sharding (default {SHARDING_CHOICES[0]})")
-    @argument("--bucketing", choices=BUCKETING_CHOICES, default=BUCKETING_CHOICES[0],
-              help=f"FSDP collective bucketing (default {BUCKETING_CHOICES[0]})")
+    @argument("--bucketing", choices=BUCKETING_CHOICES, default=DEFAULT_BUCKETING_STRATEGY.lower(),
+              help=f"FSDP collective bucketing (default {DEFAULT_BUCKETING_STRATEGY.lower()})")
     @cell_magic
     def thunder_fsdp(self, line: str, cell: str) -> Any:
         """Run the cell on every rank with ``fabric`` set up for ``ThunderFSDPStrategy``; returns a RunReport.

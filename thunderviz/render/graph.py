@@ -21,6 +21,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from thunderviz.core.buckets import Bucket
 from thunderviz.core.module_paths import top_group
 from thunderviz.core.trace_model import OpRecord, TraceSnapshot
 
@@ -154,11 +155,13 @@ def format_bytes(n: int | None) -> str:
     return f"{tenths // 10}.{tenths % 10} {units[i]}"
 
 
-def _op_label(op: OpRecord, param_names: dict[str, str]) -> str:
+def _op_label(op: OpRecord, param_names: dict[str, str], bucket: Bucket | None = None) -> str:
     out = op.outputs[0].short() if op.outputs else ""
     more = f" +{len(op.outputs) - 1}" if len(op.outputs) > 1 else ""
     label = short_op_name(op.op)
-    if op.is_collective and op.inputs:
+    if op.is_collective and bucket is not None and len(bucket.params) > 1:
+        label += f"\nbucket {_clip(bucket.label, 24)} ({len(bucket.params)} params)"
+    elif op.is_collective and op.inputs:
         # A parameter's name when the collective reads one (forward all_gather), else the module whose
         # gradient it carries (backward reduce_scatter): proxy names like t3853 tell a person nothing.
         name = param_names.get(op.inputs[0].name) or op.module or op.inputs[0].name
@@ -175,13 +178,38 @@ def _op_tooltip(op: OpRecord) -> str:
     return _clip("\n".join(lines), 600)
 
 
-def _coll_summary(g: Group) -> tuple[str, int]:
+def _coll_summary(g: Group, buckets: dict[int, Bucket]) -> tuple[str, int]:
     kinds = Counter(short_op_name(op.collective or "") for op in g.collectives)
-    nbytes = sum((op.inputs[0].bytes or 0) for op in g.collectives if op.inputs)
+    nbytes = sum(
+        b.bytes if (b := buckets.get(op.index)) is not None else (op.inputs[0].bytes or 0)
+        for op in g.collectives
+        if op.inputs
+    )
     parts = [f"{n}\u00d7 {k}" for k, n in kinds.items()]
     if g.waits:
         parts.append(f"{len(g.waits)}\u00d7 wait")
+    # Buckets (thunderviz's communication pass): what each packed collective carries.
+    named = [b for op in g.collectives if (b := buckets.get(op.index)) is not None and len(b.params) > 1]
+    for b in named[:3]:
+        parts.append(f"{short_op_name(b.kind)} bucket {_clip(b.label, 20)}: {len(b.params)} params")
+    if len(named) > 3:
+        parts.append(f"+{len(named) - 3} more buckets")
     return "\n".join(parts), nbytes
+
+
+def _bucket_tooltip(g: Group, buckets: dict[int, Bucket]) -> str:
+    lines = [f"{g.name}: collectives"]
+    for op in g.collectives:
+        b = buckets.get(op.index)
+        if b is not None:
+            lines.append(f"{b.kind} {b.label}: {', '.join(b.params)}")
+    return _clip("\n".join(lines), 600)
+
+
+def _bucket_meta(b: Bucket | None) -> dict[str, Any] | None:
+    if b is None:
+        return None
+    return {"label": b.label, "kind": b.kind, "params": list(b.params), "bytes": b.bytes, "dtype": b.dtype}
 
 
 def graph_view(
@@ -200,6 +228,7 @@ def graph_view(
     groups = group_ops(snapshot, include_bookkeeping=include_bookkeeping)
     opened = _resolve_expand(groups, expand)
     pn = snapshot.param_names
+    buckets = {b.issue_index: b for b in snapshot.buckets}
     # Which node draws each op: its own node when its group is open, else the group's (or the group's
     # collective node, so communication stays visible when collapsed).
     node_of: dict[int, str] = {}
@@ -230,11 +259,12 @@ def graph_view(
             for op in g.ops:
                 style = _COLLECTIVE_STYLE if op.is_collective else _WAIT_STYLE if op.is_wait else _OP_STYLE
                 nid = f"op{op.index}"
+                label = _op_label(op, pn, buckets.get(op.index))
                 lines.append(
-                    f'    {nid} [id="{id_prefix}{nid}", label="{dot_escape(_op_label(op, pn))}", '
+                    f'    {nid} [id="{id_prefix}{nid}", label="{dot_escape(label)}", '
                     f'tooltip="{dot_escape(_op_tooltip(op))}", {style}];'
                 )
-                nodes[nid] = _op_meta(op, g, pn)
+                nodes[nid] = _op_meta(op, g, pn, buckets.get(op.index))
             lines.append("  }")
             continue
         compute = g.compute
@@ -248,19 +278,19 @@ def graph_view(
         )
         nodes[g.id] = _group_meta(g, snapshot)
         if g.collectives or g.waits:
-            text, nbytes = _coll_summary(g)
+            text, nbytes = _coll_summary(g, buckets)
             if nbytes:
                 text += f"\n{format_bytes(nbytes)}"
             cid = f"{g.id}c"
             lines.append(
                 f'  {cid} [id="{id_prefix}{cid}", label="{dot_escape(text)}", '
-                f'tooltip="{dot_escape(g.name)}: collectives", {_COLLECTIVE_STYLE}];'
+                f'tooltip="{dot_escape(_bucket_tooltip(g, buckets))}", {_COLLECTIVE_STYLE}];'
             )
             nodes[cid] = {
                 "kind": "collectives",
                 "group": g.name,
                 "group_id": g.id,
-                "ops": [_op_meta(op, g, pn) for op in g.ops if op.collective is not None],
+                "ops": [_op_meta(op, g, pn, buckets.get(op.index)) for op in g.ops if op.collective is not None],
             }
 
     # Edges between drawn nodes, merged: two collapsed groups get one edge however many tensors cross.
@@ -288,8 +318,9 @@ def _tensor_meta(t: Any, pn: dict[str, str]) -> dict[str, Any]:
     }
 
 
-def _op_meta(op: OpRecord, g: Group, pn: dict[str, str]) -> dict[str, Any]:
+def _op_meta(op: OpRecord, g: Group, pn: dict[str, str], bucket: Bucket | None = None) -> dict[str, Any]:
     return {
+        "bucket": _bucket_meta(bucket),
         "kind": "collective" if op.is_collective else "wait" if op.is_wait else "op",
         "index": op.index,
         "op": op.op,

@@ -26,7 +26,16 @@ from torch.optim import Optimizer
 from typing_extensions import override
 
 from thunderviz.core import thunder_hooks as hooks
-from thunderviz.core.decisions import Action, Decision, StrategyOptions, decide, inspect_object, validate_options
+from thunderviz.core.comm import configure_comm
+from thunderviz.core.decisions import (
+    DEFAULT_BUCKETING_STRATEGY,
+    Action,
+    Decision,
+    StrategyOptions,
+    decide,
+    inspect_object,
+    validate_options,
+)
 from thunderviz.errors import JitDecisionError
 from thunderviz.strategies import checkpoint, clipping
 from thunderviz.strategies.materialize import has_meta_tensors
@@ -49,7 +58,8 @@ class ThunderParallelStrategy(DDPStrategy):
         state_dict_type: str = "sharded",
         *,
         sharding_strategy: str = "ZERO2",
-        bucketing_strategy: str = "NONE",
+        bucketing_strategy: str = DEFAULT_BUCKETING_STRATEGY,
+        bucket_size_in_mb: float = 25.0,
         accelerator: Any = None,
         parallel_devices: list[torch.device] | None = None,
         cluster_environment: Any = None,
@@ -88,13 +98,14 @@ class ThunderParallelStrategy(DDPStrategy):
             sharding_strategy=sharding_strategy,
             bucketing_strategy=bucketing_strategy,
             jit_kwargs=tuple(sorted(jit_kwargs)),
+            bucket_size_in_mb=float(bucket_size_in_mb),
         )
         self._notes = validate_options(self.options)
         self._warn_for_notes()
         self.decisions: list[Decision] = []
         self.thunder_modules: list[tuple[str, Any]] = []
         self._backward_sync_control = self._make_backward_sync_control()
-        self._bucket_size_in_mb = 25.0
+        self._bucket_size_in_mb = float(bucket_size_in_mb)
 
     # -- what subclasses define ---------------------------------------------------------------------------------
 
@@ -183,6 +194,13 @@ class ThunderParallelStrategy(DDPStrategy):
     def _register(self, name: str, inner: nn.Module, jitted: Any) -> None:
         if self.parallelism == "ddp":
             hooks.mark_module_ddp(inner, jitted, self.process_group, self._bucket_size_in_mb)
+        # The communication plan rides on each distributed parameter into whatever thunder traces it (core.comm).
+        configure_comm(
+            inner,
+            sharding_strategy=self.options.sharding_strategy,
+            bucketing_strategy=self.options.bucketing_strategy,
+            bucket_size_in_mb=self._bucket_size_in_mb,
+        )
         if jitted is not None:
             self.thunder_modules.append((name, jitted))
 
@@ -337,11 +355,20 @@ class _ReplicatedBackwardSyncControl(_BackwardSyncControl):
         self.pending[id(module)] = module
 
     def sync_pending(self) -> None:
+        """One all_reduce per process group and dtype (not per gradient), as the bucketed backward does."""
+        buckets: dict[tuple[int, torch.dtype, torch.device], list[torch.Tensor]] = {}
+        groups: dict[int, tdist.ProcessGroup] = {}
+        for module in self.pending.values():
+            for p in _inner(module).parameters():
+                if p.grad is not None and hooks.sync_tag(p) == hooks.SyncKind.REPLICATED:
+                    group = hooks.param_group(p)
+                    groups[id(group)] = group
+                    buckets.setdefault((id(group), p.grad.dtype, p.grad.device), []).append(p.grad)
         with torch.no_grad():
-            for module in self.pending.values():
-                for p in _inner(module).parameters():
-                    if p.grad is not None and hooks.sync_tag(p) == hooks.SyncKind.REPLICATED:
-                        group = hooks.param_group(p)
-                        p.grad.div_(tdist.get_world_size(group))
-                        tdist.all_reduce(p.grad, group=group)
+            for (gid, _, _), grads in buckets.items():
+                group = groups[gid]
+                flat = torch.cat([g.reshape(-1) for g in grads]).div_(tdist.get_world_size(group))
+                tdist.all_reduce(flat, group=group)
+                pieces = flat.split([g.numel() for g in grads])
+                torch._foreach_copy_(grads, [piece.view_as(g) for piece, g in zip(pieces, grads, strict=True)])
         self.pending.clear()

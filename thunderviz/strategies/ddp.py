@@ -19,7 +19,7 @@ __all__ = ["ThunderDDPStrategy"]
 
 
 class ThunderDDPStrategy(ThunderParallelStrategy):
-    """Replicates every parameter (broadcast from rank 0); thunder all-reduces each gradient in backward.
+    """Replicates every parameter (broadcast from rank 0); gradients are all-reduced in buckets during backward.
 
     Args:
         jit: ``True``: a plain module handed to ``fabric.setup`` is jitted here (case 1). ``False``: the module is
@@ -28,8 +28,9 @@ class ThunderDDPStrategy(ThunderParallelStrategy):
         executors: thunder executors for the ``thunder.jit`` call this strategy makes (only with ``jit=True``).
         state_dict_type: ``"full"`` (one ``torch.save`` file from rank 0, loadable anywhere) or ``"sharded"`` (a
             PyTorch Distributed Checkpoint directory). See ``strategies.checkpoint``.
-        bucket_size_in_mb: gradient all-reduce bucket size for a jitted module, as in ``thunder.distributed.ddp``
-            (0 disables bucketing); read back as ``strategy.bucket_size_in_mb``.
+        bucket_size_in_mb: gradients are packed, in the order backward produces them, into buckets of this many
+            megabytes (0: one all-reduce per gradient); each bucket's all-reduce is issued as soon as its last
+            gradient exists and waited for just before backward returns. Read back as ``strategy.bucket_size_in_mb``.
         **kwargs: Fabric's DDP knobs (``timeout``, ``process_group_backend``, ``start_method``) and anything else,
             passed to ``thunder.jit`` (an error where that call never happens: ``jit=False``, or an already jitted
             module).
@@ -50,7 +51,6 @@ class ThunderDDPStrategy(ThunderParallelStrategy):
         bucket_size_in_mb: float = 25.0,
         **kwargs: Any,
     ) -> None:
-        super().__init__(jit=jit, executors=executors, state_dict_type=state_dict_type, **kwargs)
         if (
             isinstance(bucket_size_in_mb, bool)
             or not isinstance(bucket_size_in_mb, (int, float))
@@ -60,7 +60,20 @@ class ThunderDDPStrategy(ThunderParallelStrategy):
                 f"You set `ThunderDDPStrategy(bucket_size_in_mb={bucket_size_in_mb!r})`; it must be a number >= 0"
                 " (megabytes of gradients per all-reduce; 0 means one all-reduce per parameter)."
             )
-        self._bucket_size_in_mb = float(bucket_size_in_mb)
+        for knob in ("sharding_strategy", "bucketing_strategy"):
+            if knob in kwargs:
+                raise ValueError(
+                    f"You set `ThunderDDPStrategy({knob}=...)`, but DDP replicates parameters: nothing is sharded or"
+                    " gathered. Its gradients are all-reduced in buckets of `bucket_size_in_mb` (default 25); for"
+                    f" `{knob}` use `ThunderFSDPStrategy`."
+                )
+        super().__init__(
+            jit=jit,
+            executors=executors,
+            state_dict_type=state_dict_type,
+            bucket_size_in_mb=float(bucket_size_in_mb),
+            **kwargs,
+        )
 
     @property
     def bucket_size_in_mb(self) -> float:

@@ -11,7 +11,7 @@ from torch import nn
 from typing_extensions import override
 
 from thunderviz.core import distribute
-from thunderviz.core.decisions import BUCKETING_STRATEGIES, SHARDING_STRATEGIES
+from thunderviz.core.decisions import BUCKETING_STRATEGIES, DEFAULT_BUCKETING_STRATEGY, SHARDING_STRATEGIES
 from thunderviz.strategies.base import ThunderParallelStrategy
 from thunderviz.strategies.materialize import has_meta_tensors, materialize_, rank0_generator_state
 from thunderviz.strategies.registry import register_strategy_names
@@ -31,7 +31,7 @@ def _enum_member(value: Any, enum: Any, allowed: tuple[str, ...], knob: str) -> 
 
 
 class ThunderFSDPStrategy(ThunderParallelStrategy):
-    """Shards every parameter along dim 0 across ranks; thunder gathers it in forward and reduce-scatters its grad.
+    """Shards every parameter along dim 0 across ranks; gathers them per bucket in forward, reduce-scatters grads.
 
     Args:
         jit: ``True``: a plain module handed to ``fabric.setup`` is jitted here (case 1). ``False``: the module is
@@ -39,10 +39,13 @@ class ThunderFSDPStrategy(ThunderParallelStrategy):
             sharded in place either way (case 3).
         executors: thunder executors for the ``thunder.jit`` call this strategy makes (only with ``jit=True``).
         sharding_strategy: ``"ZERO2"`` or ``"ZERO3"`` (or ``thunder.distributed.FSDPType``); read back as the enum
-            (``strategy.sharding_strategy is FSDPType.ZERO3``). thunder 0.2.6 traces both identically; ZERO3 is
-            accepted, warned about once, and noted in the decision log.
-        bucketing_strategy: ``"NONE"``, ``"LAYER"`` or ``"BLOCK"`` (or ``FSDPBucketingStrategy``), read back as the
-            enum; thunder 0.2.6 ignores it on this path (warned).
+            (``strategy.sharding_strategy is FSDPType.ZERO3``). ZERO2 keeps the parameters gathered in forward for
+            backward; ZERO3 gathers them again in backward from their shards, so forward saves shards only.
+        bucketing_strategy: ``"BLOCK"`` (default), ``"LAYER"`` or ``"NONE"`` (or ``FSDPBucketingStrategy``), read
+            back as the enum: which parameters share one all_gather / reduce_scatter — one per block (the children
+            of the model's repeated ModuleList/Sequential) plus one for the rest, one per layer, or one per
+            parameter. See ``thunderviz.core.buckets``; the decision log says what was found and why BLOCK is the
+            default.
         state_dict_type: ``"sharded"`` (a PyTorch Distributed Checkpoint directory, loadable at any world size) or
             ``"full"`` (one ``torch.save`` file, loadable anywhere). See ``strategies.checkpoint``.
         **kwargs: Fabric's DDP knobs (``timeout``, ``process_group_backend``, ``start_method``) and anything else,
@@ -62,10 +65,16 @@ class ThunderFSDPStrategy(ThunderParallelStrategy):
         jit: bool = True,
         executors: Any = None,
         sharding_strategy: Any = "ZERO2",
-        bucketing_strategy: Any = "NONE",
+        bucketing_strategy: Any = DEFAULT_BUCKETING_STRATEGY,
         state_dict_type: str = "sharded",
         **kwargs: Any,
     ) -> None:
+        if "bucket_size_in_mb" in kwargs:
+            raise ValueError(
+                "You set `ThunderFSDPStrategy(bucket_size_in_mb=...)`, but FSDP buckets parameters by the model's"
+                " structure, not by size: use `bucketing_strategy='BLOCK'` (one collective per block), 'LAYER' or"
+                " 'NONE'. `bucket_size_in_mb` is `ThunderDDPStrategy`'s knob for its gradient all-reduces."
+            )
         self.sharding_strategy = _enum_member(sharding_strategy, FSDPType, SHARDING_STRATEGIES, "sharding_strategy")
         self.bucketing_strategy = _enum_member(
             bucketing_strategy, FSDPBucketingStrategy, BUCKETING_STRATEGIES, "bucketing_strategy"

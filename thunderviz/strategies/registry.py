@@ -31,7 +31,7 @@ STRATEGY_NAMES: dict[str, tuple[str, dict[str, Any], str]] = {
     "thunder_fsdp_zero3": (
         "ThunderFSDPStrategy",
         {"sharding_strategy": "ZERO3"},
-        "Lightning Thunder FSDP, ZERO3 requested (traced as ZERO2 by thunder 0.2.6)",
+        "Lightning Thunder FSDP, ZERO3 (parameters gathered again in backward)",
     ),
     "thunder_ddp": ("ThunderDDPStrategy", {}, "Lightning Thunder DDP with thunderviz's jit decisions"),
 }

@@ -1,0 +1,279 @@
+"""The GPU path in one go: both strategies on NCCL (world size 1), traces on CUDA, bucketing on, in a real kernel too.
+
+Run on a machine with one CUDA GPU: ``bench/device_check.sh`` (under 5 minutes; it prints what ran and exits 0 only
+if every check passed). ``--cpu-rehearsal`` runs the very same steps on CPU with gloo, so the script itself is
+tested where no GPU is lent; without CUDA and without that flag it stops at once and says so.
+
+What runs, each in a fresh rank process (world size 1):
+
+1. ``ThunderDDPStrategy`` (gradient buckets of 25 MB) and ``ThunderFSDPStrategy`` ZERO2 / ZERO3 with BLOCK bucketing
+   on a small GPT: two optimizer steps; the loss must be finite and fall; the executed traces must hold CUDA tensors,
+   one collective per bucket, and (ZERO3) gathers in backward; with nvFuser installed, fusions must appear.
+2. ``%%thunder_fsdp --nproc 1 --backend nccl --sharding zero3 --bucketing block`` in a real Jupyter kernel: the same
+   checks on what the rank reports, and the cell's ``RunReport`` must carry the captured traces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+_MODEL = "TinyGPT(n_layer=2, d_model=64, n_head=4)"
+
+
+def _trace_facts(jitted: Any) -> dict[str, Any]:
+    """Devices, executors and collectives of the last forward and backward execution traces (runs on the rank)."""
+    import thunder
+    from thunder.core.proxies import TensorProxy
+    from thunder.executors import torchex
+
+    from thunderviz.core import thunder_hooks as hooks
+
+    kinds = {
+        torchex.all_gather_prim_impl.id: "all_gather",
+        torchex.reduce_scatter_prim_impl.id: "reduce_scatter",
+        torchex.all_reduce_prim_impl.id: "all_reduce",
+    }
+    facts: dict[str, Any] = {"devices": set(), "executors": {}, "fusions": 0}
+    for label, trace in (
+        ("forward", thunder.last_traces(jitted)[-1]),
+        ("backward", thunder.last_backward_traces(jitted)[-1]),
+    ):
+        counts: dict[str, int] = {}
+        for bsym in trace.bound_symbols:
+            for p in (*bsym.flat_proxy_args, *bsym.flat_proxy_outs):
+                if isinstance(p, TensorProxy):
+                    facts["devices"].add(p.device.type)
+            ex = getattr(bsym.sym, "executor", None)
+            if ex is not None:
+                facts["executors"][ex.name] = facts["executors"].get(ex.name, 0) + 1
+            if bsym.sym.is_fusion:
+                facts["fusions"] += 1
+            kind = kinds.get(bsym.sym.id)
+            if kind:
+                counts[kind] = counts.get(kind, 0) + 1
+        facts[label] = counts
+    facts["buckets"] = {
+        k: [(b.kind, b.label, len(b.params), b.bytes) for b in v] for k, v in hooks.comm_buckets(jitted).items()
+    }
+    facts["devices"] = sorted(facts["devices"])
+    return facts
+
+
+def _problems(name: str, facts: dict[str, Any], losses: list[float], device_type: str, nvfuser: bool) -> list[str]:
+    out = []
+    if not all(math.isfinite(v) for v in losses) or not losses[-1] < losses[0]:
+        out.append(f"{name}: losses {losses} are not finite and falling")
+    if device_type not in facts["devices"]:
+        out.append(f"{name}: the executed traces hold {facts['devices']} tensors, not {device_type}")
+    fwd, bwd, buckets = facts["forward"], facts["backward"], facts["buckets"]
+    if "DDP" in name:
+        if bwd.get("all_reduce") != 1 or fwd:
+            out.append(f"{name}: expected no forward collective and one bucketed all_reduce, got {fwd} / {bwd}")
+    else:
+        if fwd.get("all_gather") != len(buckets.get("forward", [])) or fwd.get("all_gather", 0) > 3:
+            out.append(f"{name}: expected one forward all_gather per BLOCK bucket (root + 2 blocks), got {fwd}")
+        if ("ZERO3" in name) != bool(bwd.get("all_gather")):
+            out.append(f"{name}: backward all_gathers {bwd.get('all_gather', 0)} do not match the sharding")
+    if nvfuser and facts["fusions"] == 0:
+        out.append(f"{name}: nvFuser is installed but no fusion appears in the executed traces")
+    return out
+
+
+def strategies_job(rank: int, world: int, device_type: str) -> list[dict[str, Any]]:
+    """Runs in a fresh rank process: each strategy variant, two steps, facts and problems."""
+    import thunder
+    import torch
+    from lightning.fabric import Fabric
+
+    from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
+    from thunderviz.demos.models import TinyGPT, make_batch
+
+    nvfuser = thunder.extend.get_executor("nvfuser") is not None
+    rows = []
+
+    def fsdp(sharding: str) -> Any:
+        return lambda: ThunderFSDPStrategy(sharding_strategy=sharding, bucketing_strategy="BLOCK")
+
+    variants = [
+        ("ThunderDDPStrategy", lambda: ThunderDDPStrategy(bucket_size_in_mb=25.0)),
+        ("ThunderFSDPStrategy ZERO2 BLOCK", fsdp("ZERO2")),
+        ("ThunderFSDPStrategy ZERO3 BLOCK", fsdp("ZERO3")),
+    ]
+    for name, make in variants:
+        t0 = time.perf_counter()
+        fabric = Fabric(accelerator="cuda" if device_type == "cuda" else "cpu", devices=world, strategy=make())
+        fabric.launch()
+        torch.manual_seed(0)
+        model = fabric.setup_module(TinyGPT(n_layer=2, d_model=64, n_head=4))
+        opt = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=0.5))
+        x, y = make_batch(batch=4, block_size=64, device=fabric.device)
+        losses = []
+        for _ in range(3):
+            logits = model(x)
+            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+            opt.zero_grad()
+            fabric.backward(loss)
+            opt.step()
+            losses.append(float(loss.detach()))
+        facts = _trace_facts(model._forward_module)
+        rows.append({
+            "name": name, "backend": torch.distributed.get_backend(), "device": str(fabric.device),
+            "seconds": time.perf_counter() - t0, "losses": losses, "facts": facts,
+            "problems": _problems(name, facts, losses, device_type, nvfuser),
+        })  # fmt: skip
+    return rows
+
+
+_CELL = """\
+%%thunder_fsdp --nproc 1 --backend {backend} --sharding zero3 --bucketing block --name device_report
+import sys
+sys.path.insert(0, {bench!r})
+from device_check import _trace_facts, _problems
+from thunderviz.demos.models import TinyGPT, make_batch
+torch.manual_seed(0)
+model = fabric.setup_module({model})
+opt = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=0.5))
+x, y = make_batch(batch=4, block_size=64, device=device)
+losses = []
+for _ in range(3):
+    logits = model(x)
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+    opt.zero_grad()
+    fabric.backward(loss)
+    opt.step()
+    losses.append(float(loss.detach()))
+facts = _trace_facts(model._forward_module)
+nvfuser = thunder.extend.get_executor("nvfuser") is not None
+problems = _problems("%%thunder_fsdp ZERO3 BLOCK", facts, losses, {device_type!r}, nvfuser)
+print("DEVICE_CHECK", repr({{"device": str(device), "losses": losses, "facts": facts, "problems": problems}}))
+"""
+
+
+def _execute(kc: Any, code: str, timeout: float) -> tuple[str, str]:
+    msg_id = kc.execute(code)
+    text: list[str] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        msg = kc.get_iopub_msg(timeout=max(1.0, deadline - time.monotonic()))
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "stream":
+            text.append(msg["content"]["text"])
+        elif msg["msg_type"] == "error":
+            text.append("\n".join(msg["content"]["traceback"]))
+        elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            break
+    reply = kc.get_shell_msg(timeout=30)
+    return reply["content"]["status"], "".join(text)
+
+
+def kernel_check(backend: str, device_type: str, timeout: float) -> dict[str, Any]:
+    """``%%thunder_fsdp --nproc 1`` in a real Jupyter kernel; returns what the rank printed and the report's summary."""
+    import ast
+
+    from jupyter_client import KernelManager
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+    km = KernelManager(kernel_name="python3")
+    km.start_kernel(env=env, cwd=str(ROOT))
+    kc = km.client()
+    kc.start_channels()
+    t0 = time.perf_counter()
+    try:
+        kc.wait_for_ready(timeout=60)
+        status, out = _execute(kc, "%load_ext thunderviz", 60)
+        if status != "ok":
+            return {"problems": [f"%load_ext thunderviz failed: {out}"]}
+        cell = _CELL.format(backend=backend, bench=str(ROOT / "bench"), model=_MODEL, device_type=device_type)
+        status, out = _execute(kc, cell, timeout)
+        if status != "ok":
+            return {"problems": [f"the %%thunder_fsdp cell failed:\n{out}"]}
+        line = next((ln for ln in out.splitlines() if "DEVICE_CHECK" in ln), None)
+        if line is None:
+            return {"problems": [f"the rank printed no DEVICE_CHECK line:\n{out}"]}
+        data = ast.literal_eval(line.split("DEVICE_CHECK", 1)[1].strip())
+        status, summary = _execute(
+            kc, "print(repr(device_report))\nprint('BUNDLES', sorted(device_report.bundles))\n%thunder_ranks stop", 60
+        )
+        data["report"] = summary.strip().splitlines()[0] if summary.strip() else "(nothing printed)"
+        bundles = next(
+            (ln.split("BUNDLES", 1)[1].strip() for ln in summary.splitlines() if ln.startswith("BUNDLES")), ""
+        )
+        if status != "ok" or bundles in ("", "[]"):
+            data["problems"].append(f"the RunReport carries no captured traces: {summary.strip()}")
+        data["seconds"] = time.perf_counter() - t0
+        return data
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+def _print_row(name: str, row: dict[str, Any]) -> None:
+    f = row["facts"]
+    execs = ", ".join(f"{k} {v}" for k, v in sorted(f["executors"].items(), key=lambda kv: -kv[1]))
+    print(f"- {name} on {row['device']} ({row.get('backend', 'nccl/gloo')}), {row.get('seconds', 0):.1f} s:")
+    print(f"    losses {', '.join(f'{v:.3f}' for v in row['losses'])}; trace tensors on {', '.join(f['devices'])}")
+    print(f"    forward {f['forward'] or 'no collectives'}; backward {f['backward'] or 'no collectives'}")
+    for trace, buckets in f["buckets"].items():
+        for kind, label, n, nbytes in buckets:
+            print(f"    {trace} bucket: {kind} {label} ({n} parameters, {nbytes / 1024:.1f} KiB)")
+    print(f"    executors: {execs}; {f['fusions']} fusion regions")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cpu-rehearsal", action="store_true", help="run the same steps on CPU with gloo")
+    parser.add_argument("--skip-kernel", action="store_true", help="leave out the Jupyter kernel step")
+    args = parser.parse_args(argv)
+    t0 = time.perf_counter()
+    import torch
+
+    if not args.cpu_rehearsal and not torch.cuda.is_available():
+        print(
+            "device_check: this check needs a CUDA GPU, but torch.cuda.is_available() is False here"
+            f" (torch {torch.__version__}, built for CUDA {torch.version.cuda}). Run bench/device_check.sh on a"
+            " machine with one CUDA GPU, or pass --cpu-rehearsal to run the same steps on CPU with gloo.",
+            file=sys.stderr,
+        )
+        return 2
+    import thunder
+
+    from thunderviz.launch import run_ranks
+
+    device_type, backend = ("cpu", "gloo") if args.cpu_rehearsal else ("cuda", "nccl")
+    nvfuser = thunder.extend.get_executor("nvfuser") is not None
+    gpu = torch.cuda.get_device_name(0) if device_type == "cuda" else "none (CPU rehearsal)"
+    print(f"device_check: torch {torch.__version__}, thunder {thunder.__version__}, GPU {gpu}, backend {backend}")
+    print(f"  nvFuser {'installed' if nvfuser else 'not installed'}; thunder's default executors: "
+          f"{[e.name for e in thunder.get_default_executors()]}")  # fmt: skip
+    problems: list[str] = []
+    print("1. strategies in a fresh rank process (world size 1):")
+    rows = run_ranks(strategies_job, device_type, nproc=1, timeout=200)[0]
+    for row in rows:
+        _print_row(row["name"], row)
+        problems += row["problems"]
+    if not args.skip_kernel:
+        print(f"2. %%thunder_fsdp --nproc 1 --backend {backend} in a real Jupyter kernel:")
+        data = kernel_check(backend, device_type, timeout=150)
+        if "facts" in data:
+            _print_row("%%thunder_fsdp ZERO3 BLOCK", data)
+            print(f"    report: {data['report']}")
+        problems += data["problems"]
+    took = time.perf_counter() - t0
+    if problems:
+        print(f"device_check: FAILED after {took:.0f} s:\n  " + "\n  ".join(problems))
+        return 1
+    print(f"device_check: all checks passed in {took:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    sys.exit(main())

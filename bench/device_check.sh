@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The GPU path in one go (issue 9): ThunderDDPStrategy and ThunderFSDPStrategy on NCCL with world size 1, traces
+# captured on CUDA, bucketing on, thunder's nvFuser executor when installed, and %%thunder_fsdp --nproc 1 in a real
+# Jupyter kernel. Prints what ran; exit 0 only when every check passed. Needs one CUDA GPU and finishes in < 5 min.
+#   bench/device_check.sh                  # on a GPU machine
+#   bench/device_check.sh --cpu-rehearsal  # the same steps on CPU with gloo (what the test suite runs)
+# PYTHON=... picks the interpreter (default: the repository's .venv, else python3).
+set -uo pipefail
+here="$(cd "$(dirname "$0")/.." && pwd)"
+py="${PYTHON:-}"
+if [ -z "$py" ]; then
+  if [ -x "$here/.venv/bin/python" ]; then py="$here/.venv/bin/python"; else py=python3; fi
+fi
+export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
+cd "$here"
+timeout --kill-after=10 295 "$py" bench/device_check.py "$@"
+rc=$?
+if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+  echo "device_check: did not finish within 295 s (the bound is 5 minutes); see the steps printed above." >&2
+fi
+exit "$rc"

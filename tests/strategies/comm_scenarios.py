@@ -1,0 +1,289 @@
+"""Communication scenarios run inside real rank processes: bucketed, scheduled collectives against eager PyTorch.
+
+Each scenario sets up a model with a thunderviz strategy given the communication knobs (``sharding_strategy``,
+``bucketing_strategy``, ``bucket_size_in_mb``; the strategy attaches the plan through ``core.comm``), trains a few
+SGD steps on a different batch per rank, and returns plain data: losses, all-gathered gradients and parameters next
+to single-process eager PyTorch on the whole global batch, plus what the executed traces did (collectives, buckets
+with their issue/wait positions, what forward saved for backward, thunder's peak estimates).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+STEPS = 3
+LR = 0.1
+
+
+class Block(nn.Module):
+    """First dims 7, 7, 1 and 6: sharding over 2 ranks pads 7 -> 8 and 1 -> 2."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(6, 7)
+        self.norm = nn.LayerNorm(7)
+        self.gate = nn.Linear(7, 1)
+        self.fc2 = nn.Linear(7, 6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.norm(torch.tanh(_linear(self.fc1, x)))
+        return _linear(self.fc2, h) * torch.sigmoid(_linear(self.gate, h))
+
+
+def _linear(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """A layer in its own dtype, its output back in float32 (so one block can mix dtypes)."""
+    return layer(x.to(layer.weight.dtype)).float()
+
+
+class Blocks(nn.Module):
+    """An embedding, a list of two blocks and a head tied to the embedding (as GPT-2 ties them)."""
+
+    def __init__(self, frozen: bool = False, bf16_block: bool = False) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(9, 6)
+        self.blocks = nn.ModuleList(Block() for _ in range(2))
+        self.head = nn.Linear(6, 9, bias=False)
+        self.head.weight = self.emb.weight
+        if frozen:
+            self.blocks[1].fc1.requires_grad_(False)
+        if bf16_block:
+            self.blocks[1].fc2.to(torch.bfloat16)  # blocks.1 mixes float32 and bfloat16 parameters
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.emb(idx)
+        for block in self.blocks:
+            x = x + block(x)
+        return self.head(x)
+
+    @staticmethod
+    def batch(seed: int) -> torch.Tensor:
+        return torch.randint(0, 9, (4, 3), generator=torch.Generator().manual_seed(seed))
+
+
+VARIANTS = {"plain": {}, "frozen": {"frozen": True}, "bf16": {"bf16_block": True}}
+
+
+def loss_fn(out: torch.Tensor) -> torch.Tensor:
+    return (out.float() ** 2).mean()
+
+
+def _reference(variant: str, world: int) -> dict[str, Any]:
+    torch.manual_seed(0)
+    model = Blocks(**VARIANTS[variant])
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=LR)
+    losses, grads = [], None
+    for step in range(STEPS):
+        per_rank = [loss_fn(model(Blocks.batch(100 * step + r))) for r in range(world)]
+        opt.zero_grad()
+        (sum(per_rank) / world).backward()
+        if step == 0:
+            grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        losses.append([float(v) for v in per_rank])
+        opt.step()
+    return {"losses": losses, "grads": grads, "params": {n: p.detach().clone() for n, p in model.named_parameters()}}
+
+
+def _collective_counts(trace: Any) -> dict[str, int]:
+    from thunder.executors import torchex
+
+    ids = {
+        torchex.all_gather_prim_impl.id: "all_gather",
+        torchex.reduce_scatter_prim_impl.id: "reduce_scatter",
+        torchex.all_reduce_prim_impl.id: "all_reduce",
+        torchex.wait_prim_impl.id: "wait",
+    }
+    counts: dict[str, int] = {}
+    for bsym in trace.bound_symbols:
+        kind = ids.get(bsym.sym.id)
+        if kind:
+            counts[kind] = counts.get(kind, 0) + 1
+    return counts
+
+
+def _weight_derived(trace: Any, gathered: set[str]) -> set[str]:
+    """Names computed from nothing but ``gathered`` tensors (the unsharded weights themselves, views, transposes)."""
+    derived = set(gathered)
+    for bsym in trace.bound_symbols:
+        args = [p.name for p in bsym.flat_proxy_args]
+        if args and all(a in derived for a in args):
+            derived.update(p.name for p in bsym.flat_proxy_outs)
+    return derived
+
+
+def _trace_facts(traced: Any) -> dict[str, Any]:
+    import thunder
+
+    from thunderviz.core import thunder_hooks as hooks
+
+    fw = thunder.last_traces(traced)[-1]
+    bw = thunder.last_backward_traces(traced)[-1]
+    buckets = {k: [b.to_dict() for b in v] for k, v in hooks.comm_buckets(traced).items()}
+    resharded = {r for b in hooks.comm_buckets(traced).get("forward", []) if b.reshard_after_forward for r in b.results}
+    saved = hooks.saved_for_backward(fw)
+    derived = _weight_derived(fw, resharded)
+    reductions = [b for b in hooks.trace_buckets(bw) if b.kind != "all_gather"]
+    first_wait = min((b.wait_index for b in reductions), default=len(bw.bound_symbols))
+    return {
+        "after_first_reduction_wait": sorted({b.sym.name for b in bw.bound_symbols[first_wait:]}),
+        "forward_collectives": _collective_counts(fw),
+        "backward_collectives": _collective_counts(bw),
+        "buckets": buckets,
+        "saved": saved,
+        "saved_from_resharded_weights": sorted(n for n, *_ in saved if n in derived),
+        "peak_forward": hooks.estimated_peak_bytes(fw),
+        "peak_backward": hooks.estimated_peak_bytes(bw),
+    }
+
+
+def _strategy(
+    kind: str, jit: bool, sharding: str = "ZERO2", bucketing: str = "BLOCK", bucket_size_in_mb: float = 25.0
+) -> Any:
+    from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
+
+    if kind == "fsdp":
+        return ThunderFSDPStrategy(jit=jit, sharding_strategy=sharding, bucketing_strategy=bucketing)
+    return ThunderDDPStrategy(jit=jit, bucket_size_in_mb=bucket_size_in_mb)
+
+
+def _full(p: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    from thunderviz.core import distribute
+
+    return distribute.gather_full(p, like).float()
+
+
+def train(
+    rank: int, world: int, kind: str, sharding: str, bucketing: str, case: str, variant: str = "plain",
+    bucket_size_in_mb: float = 25.0,
+) -> dict[str, Any]:  # fmt: skip
+    """One scenario. ``case``: 'raw' (case 1), 'function' (case 2), 'jitted' / 'jitted_ran' (case 3)."""
+    import thunder
+    from lightning.fabric import Fabric
+
+    from thunderviz.core import thunder_hooks as hooks
+    from thunderviz.core.comm import unwrap_module
+
+    strategy = _strategy(kind, case != "function", sharding, bucketing, bucket_size_in_mb)
+    fabric = Fabric(accelerator="cpu", devices=world, strategy=strategy)
+    fabric.launch()
+    torch.manual_seed(0 if rank == 0 else 1234)  # the strategy must broadcast rank 0's parameters
+    model: Any = Blocks(**VARIANTS[variant])
+    fwd = None
+    if case in ("jitted", "jitted_ran"):
+        model = thunder.jit(model)
+        if case == "jitted_ran":
+            model(Blocks.batch(999))
+    if case == "function":
+        fwd = thunder.jit(lambda m, x: loss_fn(m(x)))
+    model = fabric.setup_module(model)
+    inner = unwrap_module(model)
+    configs = [hooks.comm_config(p) for p in inner.parameters()]
+    optimizer = fabric.setup_optimizers(torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=LR))
+    losses, grads = [], None
+    for step in range(STEPS):
+        x = Blocks.batch(100 * step + rank)
+        loss = fwd(model, x) if fwd is not None else loss_fn(model(x))
+        optimizer.zero_grad()
+        fabric.backward(loss)
+        if step == 0:
+            grads = {n: _full(p.grad, p) for n, p in inner.named_parameters() if p.grad is not None}
+        losses.append([float(v) for v in fabric.all_gather(loss.detach())])
+        optimizer.step()
+    params = {n: _full(p.detach(), p) for n, p in inner.named_parameters()}
+    traced = fwd if fwd is not None else model._forward_module
+    return {
+        "losses": losses,
+        "grads": grads,
+        "params": params,
+        "ref": _reference(variant, world),
+        "configs": [(c.param_name, c.label, c.reshard_after_forward) for c in configs],
+        "reason": strategy.decisions[-1].reason,
+        **_trace_facts(traced),
+    }
+
+
+def train_many(rank: int, world: int, scenarios: list[tuple]) -> list[dict[str, Any]]:
+    """Several scenarios in one pair of rank processes (one interpreter start and process group for all)."""
+    return [train(rank, world, *s) for s in scenarios]
+
+
+class Encoder(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(6, 5)
+        self.out = nn.Linear(5, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.tanh(self.fc(x)))
+
+
+def two_models_one_function(rank: int, world: int, kind: str, bucketing: str) -> dict[str, Any]:
+    """Case 2 with one jitted function taking two set-up models: their buckets stay apart."""
+    import thunder
+    from lightning.fabric import Fabric
+
+    from thunderviz.core import thunder_hooks as hooks
+
+    fabric = Fabric(accelerator="cpu", devices=world, strategy=_strategy(kind, False, bucketing=bucketing))
+    fabric.launch()
+    torch.manual_seed(0)
+    enc, head = Encoder(), nn.Linear(5, 3)
+    ref_enc, ref_head = Encoder(), nn.Linear(5, 3)
+    ref_enc.load_state_dict(enc.state_dict())
+    ref_head.load_state_dict(head.state_dict())
+    enc, head = fabric.setup_module(enc), fabric.setup_module(head)
+    step = thunder.jit(lambda e, h, x: loss_fn(h(e(x))))
+    xs = [torch.randn(4, 6, generator=torch.Generator().manual_seed(r)) for r in range(world)]
+    fabric.backward(step(enc, head, xs[rank]))
+    (sum(loss_fn(ref_head(ref_enc(x))) for x in xs) / world).backward()
+    got = {f"enc.{n}": _full(p.grad, p) for n, p in enc.module.named_parameters()}
+    got |= {f"head.{n}": _full(p.grad, p) for n, p in head.module.named_parameters()}
+    expected = {f"enc.{n}": p.grad for n, p in ref_enc.named_parameters()}
+    expected |= {f"head.{n}": p.grad for n, p in ref_head.named_parameters()}
+    buckets = {k: [b.to_dict() for b in v] for k, v in hooks.comm_buckets(step).items()}
+    return {"got": got, "expected": expected, "buckets": buckets}
+
+
+def ddp_no_backward_sync(rank: int, world: int, case: str) -> dict[str, Any]:
+    """Gradient accumulation with ``no_backward_sync`` and bucketed all_reduce equals torch DDP's result."""
+    import thunder
+    from lightning.fabric import Fabric
+
+    from thunderviz.core import thunder_hooks as hooks
+    from thunderviz.core.comm import unwrap_module
+
+    fabric = Fabric(accelerator="cpu", devices=world, strategy=_strategy("ddp", case != "function"))
+    fabric.launch()
+    torch.manual_seed(0)
+    model = Blocks()
+    ref = Blocks()
+    ref.load_state_dict(model.state_dict())
+    fwd = thunder.jit(lambda m, x: loss_fn(m(x))) if case == "function" else None
+    model = fabric.setup_module(model)
+    run = (lambda x: fwd(model, x)) if fwd is not None else (lambda x: loss_fn(model(x)))
+    mine = [Blocks.batch(10 * i + rank) for i in range(2)]
+    with fabric.no_backward_sync(model, enabled=True):
+        fabric.backward(run(mine[0]))
+    skipped = hooks.comm_buckets(fwd if fwd is not None else model._forward_module)
+    fabric.backward(run(mine[1]))
+    synced = hooks.comm_buckets(fwd if fwd is not None else model._forward_module)
+    (sum(loss_fn(ref(Blocks.batch(10 * i + r))) for i in range(2) for r in range(world)) / world).backward()
+    got = {n: p.grad.clone() for n, p in unwrap_module(model).named_parameters()}
+    expected = {n: p.grad for n, p in ref.named_parameters()}
+    return {
+        "got": got,
+        "expected": expected,
+        "skipped_buckets": {k: len(v) for k, v in skipped.items()},
+        "synced_buckets": {k: [b.to_dict() for b in v] for k, v in synced.items()},
+    }
+
+
+def features(rank: int, world: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kind in ("fsdp", "ddp"):
+        out[f"two_models_{kind}"] = two_models_one_function(rank, world, kind, "BLOCK")
+    for case in ("raw", "function"):
+        out[f"no_sync_{case}"] = ddp_no_backward_sync(rank, world, case)
+    return out
