@@ -49,7 +49,7 @@ def interleave(steps: dict[str, Callable[[int], None]], *, warmup: int, rounds: 
 
 
 def report(title: str, times: dict[str, list[float]], numerator: str, denominator: str, target: str) -> str:
-    ratios = [a / b for a, b in zip(times[numerator], times[denominator])]
+    ratios = [a / b for a, b in zip(times[numerator], times[denominator], strict=True)]
     lines = [title]
     for name, ts in times.items():
         lines.append(f"  {name:<40s} median {statistics.median(ts) * 1e3:8.1f} ms/step over {len(ts)} steps")

@@ -13,14 +13,14 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import torch  # noqa: E402
+import torch
 
 
 def _bench(rank: int, world: int, kind: str, warmup: int, rounds: int) -> str:
     import thunder
+    from _steps import batch_for, fresh_gpt, gpt_loss, interleave, report
     from lightning.fabric import Fabric
 
-    from _steps import batch_for, fresh_gpt, gpt_loss, interleave, report
     from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
 
     cls = ThunderFSDPStrategy if kind == "fsdp" else ThunderDDPStrategy
@@ -47,10 +47,18 @@ def _bench(rank: int, world: int, kind: str, warmup: int, rounds: int) -> str:
         fabric2.backward(loss_of(case2, x, y))
         opt2.step()
 
-    times = interleave({"case 2 (user jits the loss function)": step2, "case 1 (strategy jits the module)": step1},
-                       warmup=warmup, rounds=rounds)
-    return report(f"{kind.upper()} on {world} ranks:", times, "case 2 (user jits the loss function)",
-                  "case 1 (strategy jits the module)", "<= 1.05")
+    times = interleave(
+        {"case 2 (user jits the loss function)": step2, "case 1 (strategy jits the module)": step1},
+        warmup=warmup,
+        rounds=rounds,
+    )
+    return report(
+        f"{kind.upper()} on {world} ranks:",
+        times,
+        "case 2 (user jits the loss function)",
+        "case 1 (strategy jits the module)",
+        "<= 1.05",
+    )
 
 
 if __name__ == "__main__":

@@ -123,11 +123,17 @@ def strategies_job(rank: int, world: int, device_type: str) -> list[dict[str, An
             opt.step()
             losses.append(float(loss.detach()))
         facts = _trace_facts(model._forward_module)
-        rows.append({
-            "name": name, "backend": torch.distributed.get_backend(), "device": str(fabric.device),
-            "seconds": time.perf_counter() - t0, "losses": losses, "facts": facts,
-            "problems": _problems(name, facts, losses, device_type, nvfuser),
-        })  # fmt: skip
+        rows.append(
+            {
+                "name": name,
+                "backend": torch.distributed.get_backend(),
+                "device": str(fabric.device),
+                "seconds": time.perf_counter() - t0,
+                "losses": losses,
+                "facts": facts,
+                "problems": _problems(name, facts, losses, device_type, nvfuser),
+            }
+        )
     return rows
 
 
@@ -251,8 +257,10 @@ def main(argv: list[str] | None = None) -> int:
     nvfuser = thunder.extend.get_executor("nvfuser") is not None
     gpu = torch.cuda.get_device_name(0) if device_type == "cuda" else "none (CPU rehearsal)"
     print(f"device_check: torch {torch.__version__}, thunder {thunder.__version__}, GPU {gpu}, backend {backend}")
-    print(f"  nvFuser {'installed' if nvfuser else 'not installed'}; thunder's default executors: "
-          f"{[e.name for e in thunder.get_default_executors()]}")  # fmt: skip
+    print(
+        f"  nvFuser {'installed' if nvfuser else 'not installed'}; thunder's default executors: "
+        f"{[e.name for e in thunder.get_default_executors()]}"
+    )
     problems: list[str] = []
     print("1. strategies in a fresh rank process (world size 1):")
     rows = run_ranks(strategies_job, device_type, nproc=1, timeout=200)[0]

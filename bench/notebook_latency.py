@@ -40,7 +40,8 @@ fabric.backward(loss)
 """
 
 # torchrun gets the same cell, preceded by what the rank engine gives a rank for free.
-TORCHRUN_SCRIPT = """\
+TORCHRUN_SCRIPT = (
+    """\
 import os, torch, thunder
 import torch.distributed as dist
 from lightning.fabric import Fabric
@@ -49,7 +50,9 @@ rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
 device = torch.device("cpu")
 fabric = Fabric(accelerator="cpu", devices=world_size, strategy=ThunderFSDPStrategy(sharding_strategy="ZERO2"))
 fabric.launch()
-""" + CELL
+"""
+    + CELL
+)
 
 COLD_MAGIC = """\
 import json, sys, time
@@ -108,8 +111,15 @@ def _last_json(text: str) -> dict:
 
 def first_report(prestart: bool) -> float:
     env = {**ENV, "THUNDERVIZ_PRESTART": "1" if prestart else "0"}
-    out = subprocess.run([sys.executable, "-c", COLD_MAGIC], input=CELL, capture_output=True, text=True, env=env,
-                         cwd=str(ROOT), timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-c", COLD_MAGIC],
+        input=CELL,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(ROOT),
+        timeout=600,
+    )
     if out.returncode:
         raise RuntimeError(out.stderr[-3000:])
     return _last_json(out.stdout)["seconds"]
@@ -121,9 +131,14 @@ def cold_torchrun(script: str) -> float:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    out = subprocess.run([torchrun, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port),
-                          script], capture_output=True, text=True, env={**ENV, "OMP_NUM_THREADS": "1"},
-                         cwd=str(ROOT), timeout=600)
+    out = subprocess.run(
+        [torchrun, "--nproc-per-node", "2", "--master-addr", "127.0.0.1", "--master-port", str(port), script],
+        capture_output=True,
+        text=True,
+        env={**ENV, "OMP_NUM_THREADS": "1"},
+        cwd=str(ROOT),
+        timeout=600,
+    )
     elapsed = time.perf_counter() - start
     if out.returncode:
         raise RuntimeError(out.stderr[-3000:])
@@ -147,8 +162,14 @@ def main() -> None:
             torchrun_s.append(cold_torchrun(script))
     finally:
         os.unlink(script)
-    out = subprocess.run([sys.executable, "-c", WARM, str(args.warm_iters)], capture_output=True, text=True,
-                         env=ENV, cwd=str(ROOT), timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-c", WARM, str(args.warm_iters)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        cwd=str(ROOT),
+        timeout=600,
+    )
     if out.returncode:
         raise RuntimeError(out.stderr[-3000:])
     warm = _last_json(out.stdout)
@@ -156,13 +177,19 @@ def main() -> None:
     cw, cm, ct = statistics.median(warm_s), statistics.median(magic_s), statistics.median(torchrun_s)
     wo, wp = statistics.median(warm["ours"]), statistics.median(warm["px"])
     rounds = f"torchrun rounds {[round(x, 2) for x in torchrun_s]}"
-    print(f"first report, pool pre-started at %load_ext: %%thunder_fsdp --nproc 2 {cw:.2f} s vs torchrun "
-          f"--nproc-per-node 2 {ct:.2f} s -> {cw / ct:.2f}x (target <= 0.6x; rounds {[round(x, 2) for x in warm_s]}, "
-          f"{rounds})")
-    print(f"first report, truly cold (the cell starts the pool): {cm:.2f} s vs torchrun {ct:.2f} s "
-          f"-> {cm / ct:.2f}x (target <= 1.0x; rounds {[round(x, 2) for x in magic_s]})")
-    print(f"warm round trip: %%thunder_fsdp {wo * 1000:.1f} ms vs %%px {wp * 1000:.1f} ms -> {wo / wp:.2f}x "
-          f"(target <= 1.5x; median of {len(warm['ours'])} alternating cells)")
+    print(
+        f"first report, pool pre-started at %load_ext: %%thunder_fsdp --nproc 2 {cw:.2f} s vs torchrun "
+        f"--nproc-per-node 2 {ct:.2f} s -> {cw / ct:.2f}x (target <= 0.6x; rounds {[round(x, 2) for x in warm_s]}, "
+        f"{rounds})"
+    )
+    print(
+        f"first report, truly cold (the cell starts the pool): {cm:.2f} s vs torchrun {ct:.2f} s "
+        f"-> {cm / ct:.2f}x (target <= 1.0x; rounds {[round(x, 2) for x in magic_s]})"
+    )
+    print(
+        f"warm round trip: %%thunder_fsdp {wo * 1000:.1f} ms vs %%px {wp * 1000:.1f} ms -> {wo / wp:.2f}x "
+        f"(target <= 1.5x; median of {len(warm['ours'])} alternating cells)"
+    )
 
 
 if __name__ == "__main__":

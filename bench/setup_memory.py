@@ -3,8 +3,9 @@
 Run: .venv/bin/python bench/setup_memory.py [--size-gib 4] [--layers 8]
 A model of ``--size-gib`` GiB in fp32 made of ``--layers`` equal square Linear layers (jit stays quick), set up on 2
 CPU ranks (gloo); each mode runs in its own fresh pair of processes. For each rank it prints the process baseline
-(after ``fabric.launch`` and one tiny warm-up model's set-up, before the model), the peak resident memory during ``fabric.setup`` (Linux's VmHWM, reset
-right before setup through /proc/self/clear_refs) and what is left after setup, as multiples of the full model.
+(after ``fabric.launch`` and one tiny warm-up model's set-up, before the model), the peak resident memory during
+``fabric.setup`` (Linux's VmHWM, reset right before setup through /proc/self/clear_refs) and what is left after
+setup, as multiples of the full model.
 
 Without ``empty_init`` every rank first builds the whole model, so its peak is at least 1 x full. With
 ``fabric.init_module(empty_init=True)`` the model stays on the meta device and setup materializes it one layer at
@@ -122,7 +123,8 @@ def main() -> None:
         for rank, r in enumerate(results):
             above = r["peak"] - r["baseline"]
             line = (
-                f"    rank {rank}: baseline {r['baseline'] / GiB:.2f} GiB, before setup +{(r['before'] - r['baseline']) / GiB:.2f},"
+                f"    rank {rank}: baseline {r['baseline'] / GiB:.2f} GiB,"
+                f" before setup +{(r['before'] - r['baseline']) / GiB:.2f},"
                 f" peak during setup +{above / GiB:.2f} GiB = {above / full:.3f} x full,"
                 f" after setup +{(r['after'] - r['baseline']) / GiB:.2f} GiB"
                 f" (local parameters {r['local_params'] / full:.2f} x full)"

@@ -34,8 +34,10 @@ loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
 fabric.backward(loss)
 """
 
-PIDS = ("import json\nm = get_ipython().magics_manager.registry['ThundervizMagics']\n"
-        "print('@@pids@@' + json.dumps(m.engine.rank_pids))")
+PIDS = (
+    "import json\nm = get_ipython().magics_manager.registry['ThundervizMagics']\n"
+    "print('@@pids@@' + json.dumps(m.engine.rank_pids))"
+)
 
 
 def execute(kc: Any, code: str, timeout: float = 600) -> tuple[dict[str, Any], str]:
@@ -67,8 +69,11 @@ def soak(cells: int, nproc: int, every: int = 5, quiet: bool = False) -> dict[st
     """Run ``cells`` identical cells in a fresh kernel; return RSS (MiB) per process after each cell."""
     from jupyter_client import KernelManager
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
-           "THUNDERVIZ_PRESTART": "0"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
+        "THUNDERVIZ_PRESTART": "0",
+    }
     km = KernelManager(kernel_name="python3")
     km.start_kernel(env=env, cwd=str(ROOT))
     kc = km.client()
@@ -121,8 +126,10 @@ def main() -> None:
     print(f"\ngrowth per cell after the first {args.settle} (target <= 1.0 MiB/cell per process):")
     for name, values in series.items():
         slope = growth_per_cell(values, args.settle)
-        print(f"  {name:8s} {values[0]:7.1f} -> {values[-1]:7.1f} MiB, {slope:+.2f} MiB/cell "
-              f"({'ok' if slope <= 1.0 else 'OVER'})")
+        print(
+            f"  {name:8s} {values[0]:7.1f} -> {values[-1]:7.1f} MiB, {slope:+.2f} MiB/cell "
+            f"({'ok' if slope <= 1.0 else 'OVER'})"
+        )
     print(f"load after: {os.getloadavg()}", file=sys.stderr)
 
 

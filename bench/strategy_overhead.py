@@ -12,15 +12,15 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import torch  # noqa: E402
+import torch
 
 
 def _bench(rank: int, world: int, kind: str, warmup: int, rounds: int) -> str:
     import thunder
     import thunder.distributed as td
+    from _steps import batch_for, fresh_gpt, gpt_loss, interleave, report
     from lightning.fabric import Fabric
 
-    from _steps import batch_for, fresh_gpt, gpt_loss, interleave, report
     from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
 
     strategy = ThunderFSDPStrategy() if kind == "fsdp" else ThunderDDPStrategy()
@@ -30,10 +30,7 @@ def _bench(rank: int, world: int, kind: str, warmup: int, rounds: int) -> str:
     ours_opt = fabric.setup_optimizers(torch.optim.SGD(ours.parameters(), lr=1e-3))
 
     jitted = thunder.jit(fresh_gpt())
-    if kind == "fsdp":
-        theirs = td.fsdp(jitted, device=torch.device("cpu"), broadcast_from=0)
-    else:
-        theirs = td.ddp(jitted)
+    theirs = td.fsdp(jitted, device=torch.device("cpu"), broadcast_from=0) if kind == "fsdp" else td.ddp(jitted)
     theirs_opt = torch.optim.SGD(theirs.parameters(), lr=1e-3)
 
     def ours_step(i: int) -> None:

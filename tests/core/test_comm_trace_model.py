@@ -53,9 +53,21 @@ def _snapshot(label: str, *, gather: bool, bucket_label: str = "blocks.0") -> Tr
     buckets = []
     if gather:
         buckets.append(
-            Bucket("all_gather", label, bucket_label, ["blocks.0.a", "blocks.0.b"], 40, "float32", issue_index=2,
-                   wait_index=3, sends=["w_a", "w_b"], results=["a", "b"], reshard_after_forward=True, future="fut")
-        )  # fmt: skip
+            Bucket(
+                "all_gather",
+                label,
+                bucket_label,
+                ["blocks.0.a", "blocks.0.b"],
+                40,
+                "float32",
+                issue_index=2,
+                wait_index=3,
+                sends=["w_a", "w_b"],
+                results=["a", "b"],
+                reshard_after_forward=True,
+                future="fut",
+            )
+        )
     else:  # the same trace without the collective: what ZERO2's backward lacks
         ops = [ops[0], ops[5]]
         ops = [OpRecord(i, o.op, o.symbol_id, o.inputs, o.outputs, module=o.module) for i, o in enumerate(ops)]
@@ -83,8 +95,11 @@ def test_buckets_and_saved_for_backward_survive_the_file(tmp_path):
 
 
 def test_files_without_buckets_still_load(tmp_path):
-    doc = {"format": trace_file.FORMAT_NAME, "version": trace_file.FORMAT_VERSION,
-           "bundles": [trace_file.bundle_to_dict(_bundle("old", backward_gather=False, saved=0))]}  # fmt: skip
+    doc = {
+        "format": trace_file.FORMAT_NAME,
+        "version": trace_file.FORMAT_VERSION,
+        "bundles": [trace_file.bundle_to_dict(_bundle("old", backward_gather=False, saved=0))],
+    }
     for snap in (doc["bundles"][0]["forward"], doc["bundles"][0]["backward"]):
         del snap["buckets"], snap["saved_for_backward"]
     (tmp_path / "old.json").write_text(json.dumps(doc))
@@ -102,8 +117,11 @@ def test_files_without_buckets_still_load(tmp_path):
     ],
 )
 def test_a_file_cannot_point_a_bucket_outside_its_trace(tmp_path, field, value, where, says):
-    doc = {"format": trace_file.FORMAT_NAME, "version": trace_file.FORMAT_VERSION,
-           "bundles": [trace_file.bundle_to_dict(_bundle("x", backward_gather=True, saved=1))]}  # fmt: skip
+    doc = {
+        "format": trace_file.FORMAT_NAME,
+        "version": trace_file.FORMAT_VERSION,
+        "bundles": [trace_file.bundle_to_dict(_bundle("x", backward_gather=True, saved=1))],
+    }
     doc["bundles"][0]["forward"]["buckets"][0][field] = value
     (tmp_path / "bad.json").write_text(json.dumps(doc))
     with pytest.raises(TraceFormatError) as err:
@@ -131,8 +149,13 @@ def test_the_collapsed_graph_shows_buckets_and_escapes_their_labels():
     assert "all_gather bucket <script>alert(1)</s\u2026: 2 params" in coll  # clipped, and quoted DOT text
     assert 'tooltip="blocks.0: collectives\\nall_gather <script>alert(1)</script>: blocks.0.a, blocks.0.b"' in coll
     node = next(v for v in view.nodes.values() if v["kind"] == "collectives")
-    assert node["ops"][0]["bucket"] == {"label": EVIL, "kind": "all_gather", "params": ["blocks.0.a", "blocks.0.b"],
-                                        "bytes": 40, "dtype": "float32"}  # fmt: skip
+    assert node["ops"][0]["bucket"] == {
+        "label": EVIL,
+        "kind": "all_gather",
+        "params": ["blocks.0.a", "blocks.0.b"],
+        "bytes": 40,
+        "dtype": "float32",
+    }
     opened = graph_view(snap, expand=["blocks.0"]).dot
     assert "bucket <script>alert(1)</scrip\u2026 (2 params)" in opened
 

@@ -221,7 +221,7 @@ def test_impossible_decisions_raise_with_the_fix(facts, options, message):
 
 
 def test_jit_false_with_executors_is_rejected():
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(ValueError) as err:  # noqa: PT011 - the whole message is compared below
         validate_options(StrategyOptions(parallelism="ddp", jit=False, executors=("torch",)))
     assert str(err.value) == (
         "You set `ThunderDDPStrategy(jit=False, executors=...)`, but with `jit=False` the strategy never calls"
@@ -231,7 +231,7 @@ def test_jit_false_with_executors_is_rejected():
 
 
 def test_jit_false_with_jit_kwargs_is_rejected():
-    with pytest.raises(ValueError) as err:
+    with pytest.raises(ValueError) as err:  # noqa: PT011 - the whole message is compared below
         validate_options(StrategyOptions(parallelism="fsdp", jit=False, jit_kwargs=("cache",)))
     assert str(err.value) == (
         "You set `ThunderFSDPStrategy(jit=False, cache=...)`, but with `jit=False` the strategy never calls"

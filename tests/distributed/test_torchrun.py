@@ -15,14 +15,28 @@ from thunderviz.launch import free_port
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize(("name", "cls", "collective"), [
-    ("thunder_fsdp", "ThunderFSDPStrategy", "reduce_scatter"),
-    ("thunder_ddp", "ThunderDDPStrategy", "all_reduce"),
-])
+@pytest.mark.parametrize(
+    ("name", "cls", "collective"),
+    [
+        ("thunder_fsdp", "ThunderFSDPStrategy", "reduce_scatter"),
+        ("thunder_ddp", "ThunderDDPStrategy", "all_reduce"),
+    ],
+)
 def test_strategy_by_name_under_torchrun(tmp_path, name, cls, collective):
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-        "--master-port", str(free_port()), "-m", "tests.distributed.torchrun_job", str(tmp_path), name,
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        str(free_port()),
+        "-m",
+        "tests.distributed.torchrun_job",
+        str(tmp_path),
+        name,
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

@@ -18,6 +18,7 @@ restarts the cluster's engines later.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -98,19 +99,15 @@ class TwoHosts:
         for host in self._made:
             self._kill_inside(host)
         for proc in self._procs:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
         for host in reversed(self._made):
             subprocess.run(["ip", "netns", "del", host.namespace], capture_output=True, timeout=30)
             shutil.rmtree(Path("/etc/netns") / host.namespace, ignore_errors=True)
         self._made.clear()
         if self._made_etc_netns:
-            try:
-                Path("/etc/netns").rmdir()  # only if empty: another session may be using it
-            except OSError:
-                pass
+            with contextlib.suppress(OSError):  # rmdir only if empty: another session may be using it
+                Path("/etc/netns").rmdir()
 
     def _kill_inside(self, host: Host) -> None:
         for _ in range(3):  # a process may start another while we kill: look again

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
 
 @pytest.fixture(scope="module")
-def shell() -> Iterator["InteractiveShell"]:  # noqa: F821
+def shell() -> Iterator[InteractiveShell]:  # noqa: F821
     from IPython.core.interactiveshell import InteractiveShell
 
     shell = InteractiveShell.instance()

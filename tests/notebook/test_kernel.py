@@ -43,8 +43,9 @@ def _reply_to(kc, msg_id: str, timeout: float = 30) -> dict:
 
 
 def _pool_tag(kc) -> str:
-    _, out = _execute(kc, "magics = get_ipython().magics_manager.registry['ThundervizMagics']\n"
-                          "print(magics.engine.cluster.tag)")
+    _, out = _execute(
+        kc, "magics = get_ipython().magics_manager.registry['ThundervizMagics']\nprint(magics.engine.cluster.tag)"
+    )
     tag = out.strip().splitlines()[-1]
     assert tag.startswith("tv-") and len(tagged_processes(tag)) >= 5
     return tag
@@ -68,8 +69,9 @@ def test_interrupt_and_sigkill_in_a_real_kernel() -> None:
         assert "[rank 0] ready on 0" in out and "[rank 1] ready on 1" in out
 
         # Ctrl-C while both ranks run Python: the kernel forwards it, both stop, state is kept.
-        msg_id = kc.execute("%%thunder_ddp --nproc 2 --backend gloo\nimport time\nfor _ in range(1200):\n"
-                            "    time.sleep(0.05)\n")
+        msg_id = kc.execute(
+            "%%thunder_ddp --nproc 2 --backend gloo\nimport time\nfor _ in range(1200):\n    time.sleep(0.05)\n"
+        )
         time.sleep(4.0)
         interrupted_at = time.monotonic()
         km.interrupt_kernel()

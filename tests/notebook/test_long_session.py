@@ -28,8 +28,14 @@ def test_identical_warm_cells_do_not_grow_kernel_or_ranks() -> None:
     soak = _soak_module()
     series = soak.soak(CELLS, nproc=2, quiet=True)
     growth = {name: soak.growth_per_cell(values, SETTLE) for name, values in series.items()}
-    print("\n[memory] growth per cell after the first", SETTLE, "of", CELLS, "cells (MiB):",
-          {name: round(g, 2) for name, g in growth.items()})
+    print(
+        "\n[memory] growth per cell after the first",
+        SETTLE,
+        "of",
+        CELLS,
+        "cells (MiB):",
+        {name: round(g, 2) for name, g in growth.items()},
+    )
     assert sorted(series) == ["kernel", "rank 0", "rank 1"]
     assert all(len(values) == CELLS for values in series.values())
     over = {name: round(g, 2) for name, g in growth.items() if g > BOUND_MB_PER_CELL}

@@ -31,8 +31,17 @@ def _children() -> set[int]:
 
 def test_help_lists_the_flags(shell, capsys) -> None:
     doc = _magics(shell).thunder_fsdp.__doc__
-    for flag in ("--nproc", "--backend", "--sharding", "--bucketing", "--no-jit", "--executors", "--timeout",
-                 "--name", "--output"):
+    for flag in (
+        "--nproc",
+        "--backend",
+        "--sharding",
+        "--bucketing",
+        "--no-jit",
+        "--executors",
+        "--timeout",
+        "--name",
+        "--output",
+    ):
         assert flag in doc
     assert "--sharding" not in _magics(shell).thunder_ddp.__doc__
     shell.run_cell("%%thunder_fsdp?\n")
@@ -82,8 +91,9 @@ def test_fsdp_cell_streams_output_and_returns_a_report(shell, capsys) -> None:
     from IPython.utils.capture import capture_output
 
     with capture_output(stdout=False, stderr=False) as displayed:
-        report = shell.run_cell_magic("thunder_fsdp", "--nproc 2 --backend gloo --sharding zero3 --name fsdp_report",
-                                      MODEL_CELL)
+        report = shell.run_cell_magic(
+            "thunder_fsdp", "--nproc 2 --backend gloo --sharding zero3 --name fsdp_report", MODEL_CELL
+        )
     out = capsys.readouterr().out
     # the status line: a live RankStatus widget first, then (same display id) its static picture for saved notebooks
     first, last = displayed.outputs[0], displayed.outputs[-1]
@@ -94,8 +104,10 @@ def test_fsdp_cell_streams_output_and_returns_a_report(shell, capsys) -> None:
     assert "<script" not in last.data["text/html"]
     assert "[rank 0] loss" in out and "[rank 1] loss" in out
     assert isinstance(report, RunReport) and shell.user_ns["fsdp_report"] is report
-    assert report.strategy == {"kind": "thunder_fsdp",
-                               "options": {"jit": True, "sharding_strategy": "ZERO3", "bucketing_strategy": "BLOCK"}}
+    assert report.strategy == {
+        "kind": "thunder_fsdp",
+        "options": {"jit": True, "sharding_strategy": "ZERO3", "bucketing_strategy": "BLOCK"},
+    }
     assert report.decisions, "the strategy's decision log should come back"
     assert {"target", "case", "action", "reason"} <= set(report.decisions[0])
     assert sorted(report.memory) == [0, 1] and all(m["rss_bytes"] > 0 for m in report.memory.values())

@@ -19,8 +19,11 @@ MAGICS = "m = get_ipython().magics_manager.registry['ThundervizMagics']\n"
 def _kernel(prestart: str):
     from jupyter_client import KernelManager
 
-    env = {**os.environ, "THUNDERVIZ_PRESTART": prestart,
-           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+    env = {
+        **os.environ,
+        "THUNDERVIZ_PRESTART": prestart,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
+    }
     km = KernelManager(kernel_name="python3")
     km.start_kernel(env=env, cwd=str(ROOT))
     kc = km.client()
@@ -52,12 +55,18 @@ def test_the_first_cell_finds_warm_engines() -> None:
         status = _last_line(kc, "%thunder_ranks status")
         assert "warm pool of 2 local engines (ready)" in status
         start = time.monotonic()
-        reply, out = _execute(kc, "%%thunder_ddp --backend gloo --output none\nimport os\n"
-                                  "cuda_before_set_up = torch.cuda.is_initialized()\npid = os.getpid()\n")
+        reply, out = _execute(
+            kc,
+            "%%thunder_ddp --backend gloo --output none\nimport os\n"
+            "cuda_before_set_up = torch.cuda.is_initialized()\npid = os.getpid()\n",
+        )
         print(f"[cold start] first cell on the warm pool: {time.monotonic() - start:.2f} s")
         assert reply["status"] == "ok", out
-        pids = _last_line(kc, MAGICS + "print(sorted(m.engine.pull('pid', r) for r in m.engine.ranks), "
-                                       "[m.engine.pull('cuda_before_set_up', r) for r in m.engine.ranks])")
+        pids = _last_line(
+            kc,
+            MAGICS + "print(sorted(m.engine.pull('pid', r) for r in m.engine.ranks), "
+            "[m.engine.pull('cuda_before_set_up', r) for r in m.engine.ranks])",
+        )
         engine_pids, cuda = pids.split("] [")
         assert {int(p) for p in engine_pids.strip("[]").split(",")} <= warm_pids  # the warm engines were used
         assert "True" not in cuda

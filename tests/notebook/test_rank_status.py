@@ -26,7 +26,7 @@ def test_show_follows_the_pool_size_and_keeps_unchanged_chips() -> None:
     assert status.ranks[1] == before  # the same chip: its seconds did not move
     status.show({0: "done"})
     assert repr(status) == "RankStatus(0:done)"
-    with pytest.raises(ValueError, match="every rank 0..N-1"):
+    with pytest.raises(ValueError, match=r"every rank 0\.\.N-1"):
         status.show({1: "done"})
 
 

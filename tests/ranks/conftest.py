@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
@@ -28,14 +28,14 @@ def output_log() -> OutputLog:
     return OutputLog()
 
 
-def start_engine(output_log: OutputLog, **kwargs) -> "RankEngine":  # noqa: F821
+def start_engine(output_log: OutputLog, **kwargs) -> RankEngine:  # noqa: F821
     from thunderviz.ranks import RankEngine
 
     return RankEngine.start(2, backend="gloo", on_output=output_log, **kwargs)
 
 
 @pytest.fixture(scope="module")
-def engine(output_log: OutputLog) -> Iterator["RankEngine"]:  # noqa: F821
+def engine(output_log: OutputLog) -> Iterator[RankEngine]:  # noqa: F821
     eng = start_engine(output_log, timeout=5)
     try:
         yield eng

@@ -24,8 +24,9 @@ def _attach_when_both_engines_registered(cluster_id: str, seconds: float = 90.0)
     last = "nothing tried yet"
     while time.monotonic() < deadline:
         try:
-            engine = RankEngine.attach(cluster_id=cluster_id, profile="tvtest", backend="gloo", timeout=20,
-                                       on_output=lambda *a: None)
+            engine = RankEngine.attach(
+                cluster_id=cluster_id, profile="tvtest", backend="gloo", timeout=20, on_output=lambda *a: None
+            )
         except Exception as exc:  # the cluster file or the engines may not be there yet
             last = f"attach raised {type(exc).__name__}: {exc}"
         else:
@@ -34,30 +35,51 @@ def _attach_when_both_engines_registered(cluster_id: str, seconds: float = 90.0)
             last = f"attached with world size {engine.world_size}, on hosts {engine.rank_hosts}"
             engine.stop()
         time.sleep(1.0)
-    pytest.fail(f"the 2-engine ipcluster {cluster_id} was not attachable with 2 ranks within {seconds:.0f} s; "
-                f"last try: {last}")
+    pytest.fail(
+        f"the 2-engine ipcluster {cluster_id} was not attachable with 2 ranks within {seconds:.0f} s; last try: {last}"
+    )
 
 
 @pytest.mark.timeout(300)
 def test_attach_to_an_ipcluster_maps_ranks_and_never_stops_it(tmp_path: Path) -> None:
     ipcluster = str(Path(sys.executable).with_name("ipcluster"))
     cluster_id = f"tv-attach-{uuid.uuid4().hex[:6]}"
-    env = {**os.environ, "IPYTHONDIR": str(tmp_path / "ipython"),
-           "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
+    env = {
+        **os.environ,
+        "IPYTHONDIR": str(tmp_path / "ipython"),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
+    }
     # A named profile under our own IPYTHONDIR: without a name, ipyparallel looks in the profile of any IPython
     # shell alive in this process (earlier tests start real shells), not where ipcluster wrote its file.
     common = [f"--cluster-id={cluster_id}", "--profile=tvtest"]
-    subprocess.run([ipcluster, "start", "-n", "2", "--daemonize", "--ip=127.0.0.1", *common,
-                    "--IPController.ip=127.0.0.1", "--HeartMonitor.period=500"], env=env, check=True,
-                   cwd=str(ROOT), capture_output=True, timeout=120)
+    subprocess.run(
+        [
+            ipcluster,
+            "start",
+            "-n",
+            "2",
+            "--daemonize",
+            "--ip=127.0.0.1",
+            *common,
+            "--IPController.ip=127.0.0.1",
+            "--HeartMonitor.period=500",
+        ],
+        env=env,
+        check=True,
+        cwd=str(ROOT),
+        capture_output=True,
+        timeout=120,
+    )
     old = os.environ.get("IPYTHONDIR")
     os.environ["IPYTHONDIR"] = env["IPYTHONDIR"]
     engine = None
     try:
         engine = _attach_when_both_engines_registered(cluster_id)
-        engine.run("t = torch.tensor([float(rank)])\ntorch.distributed.all_reduce(t)\n"
-                   "import os\nenv = (os.environ['RANK'], os.environ['WORLD_SIZE'], os.environ['MASTER_ADDR'])",
-                   collect=False)
+        engine.run(
+            "t = torch.tensor([float(rank)])\ntorch.distributed.all_reduce(t)\n"
+            "import os\nenv = (os.environ['RANK'], os.environ['WORLD_SIZE'], os.environ['MASTER_ADDR'])",
+            collect=False,
+        )
         assert engine.pull("t", 1).tolist() == [1.0]
         assert [engine.pull("env", r)[:2] for r in (0, 1)] == [("0", "2"), ("1", "2")]
         # rank 0's address facing the controller (here the controller listens on 127.0.0.1)
@@ -77,8 +99,9 @@ def test_attach_to_an_ipcluster_maps_ranks_and_never_stops_it(tmp_path: Path) ->
         assert time.monotonic() - start < 60
         with pytest.raises(RankUsageError, match="--nproc 1 asks for 1 ranks, but 2 engines are registered"):
             RankEngine.attach(cluster_id=cluster_id, profile="tvtest", nproc=1, wait_s=3, on_output=lambda *a: None)
-        again = RankEngine.attach(cluster_id=cluster_id, profile="tvtest", backend="gloo", timeout=20,
-                                  on_output=lambda *a: None)
+        again = RankEngine.attach(
+            cluster_id=cluster_id, profile="tvtest", backend="gloo", timeout=20, on_output=lambda *a: None
+        )
         assert again.world_size == 2
         again.stop()
     finally:

@@ -120,8 +120,13 @@ def test_ranks_package_does_not_import_ipython() -> None:
     import subprocess
 
     code = "import sys, thunderviz.ranks; print('IPython' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=str(__import__('pathlib').Path(__file__).resolve().parents[2]))
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=str(__import__("pathlib").Path(__file__).resolve().parents[2]),
+    )
     assert out.stdout.strip() == "False"
 
 

@@ -33,15 +33,17 @@ def _remote(ename: str, evalue: str, tb: str = "") -> RemoteError:
 
 
 def test_a_raise_is_raised_with_its_traceback() -> None:
-    failure = classify_remote_error(1, _remote("ValueError", "bad batch", "Traceback...\nValueError: bad batch"),
-                                    interrupt_sent=False)
+    failure = classify_remote_error(
+        1, _remote("ValueError", "bad batch", "Traceback...\nValueError: bad batch"), interrupt_sent=False
+    )
     assert (failure.rank, failure.kind, failure.summary) == (1, "raised", "ValueError: bad batch")
     assert "ValueError: bad batch" in failure.traceback
 
 
 def test_a_gloo_timeout_names_the_collective() -> None:
-    failure = classify_remote_error(0, _remote("RuntimeError", "gloo: Timed out waiting 5000ms", GLOO_TIMEOUT_TB),
-                                    interrupt_sent=False)
+    failure = classify_remote_error(
+        0, _remote("RuntimeError", "gloo: Timed out waiting 5000ms", GLOO_TIMEOUT_TB), interrupt_sent=False
+    )
     assert failure.kind == "timeout" and failure.collective == "all_reduce"
     assert find_collective("  File 'x', line 1, in torch_reduce_scatter_prim_impl(\n") == "reduce_scatter"
 

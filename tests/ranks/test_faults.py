@@ -64,9 +64,7 @@ def test_error_on_every_rank_keeps_the_pool_and_its_state(engine: RankEngine) ->
 
 @pytest.mark.parametrize("how", ["os._exit(3)", "os.kill(os.getpid(), signal.SIGKILL)"])
 def test_rank_that_dies_is_reported_with_its_rank(engine: RankEngine, how: str) -> None:
-    err, elapsed = _timed_failure(
-        engine, f"import os, signal, time\nif rank == 1:\n    {how}\ntime.sleep(30)\n"
-    )
+    err, elapsed = _timed_failure(engine, f"import os, signal, time\nif rank == 1:\n    {how}\ntime.sleep(30)\n")
     print(f"\n[fault latency] {how} -> cell failed in {elapsed:.2f} s")
     assert err.rank == 1 and err.failures[1].kind == "died"
     assert "rank 1 died" in str(err)
@@ -77,9 +75,7 @@ def test_rank_that_dies_is_reported_with_its_rank(engine: RankEngine, how: str) 
 
 def test_collective_that_one_rank_skips_is_bounded_by_timeout(engine: RankEngine) -> None:
     assert engine.timeout == 5
-    err, elapsed = _timed_failure(
-        engine, "if rank == 0:\n    torch.distributed.all_reduce(torch.ones(4))\n"
-    )
+    err, elapsed = _timed_failure(engine, "if rank == 0:\n    torch.distributed.all_reduce(torch.ones(4))\n")
     print(f"\n[fault latency] hang (timeout {engine.timeout:.0f} s) -> cell failed in {elapsed:.2f} s")
     assert sorted(err.failures) == [0]
     assert err.failures[0].kind == "timeout" and err.failures[0].collective == "all_reduce"

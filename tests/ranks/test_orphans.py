@@ -34,8 +34,14 @@ time.sleep(600)
 
 @pytest.mark.timeout(180)
 def test_sigkilled_owner_leaves_no_process_behind() -> None:
-    owner = subprocess.Popen([sys.executable, "-c", OWNER], cwd=str(ROOT), stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    owner = subprocess.Popen(
+        [sys.executable, "-c", OWNER],
+        cwd=str(ROOT),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     try:
         line = owner.stdout.readline()
         assert line, "the owner process did not start its engine"

@@ -17,14 +17,25 @@ def test_every_registered_strategy_name_is_a_valid_spec(kind: str) -> None:
 
 
 def test_an_unknown_strategy_names_the_choices() -> None:
-    with pytest.raises(RankUsageError, match="use one of thunder_fsdp, .*fabric"):
+    with pytest.raises(RankUsageError, match=r"use one of thunder_fsdp, .*fabric"):
         StrategySpec("thunder_zero")
 
 
 def test_messages_pickle_as_they_cross_to_the_ranks() -> None:
-    setup = RankSetup(rank=1, local_rank=1, world_size=2, local_world_size=2, node_rank=0, num_nodes=1,
-                      master_addr="127.0.0.1", master_port=29500, backend="gloo", timeout_s=5.0,
-                      threads=1, socket_ifname="lo")
+    setup = RankSetup(
+        rank=1,
+        local_rank=1,
+        world_size=2,
+        local_world_size=2,
+        node_rank=0,
+        num_nodes=1,
+        master_addr="127.0.0.1",
+        master_port=29500,
+        backend="gloo",
+        timeout_s=5.0,
+        threads=1,
+        socket_ifname="lo",
+    )
     config = CellConfig(strategy=StrategySpec("thunder_ddp", {"jit": False}).to_dict(), collect=False)
     assert pickle.loads(pickle.dumps(setup)) == setup
     assert pickle.loads(pickle.dumps(config)) == config

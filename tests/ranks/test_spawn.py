@@ -17,8 +17,9 @@ def _environment(rank: int, world_size: int) -> dict[str, str]:
     import torch.distributed as dist
 
     dist.init_process_group("gloo")  # from the environment, as under torchrun
-    names = torchrun_environment(rank=0, local_rank=0, world_size=1, local_world_size=1, node_rank=0,
-                                 master_addr="", master_port=0, threads=1)
+    names = torchrun_environment(
+        rank=0, local_rank=0, world_size=1, local_world_size=1, node_rank=0, master_addr="", master_port=0, threads=1
+    )
     return {**{name: os.environ[name] for name in names}, "group_size": str(dist.get_world_size())}
 
 

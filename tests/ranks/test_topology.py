@@ -96,6 +96,6 @@ def test_the_rendezvous_is_rank_zeros_address_facing_the_controller() -> None:
     assert layout_ranks(engines).master_address == "10.0.0.1"
     loopback = {0: EngineIdentity(0, "a", 1, 0, 8, address="127.0.0.1", interface="lo"), 1: engines[1]}
     with pytest.raises(RankUsageError, match=r"reaches the controller over loopback .*ipcontroller --ip=ADDRESS"):
-        layout_ranks(loopback).master_address
+        _ = layout_ranks(loopback).master_address
     single = {0: loopback[0], 1: EngineIdentity(1, "a", 2, 0, 8, address="127.0.0.1", interface="lo")}
     assert layout_ranks(single).master_address == "127.0.0.1"  # one host: loopback is right

@@ -10,14 +10,16 @@ to still runs after we detach. Skipped, with the reason, where namespaces cannot
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -86,9 +88,16 @@ class Notebook:
     """``tests/ranks/two_hosts_client.py`` running on host a: one JSON command in, one answer out, bounded."""
 
     def __init__(self, hosts: TwoHosts, env: dict[str, str], log: Path) -> None:
-        self.proc = hosts.launch("a", [sys.executable, "-u", "-m", "tests.ranks.two_hosts_client"], env=env,
-                                 cwd=str(ROOT), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, text=True)
+        self.proc = hosts.launch(
+            "a",
+            [sys.executable, "-u", "-m", "tests.ranks.two_hosts_client"],
+            env=env,
+            cwd=str(ROOT),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         self.log = log.open("a")
         self.answers: queue.Queue[dict[str, Any]] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -99,14 +108,16 @@ class Notebook:
             self.log.write(line)
             self.log.flush()
             if line.startswith("@@tv@@ "):
-                self.answers.put(json.loads(line[len("@@tv@@ "):]))
+                self.answers.put(json.loads(line[len("@@tv@@ ") :]))
 
     def _next(self, seconds: float, what: str) -> dict[str, Any]:
         try:
             return self.answers.get(timeout=seconds)
         except queue.Empty:
-            raise AssertionError(f"no answer from the notebook on host a within {seconds:.0f} s ({what}); "
-                                 f"its output is in {self.log.name}") from None
+            raise AssertionError(
+                f"no answer from the notebook on host a within {seconds:.0f} s ({what}); "
+                f"its output is in {self.log.name}"
+            ) from None
 
     def ask(self, seconds: float = 400, **command: Any) -> dict[str, Any]:
         self.proc.stdin.write(json.dumps(command) + "\n")
@@ -118,10 +129,8 @@ class Notebook:
 
     def close(self) -> None:
         if self.proc.poll() is None:
-            try:
+            with contextlib.suppress(AssertionError, OSError):
                 self.ask(60, quit=True)
-            except (AssertionError, OSError):
-                pass
             try:
                 self.proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
@@ -166,9 +175,22 @@ def test_ipcluster_across_two_hosts(hosts: TwoHosts, tmp_path: Path) -> None:
     env = _env(tmp_path, hosts)
     a = hosts.hosts["a"]
     common = [f"--profile={PROFILE}", "--cluster-id=c1"]
-    started = hosts.run("a", [str(BIN / "ipcluster"), "start", "-n", "4", "--daemonize", *common, f"--ip={a.address}",
-                              "--Cluster.engine_launcher_class=tests.helpers.netns.NetnsEngineSetLauncher"],
-                        timeout=180, env=env, cwd=str(ROOT))
+    started = hosts.run(
+        "a",
+        [
+            str(BIN / "ipcluster"),
+            "start",
+            "-n",
+            "4",
+            "--daemonize",
+            *common,
+            f"--ip={a.address}",
+            "--Cluster.engine_launcher_class=tests.helpers.netns.NetnsEngineSetLauncher",
+        ],
+        timeout=180,
+        env=env,
+        cwd=str(ROOT),
+    )
     assert started.returncode == 0, started.stderr[-3000:]
     flags = f"--nproc 4 {' '.join(common).replace('=', ' ')} --backend gloo --timeout 30"
     nb = Notebook(hosts, env, tmp_path / "notebook.log")
@@ -183,7 +205,8 @@ def test_ipcluster_across_two_hosts(hosts: TwoHosts, tmp_path: Path) -> None:
         _ok(nb.ask(line="thunder_ranks restart"))
         again = _who(nb, flags)
         assert {w[1] for w in again}.isdisjoint({w[1] for w in after}) and [w[2:] for w in again] == [
-            [r, 4] for r in range(4)]
+            [r, 4] for r in range(4)
+        ]
         _nothing_listens_on_all_interfaces(hosts)
         _ok(nb.ask(line="thunder_ranks stop"))  # detaches; the cluster is not ours to stop
         client_file = tmp_path / "ipython" / f"profile_{PROFILE}" / "security" / "ipcontroller-c1-client.json"
@@ -198,16 +221,23 @@ def test_hand_started_controller_and_engines_across_two_hosts(hosts: TwoHosts, t
     a = hosts.hosts["a"]
     log = (tmp_path / "cluster.log").open("w")
     security = tmp_path / "ipython" / f"profile_{PROFILE}" / "security"
-    controller = hosts.launch("a", [str(BIN / "ipcontroller"), f"--profile={PROFILE}", f"--ip={a.address}"],
-                              env=env, cwd=str(ROOT), stdout=log, stderr=subprocess.STDOUT)
+    controller = hosts.launch(
+        "a",
+        [str(BIN / "ipcontroller"), f"--profile={PROFILE}", f"--ip={a.address}"],
+        env=env,
+        cwd=str(ROOT),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     wait_until(lambda: (security / "ipcontroller-engine.json").exists(), 120, "the controller's connection file")
     engine = [str(BIN / "ipengine"), f"--profile={PROFILE}"]
 
     engines: dict[str, list[subprocess.Popen]] = {"a": [], "b": []}
 
     def start_engine(key: str, **extra: str) -> None:
-        engines[key].append(hosts.launch(key, engine, env={**env, **extra}, cwd=str(ROOT), stdout=log,
-                                         stderr=subprocess.STDOUT))
+        engines[key].append(
+            hosts.launch(key, engine, env={**env, **extra}, cwd=str(ROOT), stdout=log, stderr=subprocess.STDOUT)
+        )
 
     for key in "aab":
         start_engine(key)
@@ -227,8 +257,10 @@ def test_hand_started_controller_and_engines_across_two_hosts(hosts: TwoHosts, t
         _rank_on_host_b_raises(nb, flags)  # ranks 0-2 had to be killed; nobody can start them but their owner
         owner_must = nb.cell(f"{flags} --output none", "pass")
         assert not owner_must["ok"] and "its owner must restart them" in owner_must["error"], owner_must
-        assert "engine 0 (rank 0 on tvhosta)" in owner_must["error"] and "1 registered now (1 on tvhostb)" in (
-            owner_must["error"])
+        assert (
+            "engine 0 (rank 0 on tvhosta)" in owner_must["error"]
+            and "1 registered now (1 on tvhostb)" in (owner_must["error"])
+        )
         for key in "aab":  # the owner does, and waits for them as the message says
             start_engine(key)
         client_file = str(security / "ipcontroller-client.json")

@@ -35,17 +35,22 @@ def main() -> None:
                 start = time.monotonic()
                 result = shell.run_cell(command["cell"])
                 error = result.error_in_exec or result.error_before_exec
-                _answer(ok=error is None, seconds=time.monotonic() - start, error_type=type(error).__name__,
-                        error=str(error) if error is not None else "",
-                        kinds={r: f.kind for r, f in getattr(error, "failures", {}).items()})
+                _answer(
+                    ok=error is None,
+                    seconds=time.monotonic() - start,
+                    error_type=type(error).__name__,
+                    error=str(error) if error is not None else "",
+                    kinds={r: f.kind for r, f in getattr(error, "failures", {}).items()},
+                )
             elif "line" in command:
                 name, _, rest = command["line"].partition(" ")
                 shell.run_line_magic(name, rest)
                 _answer(ok=True)
             elif "pull" in command:
                 engine = magics.engine
-                _answer(ok=True, values=[engine.pull(command["pull"], r) for r in engine.ranks],
-                        hosts=engine.rank_hosts)
+                _answer(
+                    ok=True, values=[engine.pull(command["pull"], r) for r in engine.ranks], hosts=engine.rank_hosts
+                )
             elif "engines" in command:
                 import ipyparallel as ipp
 

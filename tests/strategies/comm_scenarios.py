@@ -155,9 +155,15 @@ def _full(p: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 def train(
-    rank: int, world: int, kind: str, sharding: str, bucketing: str, case: str, variant: str = "plain",
+    rank: int,
+    world: int,
+    kind: str,
+    sharding: str,
+    bucketing: str,
+    case: str,
+    variant: str = "plain",
     bucket_size_in_mb: float = 25.0,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """One scenario. ``case``: 'raw' (case 1), 'function' (case 2), 'jitted' / 'jitted_ran' (case 3)."""
     import thunder
     from lightning.fabric import Fabric

@@ -118,7 +118,7 @@ def _reference(model_name: str, world: int, clip: str | None = None, meta: bool 
         norms.append(clip_reference(model, clip))
         if step == 0:
             grads = {n: p.grad.clone() for n, p in model.named_parameters()}
-        losses.append([float(l) for l in per_rank])
+        losses.append([float(x) for x in per_rank])
         opt.step()
     return {
         "losses": losses,
@@ -214,7 +214,7 @@ def train(
         if step == 0:
             grads = {n: distribute.gather_full(p.grad, p) for n, p in inner.named_parameters()}
         gathered = fabric.all_gather(loss.detach())
-        losses.append([float(l) for l in gathered])
+        losses.append([float(x) for x in gathered])
         optimizer.step()
 
     params = {n: distribute.gather_full(p.detach(), p) for n, p in inner.named_parameters()}

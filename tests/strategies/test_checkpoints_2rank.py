@@ -140,7 +140,7 @@ def test_load_raw_of_a_plain_state_dict_with_either_setting(two):
 
 def test_invalid_settings_raise_with_the_fix(two, ckpt_dir):
     tmp = ckpt_dir / "errors"
-    for rank, out in enumerate(two):
+    for out in two:
         e = out["errors"]
         assert e["sharded_to_file"] == (
             f"ValueError: `fabric.save('{tmp}/a_file.txt', ...)`: the path is a file, but"

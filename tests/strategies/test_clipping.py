@@ -26,7 +26,7 @@ def test_norm_clipping_equals_torch(norm_type):
     got = clipping.clip_grad_norm_(ours.parameters(), 0.1, norm_type=norm_type)
     want = torch.nn.utils.clip_grad_norm_(theirs.parameters(), 0.1, norm_type=float(norm_type))
     torch.testing.assert_close(got, want)
-    for p, q in zip(ours.parameters(), theirs.parameters()):
+    for p, q in zip(ours.parameters(), theirs.parameters(), strict=True):
         torch.testing.assert_close(p.grad, q.grad)
 
 
@@ -34,7 +34,7 @@ def test_value_clipping_equals_torch():
     ours, theirs = _two_models()
     clipping.clip_grad_value_(ours.parameters(), 0.05)
     torch.nn.utils.clip_grad_value_(theirs.parameters(), 0.05)
-    for p, q in zip(ours.parameters(), theirs.parameters()):
+    for p, q in zip(ours.parameters(), theirs.parameters(), strict=True):
         assert torch.equal(p.grad, q.grad)
 
 

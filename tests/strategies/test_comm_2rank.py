@@ -122,8 +122,12 @@ def test_fsdp_issues_early_and_waits_late(kind):
     waits = sorted(b["wait_index"] for b in reductions)
     # From the first reduction's wait on, backward only waits, unpacks and frees: nothing is left to compute.
     assert set(r["after_first_reduction_wait"]) <= {
-        "torch_wait_prim_impl", "thunderviz_unpack_views", "python_del", "clear_mutable_collection", "python_return",
-    }  # fmt: skip
+        "torch_wait_prim_impl",
+        "thunderviz_unpack_views",
+        "python_del",
+        "clear_mutable_collection",
+        "python_return",
+    }
     assert max(b["issue_index"] for b in reductions) < waits[0]
     # Issued as their gradients appear (last forward bucket first), the first well before the waits: it overlaps
     # the rest of backward.

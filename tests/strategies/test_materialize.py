@@ -27,7 +27,7 @@ def test_same_resets_in_construction_order_equal_eager_construction():
     replaced = materialize_(model, torch.device("cpu"))
     assert not has_meta_tensors(model)
     assert len(replaced) == 6
-    for (name, got), (_, want) in zip(model.named_parameters(), eager.named_parameters()):
+    for (name, got), (_, want) in zip(model.named_parameters(), eager.named_parameters(), strict=True):
         assert torch.equal(got, want), name
 
 
@@ -81,7 +81,8 @@ def test_module_without_reset_parameters_is_named():
     with pytest.raises(MaterializationError) as err:
         materialize_(model, torch.device("cpu"))
     assert str(err.value) == (
-        "`fabric.setup` cannot initialize '1' (NoReset), built on the meta device (`fabric.init_module(empty_init=True)`):"
+        "`fabric.setup` cannot initialize '1' (NoReset), built on the meta device"
+        " (`fabric.init_module(empty_init=True)`):"
         " it owns 1.w but has no `reset_parameters()` method. Give NoReset a `reset_parameters()` that initializes"
         " its own parameters and buffers, or build the model without `empty_init=True`."
     )

@@ -90,7 +90,10 @@ def test_matches_single_process_eager(kind, case, model):
         assert all(shape[0] * 2 >= 1 for shape in r0["local_shapes"].values())
     else:
         assert "all_gather" not in r0["forward_collectives"]
-        assert r0["backward_collectives"] == {"all_reduce": 1, "wait": 1}  # one bucket: these gradients fit in the first (1 MB)
+        assert r0["backward_collectives"] == {
+            "all_reduce": 1,
+            "wait": 1,
+        }  # one bucket: these gradients fit in the first (1 MB)
     decision = r0["decisions"][-1]
     expected_case = {
         "raw": "case 1: raw module",
@@ -127,7 +130,7 @@ def feature_results(tmp_path_factory):
 
 @pytest.mark.parametrize("kind", ["fsdp", "ddp"])
 def test_fabric_collectives(feature_results, kind):
-    for rank, r in enumerate(feature_results(kind)):
+    for r in feature_results(kind):
         assert r["collectives"] == {"sum": 3.0, "mean": 1.5, "broadcast": {"from": 0}, "gathered": [0, 1]}
 
 

@@ -45,15 +45,18 @@ def _leftovers(session: str) -> list[str]:
 
 def _session() -> str:
     session = os.environ.get(SESSION_VARIABLE)
-    assert session, (f"{SESSION_VARIABLE} is not set, so this test cannot tell this session's processes from "
-                     "anyone else's: tests/conftest.py sets it; run the suite through pytest from the repository root")
+    assert session, (
+        f"{SESSION_VARIABLE} is not set, so this test cannot tell this session's processes from "
+        "anyone else's: tests/conftest.py sets it; run the suite through pytest from the repository root"
+    )
     return session
 
 
 def test_the_scan_sees_a_process_of_this_session() -> None:
     session = _session()
-    canary = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                              env={**os.environ, "THUNDERVIZ_CLUSTER_TAG": "canary"})
+    canary = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], env={**os.environ, "THUNDERVIZ_CLUSTER_TAG": "canary"}
+    )
     try:
         deadline = time.monotonic() + 10
         while not any(line.startswith(f"{canary.pid}:") for line in _leftovers(session)):

@@ -97,11 +97,19 @@ class Bucket:
 
     def to_dict(self) -> dict[str, object]:
         return {
-            "kind": self.kind, "trace": self.trace, "label": self.label, "params": list(self.params),
-            "bytes": self.bytes, "dtype": self.dtype, "issue_index": self.issue_index, "wait_index": self.wait_index,
-            "sends": list(self.sends), "results": list(self.results),
-            "reshard_after_forward": self.reshard_after_forward, "future": self.future,
-        }  # fmt: skip
+            "kind": self.kind,
+            "trace": self.trace,
+            "label": self.label,
+            "params": list(self.params),
+            "bytes": self.bytes,
+            "dtype": self.dtype,
+            "issue_index": self.issue_index,
+            "wait_index": self.wait_index,
+            "sends": list(self.sends),
+            "results": list(self.results),
+            "reshard_after_forward": self.reshard_after_forward,
+            "future": self.future,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, object]) -> Bucket:

@@ -72,15 +72,25 @@ def configure_comm(
         if kind == hooks.SyncKind.FULLY_SHARDED:
             label = bucket_label(name, bucketing_strategy, blocks)
             config = CommConfig(
-                param_name=name, owner=owner, owner_id=id(inner), parallelism="fsdp", label=label,
-                bucketing=bucketing_strategy, reshard_after_forward=sharding_strategy == "ZERO3",
-            )  # fmt: skip
+                param_name=name,
+                owner=owner,
+                owner_id=id(inner),
+                parallelism="fsdp",
+                label=label,
+                bucketing=bucketing_strategy,
+                reshard_after_forward=sharding_strategy == "ZERO3",
+            )
         else:
             config = CommConfig(
-                param_name=name, owner=owner, owner_id=id(inner), parallelism="ddp", label="",
-                bucketing="SIZE", bucket_cap_bytes=int(bucket_size_in_mb * _MIB),
+                param_name=name,
+                owner=owner,
+                owner_id=id(inner),
+                parallelism="ddp",
+                label="",
+                bucketing="SIZE",
+                bucket_cap_bytes=int(bucket_size_in_mb * _MIB),
                 first_bucket_cap_bytes=int(min(first_bucket_size_in_mb, bucket_size_in_mb) * _MIB),
-            )  # fmt: skip
+            )
         hooks.set_comm_config(param, config)
         configs.append(config)
     return configs

@@ -216,8 +216,13 @@ class _Index:
 def _first_compute_index(bsyms: Sequence[Any]) -> int:
     from thunder.core import prims
 
-    unpacks = {prims.PrimIDs.UNPACK_TRIVIAL, prims.PrimIDs.UNPACK_SEQUENCE, prims.PrimIDs.UNPACK_KEY,
-               prims.PrimIDs.UNPACK_EMPTY_DICT, prims.PrimIDs.COMMENT}  # fmt: skip
+    unpacks = {
+        prims.PrimIDs.UNPACK_TRIVIAL,
+        prims.PrimIDs.UNPACK_SEQUENCE,
+        prims.PrimIDs.UNPACK_KEY,
+        prims.PrimIDs.UNPACK_EMPTY_DICT,
+        prims.PrimIDs.COMMENT,
+    }
     i = 0
     while i < len(bsyms) and bsyms[i].sym.id in unpacks:
         i += 1
@@ -284,8 +289,16 @@ def rewrite_gathers(
         if w is None or bsyms[w].sym.id != ids["wait"]:
             continue
         wait = bsyms[w]
-        members.append(_Member(records[b.flat_proxy_args[0].name], b, wait, b.flat_proxy_args[0],
-                               wait.flat_proxy_outs[0], removed=[i, w]))  # fmt: skip
+        members.append(
+            _Member(
+                records[b.flat_proxy_args[0].name],
+                b,
+                wait,
+                b.flat_proxy_args[0],
+                wait.flat_proxy_outs[0],
+                removed=[i, w],
+            )
+        )
     if not members:
         return bsyms, []
     members, bsyms, idx = _dedupe_gathers(members, bsyms)
@@ -328,10 +341,19 @@ def rewrite_gathers(
             wait_code[k] = [*made_w, unpack]
         nbytes = sum(m.send.numel * m.send.dtype.bytes for m in g)
         buckets.append(
-            Bucket("all_gather", trace_name, label, list(names), nbytes, _dtype_name(g[0].send),
-                   sends=[m.send.name for m in g], results=[m.result.name for m in g],
-                   reshard_after_forward=all(m.record.config.reshard_after_forward for m in g), future=fut.name)
-        )  # fmt: skip
+            Bucket(
+                "all_gather",
+                trace_name,
+                label,
+                list(names),
+                nbytes,
+                _dtype_name(g[0].send),
+                sends=[m.send.name for m in g],
+                results=[m.result.name for m in g],
+                reshard_after_forward=all(m.record.config.reshard_after_forward for m in g),
+                future=fut.name,
+            )
+        )
 
     removed = {i for m in members for i in m.removed}
     out: list[Any] = []
@@ -469,9 +491,18 @@ def rewrite_reductions(
         codes.append((made + made_c, [*made_w, unpack]))
         nbytes = sum(s.numel * s.dtype.bytes for s in sends)
         buckets.append(
-            Bucket(kind, trace_name, label, list(names), nbytes, _dtype_name(sends[0]),
-                   sends=[s.name for s in sends], results=[m.result.name for m in g], future=fut.name)
-        )  # fmt: skip
+            Bucket(
+                kind,
+                trace_name,
+                label,
+                list(names),
+                nbytes,
+                _dtype_name(sends[0]),
+                sends=[s.name for s in sends],
+                results=[m.result.name for m in g],
+                future=fut.name,
+            )
+        )
 
     removed = {i for m in members for i in m.removed}
     out: list[Any] = []

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import re
 import sys
 import time
@@ -55,6 +56,8 @@ def _release_traces(report: Any) -> None:
         f"traces released to bound memory: only the last {REPORT_HISTORY} reports keep them unless a variable "
         "names the report (use --name)"
     )
+
+
 #: The flags spell the FSDP choices in lower case (``--sharding zero3``); the strategy takes them upper case.
 SHARDING_CHOICES = [name.lower() for name in SHARDING_STRATEGIES]
 BUCKETING_CHOICES = [name.lower() for name in BUCKETING_STRATEGIES]
@@ -97,29 +100,53 @@ def _common_arguments(func: Any) -> Any:
     """Flags shared by both strategy magics (one definition, so the two cannot drift apart)."""
     decorators = [
         argument_group("ranks"),
-        argument("--nproc", type=_nproc, default=None,
-                 help=f"number of ranks (default {LOCAL_NPROC} local ranks; when attaching, every registered engine, "
-                      "and with --nproc N wait for N of them)"),
-        argument("--backend", choices=list(BACKENDS), default="auto",
-                 help="process-group backend; auto = nccl with one GPU per local rank when CUDA is present, else gloo"),
-        argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT_S,
-                 help="seconds a rank may wait in a collective before the cell fails "
-                      f"(default {DEFAULT_TIMEOUT_S:.0f})"),
-        argument("--cluster-id", default=None,
-                 help="attach to a running ipyparallel cluster (e.g. `ipcluster start -n 8 --engines slurm`) "
-                      "instead of starting local ranks"),
+        argument(
+            "--nproc",
+            type=_nproc,
+            default=None,
+            help=f"number of ranks (default {LOCAL_NPROC} local ranks; when attaching, every registered engine, "
+            "and with --nproc N wait for N of them)",
+        ),
+        argument(
+            "--backend",
+            choices=list(BACKENDS),
+            default="auto",
+            help="process-group backend; auto = nccl with one GPU per local rank when CUDA is present, else gloo",
+        ),
+        argument(
+            "--timeout",
+            type=_seconds,
+            default=DEFAULT_TIMEOUT_S,
+            help=f"seconds a rank may wait in a collective before the cell fails (default {DEFAULT_TIMEOUT_S:.0f})",
+        ),
+        argument(
+            "--cluster-id",
+            default=None,
+            help="attach to a running ipyparallel cluster (e.g. `ipcluster start -n 8 --engines slurm`) "
+            "instead of starting local ranks",
+        ),
         argument("--profile", default=None, help="IPython profile of the cluster to attach to"),
-        argument("--connection-file", default=None,
-                 help="attach to the cluster of this controller connection file (ipcontroller-client.json; "
-                      "e.g. a hand-started `ipcontroller` + `ipengine`)"),
+        argument(
+            "--connection-file",
+            default=None,
+            help="attach to the cluster of this controller connection file (ipcontroller-client.json; "
+            "e.g. a hand-started `ipcontroller` + `ipengine`)",
+        ),
         argument_group("strategy"),
-        argument("--no-jit", action="store_true",
-                 help="do not thunder.jit what fabric.setup receives (case 2: you jit your own function)"),
+        argument(
+            "--no-jit",
+            action="store_true",
+            help="do not thunder.jit what fabric.setup receives (case 2: you jit your own function)",
+        ),
         argument("--executors", default=None, help="comma-separated thunder executors, e.g. torch,python"),
         argument_group("results"),
         argument("--name", type=_identifier, default=None, help="store the report in this variable"),
-        argument("--output", choices=list(OUTPUT_MODES), default="all",
-                 help="whose stdout/stderr to stream into the cell (default all)"),
+        argument(
+            "--output",
+            choices=list(OUTPUT_MODES),
+            default="all",
+            help="whose stdout/stderr to stream into the cell (default all)",
+        ),
         argument("--timeline", action="store_true", help=TIMELINE_HELP),
         argument("--steps", type=steps_arg, default=None, metavar="N", help=STEPS_HELP),
     ]
@@ -143,7 +170,7 @@ class _LiveStatus:
         from thunderviz.notebook.widgets import RankStatus
 
         self.widget = RankStatus(nproc, label=label)
-        self.widget.show({r: "starting" for r in range(nproc)})
+        self.widget.show(dict.fromkeys(range(nproc), "starting"))
         self.handle = display(self.widget, display_id=True)
         self.drawn_at = time.monotonic()
 
@@ -193,10 +220,8 @@ class ThundervizMagics(Magics):
     def _on_status(self, phases: dict[int, str]) -> None:
         if self._status is None:
             return
-        try:
+        with contextlib.suppress(Exception):  # a status line that cannot be drawn must not fail the cell
             self._status.update(phases)
-        except Exception:  # a status line that cannot be drawn must not fail the cell
-            pass
 
     def _pool(self, args: argparse.Namespace) -> RankEngine:
         attach = _attaching(args)
@@ -206,18 +231,27 @@ class ThundervizMagics(Magics):
             return self.engine
         if self.engine is not None:
             old = self._pool_key
-            print(f"[thunderviz] Restarting the rank pool: it was started with nproc={old[0]}, backend={old[1]}, "
-                  f"timeout={old[2]:g}, and this cell asks for nproc={key[0]}, backend={key[1]}, timeout={key[2]:g}.")
+            print(
+                f"[thunderviz] Restarting the rank pool: it was started with nproc={old[0]}, backend={old[1]}, "
+                f"timeout={old[2]:g}, and this cell asks for nproc={key[0]}, backend={key[1]}, timeout={key[2]:g}."
+            )
             self._stop()
         try:
             if attach:
-                self.engine = RankEngine.attach(cluster_id=args.cluster_id, profile=args.profile,
-                                                connection_file=args.connection_file, nproc=args.nproc,
-                                                backend=args.backend, timeout=args.timeout, on_status=self._on_status)
+                self.engine = RankEngine.attach(
+                    cluster_id=args.cluster_id,
+                    profile=args.profile,
+                    connection_file=args.connection_file,
+                    nproc=args.nproc,
+                    backend=args.backend,
+                    timeout=args.timeout,
+                    on_status=self._on_status,
+                )
             else:
                 warm, self.warm = (self.warm.take(nproc) if self.warm is not None else None), None
-                self.engine = RankEngine.start(nproc, backend=args.backend, timeout=args.timeout,
-                                               on_status=self._on_status, warm=warm)
+                self.engine = RankEngine.start(
+                    nproc, backend=args.backend, timeout=args.timeout, on_status=self._on_status, warm=warm
+                )
         except RankUsageError as exc:
             raise UsageError(str(exc)) from None
         self._pool_key = key
@@ -305,10 +339,18 @@ class ThundervizMagics(Magics):
 
     @magic_arguments()
     @_common_arguments
-    @argument("--sharding", choices=SHARDING_CHOICES, default=SHARDING_CHOICES[0],
-              help=f"FSDP sharding (default {SHARDING_CHOICES[0]})")
-    @argument("--bucketing", choices=BUCKETING_CHOICES, default=DEFAULT_BUCKETING_STRATEGY.lower(),
-              help=f"FSDP collective bucketing (default {DEFAULT_BUCKETING_STRATEGY.lower()})")
+    @argument(
+        "--sharding",
+        choices=SHARDING_CHOICES,
+        default=SHARDING_CHOICES[0],
+        help=f"FSDP sharding (default {SHARDING_CHOICES[0]})",
+    )
+    @argument(
+        "--bucketing",
+        choices=BUCKETING_CHOICES,
+        default=DEFAULT_BUCKETING_STRATEGY.lower(),
+        help=f"FSDP collective bucketing (default {DEFAULT_BUCKETING_STRATEGY.lower()})",
+    )
     @cell_magic
     def thunder_fsdp(self, line: str, cell: str) -> Any:
         """Run the cell on every rank with ``fabric`` set up for ``ThunderFSDPStrategy``; returns a RunReport.
@@ -333,8 +375,13 @@ class ThundervizMagics(Magics):
         return self._run("thunder_ddp", {}, args, cell)
 
     @magic_arguments()
-    @argument("action", nargs="?", default="status", choices=["status", "restart", "stop"],
-              help="status (default): per-rank phase, pid, host; restart: fresh rank processes; stop: end them")
+    @argument(
+        "action",
+        nargs="?",
+        default="status",
+        choices=["status", "restart", "stop"],
+        help="status (default): per-rank phase, pid, host; restart: fresh rank processes; stop: end them",
+    )
     @line_magic
     def thunder_ranks(self, line: str) -> Any:
         """Inspect or control the rank pool used by ``%%thunder_fsdp`` / ``%%thunder_ddp``."""
@@ -344,8 +391,10 @@ class ThundervizMagics(Magics):
                 self._stop()
                 print("Stopped the warm pool (started when the extension loaded).")
             else:
-                print(f"A warm pool of {self.warm.nproc} local engines ({self.warm.state}), started when the extension "
-                      "loaded; the first %%thunder_fsdp or %%thunder_ddp cell uses it.")
+                print(
+                    f"A warm pool of {self.warm.nproc} local engines ({self.warm.state}), started when the extension "
+                    "loaded; the first %%thunder_fsdp or %%thunder_ddp cell uses it."
+                )
             return None
         if self.engine is None:
             print("No rank pool is running; a %%thunder_fsdp or %%thunder_ddp cell starts one.")
@@ -361,8 +410,10 @@ class ThundervizMagics(Magics):
         print(self.engine.describe())
         for rank, info in self.engine.status().items():
             alive = "" if info["alive"] is None else ("" if info["alive"] else "  (process gone)")
-            print(f"  rank {rank}: {info['phase']:<11} engine {info['engine_id']}  pid {info['pid']}  "
-                  f"host {info['host']}{alive}")
+            print(
+                f"  rank {rank}: {info['phase']:<11} engine {info['engine_id']}  pid {info['pid']}  "
+                f"host {info['host']}{alive}"
+            )
         return None
 
 

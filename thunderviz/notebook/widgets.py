@@ -339,7 +339,8 @@ class CompareView(_GraphWidget):
         return [(self._a, self._marks[0]), (self._b, self._marks[1])]
 
     def __repr__(self) -> str:
-        return f"CompareView({self._a.title!r} vs {self._b.title!r}, trace={self.trace!r}: {self.summary.split(': ', 1)[-1]})"
+        summary = self.summary.split(": ", 1)[-1]
+        return f"CompareView({self._a.title!r} vs {self._b.title!r}, trace={self.trace!r}: {summary})"
 
 
 class RankStatus(anywidget.AnyWidget):

@@ -9,6 +9,7 @@ cluster is ours to kill.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -39,7 +40,8 @@ UNREGISTER_WAIT_S = 10.0
 # Engines import torch and thunder (about 3 s) before they register, so the import overlaps the controller's
 # start-up and the registration instead of following them; measured by bench/notebook_latency.py (truly cold).
 _ENGINE_CMD = [
-    sys.executable, "-c",
+    sys.executable,
+    "-c",
     # a broken torch must not keep the engine from registering: init_rank reports the import error per rank
     "try:\n    import torch, thunder\nexcept Exception:\n    pass\nfrom ipyparallel.engine.app import main\nmain()",
 ]
@@ -91,10 +93,8 @@ class RankCluster:
         """Deliver ``sig`` to the engine processes (through their nannies, so it works across machines)."""
         if not engine_ids:
             return
-        try:
+        with contextlib.suppress(Exception):  # an engine that is already gone cannot be signalled; that is fine
             self.client.send_signal(sig, targets=list(engine_ids), block=True)
-        except Exception:  # an engine that is already gone cannot be signalled; that is fine
-            pass
 
     def kill_engines(self, engine_ids: list[int]) -> None:
         self.signal_engines(signal.SIGKILL, engine_ids)
@@ -156,8 +156,12 @@ class LocalCluster(RankCluster):
     async def _start(self) -> Any:
         # Engines first: they spend seconds importing torch and thunder, then wait for the controller's connection
         # file, so the controller's start-up (about a second) happens during their imports instead of before them.
-        await self._cluster.start_engines(self.n, environment=dict(self._environment), engine_cmd=_ENGINE_CMD,
-                                          engine_args=[f"--IPEngine.wait_for_url_file={ENGINE_START_TIMEOUT_S:g}"])
+        await self._cluster.start_engines(
+            self.n,
+            environment=dict(self._environment),
+            engine_cmd=_ENGINE_CMD,
+            engine_args=[f"--IPEngine.wait_for_url_file={ENGINE_START_TIMEOUT_S:g}"],
+        )
         await self._cluster.start_controller(environment=dict(self._environment))
         client = await self._cluster.connect_client()
         return client
@@ -176,9 +180,17 @@ class LocalCluster(RankCluster):
         cluster_file = getattr(self._cluster, "cluster_file", "") or ""
         self._watchdog = subprocess.Popen(
             [
-                sys.executable, "-m", "thunderviz.ranks.watchdog",
-                "--owner", str(me.pid), "--owner-started", repr(me.create_time()),
-                "--tag", self.tag, "--cluster-file", cluster_file,
+                sys.executable,
+                "-m",
+                "thunderviz.ranks.watchdog",
+                "--owner",
+                str(me.pid),
+                "--owner-started",
+                repr(me.create_time()),
+                "--tag",
+                self.tag,
+                "--cluster-file",
+                cluster_file,
             ],
             env={**os.environ, "PYTHONPATH": self._environment["PYTHONPATH"]},
             stdin=subprocess.DEVNULL,
@@ -203,10 +215,8 @@ class LocalCluster(RankCluster):
             if pid:
                 pids.append(pid)
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         if not pids:
             super().kill_engines(engine_ids)
 
@@ -222,17 +232,13 @@ class LocalCluster(RankCluster):
         if self.engine_pids:
             self.kill_engines(list(self.engine_pids))
         if self.client is not None:
-            try:
+            with contextlib.suppress(Exception):
                 self.client.close()
-            except Exception:
-                pass
             self.client = None
         cluster = getattr(self, "_cluster", None)
         if cluster is not None:
-            try:
+            with contextlib.suppress(BaseException):
                 _run(asyncio.wait_for(cluster.stop_cluster(), timeout=10))
-            except BaseException:
-                pass
             self._cluster = None
         # Whatever ipyparallel did not stop (an engine killed mid-collective leaves its nanny for a moment).
         if getattr(self, "tag", None):
@@ -279,8 +285,11 @@ class AttachedCluster(RankCluster):
         self._cluster: Any = None  # ipcluster's Cluster when it wrote a cluster file: it can restart engines
         self.client = None
         self._killed: set[int] = set()
-        where = (f"connection file {connection_file}" if connection_file else
-                 f"profile {profile or 'default'!r}, cluster id {cluster_id or '(none)'!r}")
+        where = (
+            f"connection file {connection_file}"
+            if connection_file
+            else f"profile {profile or 'default'!r}, cluster id {cluster_id or '(none)'!r}"
+        )
         try:
             if connection_file:
                 self.client = ipp.Client(connection_file)
@@ -365,8 +374,9 @@ class AttachedCluster(RankCluster):
             raise RankError(
                 f"Waited {wait_s:.0f} s for {wanted} engine(s) of the {self.description}: {len(ids)} registered "
                 f"({self._hosts(ids)}). Start the missing engines (e.g. `ipengine` on each host, or `ipcluster "
-                f"engines -n K`), or pass --nproc {len(ids)}." if ids else
-                f"Waited {wait_s:.0f} s for {wanted} engine(s) of the {self.description}: none registered. Start "
+                f"engines -n K`), or pass --nproc {len(ids)}."
+                if ids
+                else f"Waited {wait_s:.0f} s for {wanted} engine(s) of the {self.description}: none registered. Start "
                 "engines (e.g. `ipengine` on each host) and run the cell again."
             )
         if nproc is not None and len(ids) > nproc:

@@ -131,7 +131,7 @@ class RankEngine:
                 warm.close()
             raise
         if on_status:
-            on_status({r: "starting" for r in range(nproc)})
+            on_status(dict.fromkeys(range(nproc), "starting"))
         cluster = warm if warm is not None else LocalCluster(nproc)
         engine = cls(cluster, backend=backend, timeout=timeout, on_status=on_status, on_output=on_output)
         try:
@@ -162,8 +162,9 @@ class RankEngine:
         (more is an error: every engine becomes a rank); without, every registered engine becomes a rank.
         """
         _, backend, timeout = validate_pool_args(nproc or 1, backend, timeout)
-        cluster = AttachedCluster(cluster_id=cluster_id, profile=profile, connection_file=connection_file,
-                                  nproc=nproc, wait_s=wait_s)
+        cluster = AttachedCluster(
+            cluster_id=cluster_id, profile=profile, connection_file=connection_file, nproc=nproc, wait_s=wait_s
+        )
         engine = cls(cluster, backend=backend, timeout=timeout, on_status=on_status, on_output=on_output)
         try:
             engine._set_up()

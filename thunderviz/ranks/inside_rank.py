@@ -114,9 +114,9 @@ def warm_up() -> None:
     no CUDA (``torch.cuda`` stays uninitialised until the first cell's set-up)."""
     import lightning.fabric  # noqa: F401
 
-    import thunderviz.core.collectives  # noqa: F401
-    import thunderviz.core.traces  # noqa: F401
-    import thunderviz.strategies.ddp  # noqa: F401
+    import thunderviz.core.collectives
+    import thunderviz.core.traces
+    import thunderviz.strategies.ddp
     import thunderviz.strategies.fsdp  # noqa: F401
 
 

@@ -46,7 +46,7 @@ def _child(
     try:
         result = fn(rank, world_size, *args)
         payload = ("ok", pickle.dumps(result))
-    except BaseException:  # noqa: BLE001 - reported to the parent with the traceback
+    except BaseException:
         payload = ("error", traceback.format_exc())
     queue.put((rank, payload))
     try:

@@ -12,6 +12,7 @@ Run as ``python -m thunderviz.ranks.watchdog --owner PID --owner-started T --tag
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -43,24 +44,18 @@ def kill_tagged(tag: str, *, grace: float = 1.0) -> list[int]:
     """Terminate, then kill, every process carrying ``tag``; returns the pids that were found."""
     procs = tagged_processes(tag)
     for proc in procs:
-        try:
+        with contextlib.suppress(psutil.Error):
             proc.terminate()
-        except psutil.Error:
-            pass
     _, alive = psutil.wait_procs(procs, timeout=grace)
     for proc in alive:
-        try:
+        with contextlib.suppress(psutil.Error):
             proc.kill()
-        except psutil.Error:
-            pass
     psutil.wait_procs(alive, timeout=grace)
     # A nanny may have spawned something between the scan and the kill: sweep once more.
     late = tagged_processes(tag)
     for proc in late:
-        try:
+        with contextlib.suppress(psutil.Error):
             proc.kill()
-        except psutil.Error:
-            pass
     return [p.pid for p in procs + late]
 
 

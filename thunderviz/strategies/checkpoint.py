@@ -175,7 +175,7 @@ def _on_rank0(ctx: CheckpointContext, fn: Callable[[], None]) -> None:
     if ctx.rank == 0:
         try:
             fn()
-        except Exception as err:  # noqa: BLE001 - re-raised on every rank below
+        except Exception as err:
             error = err
     if tdist.is_initialized():
         box = [None if error is None else f"{type(error).__name__}: {error}"]
