@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import torch
 
-from thunderviz.models import TinyGPT, make_batch
+from thunderviz.demos.models import TinyGPT, make_batch
 
 
 def gpt_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -62,7 +62,7 @@ def report(title: str, times: dict[str, list[float]], numerator: str, denominato
 
 def main(bench: Callable[..., str], description: str | None) -> None:
     """Command line shared by the strategy benchmarks: run ``bench`` on 2 ranks for FSDP, then DDP."""
-    from thunderviz.launch import run_ranks
+    from thunderviz.ranks.spawn import run_ranks
 
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--rounds", type=int, default=30)

@@ -271,7 +271,7 @@ def table(result: dict[str, Any], load: str) -> str:
 def main() -> None:
     import argparse
 
-    from thunderviz.launch import run_ranks
+    from thunderviz.ranks.spawn import run_ranks
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)

@@ -251,7 +251,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import thunder
 
-    from thunderviz.launch import run_ranks
+    from thunderviz.ranks.spawn import run_ranks
 
     device_type, backend = ("cpu", "gloo") if args.cpu_rehearsal else ("cuda", "nccl")
     nvfuser = thunder.extend.get_executor("nvfuser") is not None

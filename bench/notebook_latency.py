@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
 
 CELL = """\
-from thunderviz.models import TinyGPT, make_batch
+from thunderviz.demos.models import TinyGPT, make_batch
 torch.manual_seed(0)
 model = fabric.setup(TinyGPT(n_layer=1, d_model=32, n_head=2, block_size=16, vocab_size=64))
 x, y = make_batch(batch=2, block_size=16, vocab_size=64, seed=rank, device=device)

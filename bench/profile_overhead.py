@@ -40,7 +40,7 @@ def _setup(kind: str, world_size: int, model_kind: str):
 
     from bench._steps import batch_for, fresh_gpt, gpt_loss
     from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
-    from thunderviz.models import TinyGPT
+    from thunderviz.demos.models import TinyGPT
 
     fabric = Fabric(
         accelerator="cpu",
@@ -109,7 +109,7 @@ def overhead(rank: int, world_size: int, kind: str, rounds: int, steps: int, mod
 
 CELL_SETUP = """
 from bench._steps import batch_for, fresh_gpt, gpt_loss
-from thunderviz.models import TinyGPT
+from thunderviz.demos.models import TinyGPT
 model = fabric.setup(fresh_gpt() if {gpt!r} else TinyGPT(n_layer=2, d_model=64))
 opt = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=1e-3))
 def train(n):
@@ -187,7 +187,7 @@ def main() -> None:
     ap.add_argument("--cells", type=int, default=3, help="cells of each kind through the rank engine (0: skip)")
     ap.add_argument("--skip-browser", action="store_true")
     args = ap.parse_args()
-    from thunderviz.launch import run_ranks
+    from thunderviz.ranks.spawn import run_ranks
 
     print(f"load: {os.getloadavg()}")
     for kind in ("fsdp", "ddp"):

@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         print("bench/render.py needs the Graphviz `dot` binary (apt-get install graphviz).", file=sys.stderr)
         return 2
     os.makedirs(args.out, exist_ok=True)
-    from thunderviz.launch import run_ranks
+    from thunderviz.ranks.spawn import run_ranks
 
     r = run_ranks(_train_step_and_bench, args.cap, args.out, args.trace, nproc=2, timeout=args.cap + 600)[0]
     capped = r["base_capped"]

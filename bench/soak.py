@@ -26,7 +26,7 @@ CELL = """%%thunder_fsdp --nproc {nproc} --backend gloo --output none
 try:
     from thunderviz.demos.models import TinyGPT, make_batch
 except ImportError:
-    from thunderviz.models import TinyGPT, make_batch
+    from thunderviz.demos.models import TinyGPT, make_batch
 torch.manual_seed(0)
 model = fabric.setup(TinyGPT(n_layer=2, d_model=64, n_head=2, block_size=32, vocab_size=128))
 x, y = make_batch(batch=2, block_size=32, vocab_size=128, seed=rank, device=device)

@@ -26,19 +26,17 @@ from thunderviz.strategies.registry import register_when_lightning_loads as _reg
 __version__ = "0.1.0"
 
 # public name -> the module that defines it, imported on first access.
-# TODO(lead, after the issue-13 merges): point capture/save/load/TraceBundle at the split trace modules and
-# run_ranks at its new home; thunderviz.core.traces and thunderviz.launch keep these names as shims meanwhile.
 _LAZY: dict[str, str] = {
     "ThunderDDPStrategy": "thunderviz.strategies",
     "ThunderFSDPStrategy": "thunderviz.strategies",
-    "TraceBundle": "thunderviz.core.traces",
+    "TraceBundle": "thunderviz.core.trace_model",
     "TraceView": "thunderviz.notebook.widgets",
-    "capture": "thunderviz.core.traces",
+    "capture": "thunderviz.core.capture",
     "compare": "thunderviz.notebook.compare",
-    "load": "thunderviz.core.traces",
+    "load": "thunderviz.core.trace_file",
     "render_html": "thunderviz.render.html",
-    "run_ranks": "thunderviz.launch",
-    "save": "thunderviz.core.traces",
+    "run_ranks": "thunderviz.ranks.spawn",
+    "save": "thunderviz.core.trace_file",
 }
 
 __all__ = [

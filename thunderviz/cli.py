@@ -48,7 +48,7 @@ def _add_render_arguments(p: argparse.ArgumentParser) -> None:
 
 def _run_render(args: argparse.Namespace) -> int:
     # Only the trace model, its file format and the renderer: no torch, lightning or thunder (bench/cli_start.py).
-    from thunderviz.core.traces import load
+    from thunderviz.core.trace_file import load
     from thunderviz.render.html import render_html
 
     if not args.traces and not args.timeline:

@@ -52,7 +52,7 @@ pytestmark = [
 
 
 def _free_port() -> int:
-    from thunderviz.launch import free_port
+    from thunderviz.ranks.rendezvous import free_port
 
     return free_port()
 

@@ -6,7 +6,7 @@ import pytest
 from torch import nn
 
 from thunderviz.core.buckets import ROOT_LABEL, bucket_label, find_blocks, group_in_order, size_capped
-from thunderviz.models import TinyGPT
+from thunderviz.demos.models import TinyGPT
 
 
 def test_blocks_of_a_gpt_are_the_children_of_its_block_list():

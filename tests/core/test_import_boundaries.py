@@ -67,7 +67,8 @@ def test_reading_and_drawing_a_trace_file_imports_no_thunder_lightning_or_torch(
 
 
 def test_capture_module_defers_thunder_until_called():
-    loaded = _imported_after(["thunderviz.core.capture", "thunderviz.core.traces"], skip_package_init=True)
+    modules = ["thunderviz.core.capture", "thunderviz.core.trace_file", "thunderviz.core.trace_model"]
+    loaded = _imported_after(modules, skip_package_init=True)
     assert [m for m in HEAVY + NOTEBOOK if m in loaded] == []
 
 

@@ -26,9 +26,3 @@ def test_tinygpt_gives_logits_per_position_and_can_tie_its_head() -> None:
     tied = TinyGPT(vocab_size=32, block_size=8, d_model=16, n_layer=1, n_head=2, tie_weights=True)
     assert tied.lm_head.weight is tied.wte.weight
     assert len(list(tied.parameters())) == len(list(TinyGPT(32, 8, 16, 1, 2).parameters())) - 1
-
-
-def test_the_old_import_path_still_works_until_the_merge() -> None:
-    import thunderviz.models
-
-    assert thunderviz.models.TinyGPT is TinyGPT and thunderviz.models.make_batch is make_batch

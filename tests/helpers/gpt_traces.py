@@ -57,7 +57,7 @@ def write_gpt_traces(
     out_dir: str | Path, kinds: tuple[str, ...] = ("fsdp", "ddp"), nproc: int = 2
 ) -> dict[str, list[str]]:
     """Run the ranks; return ``{kind: [rank0.json, rank1.json, ...]}``."""
-    from thunderviz.launch import run_ranks
+    from thunderviz.ranks.spawn import run_ranks
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

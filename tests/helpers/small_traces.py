@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from thunderviz.core.traces import OpRecord, TensorRef, TraceBundle, TraceSnapshot, save
+from thunderviz.core.trace_file import save
+from thunderviz.core.trace_model import OpRecord, TensorRef, TraceBundle, TraceSnapshot
 
 
 def _t(name: str, shape: tuple[int, ...]) -> TensorRef:

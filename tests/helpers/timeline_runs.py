@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from thunderviz.launch import run_ranks
+from thunderviz.ranks.spawn import run_ranks
 
 STEPS = 3
 SLEEP_S = 0.06
@@ -41,7 +41,7 @@ def record_fsdp(rank: int, world_size: int, out_dir: str, kind: str = "fsdp", sl
 
     from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
     from thunderviz.core.profiling import record_timeline
-    from thunderviz.models import TinyGPT, make_batch
+    from thunderviz.demos.models import TinyGPT, make_batch
 
     strategy = ThunderFSDPStrategy() if kind == "fsdp" else ThunderDDPStrategy()
     fabric = Fabric(accelerator="cpu", devices=world_size, strategy=strategy)

@@ -11,7 +11,7 @@ from thunderviz.ranks import CellError, RunReport
 pytestmark = pytest.mark.timeout(400)
 
 MODEL_CELL = """
-from thunderviz.models import TinyGPT, make_batch
+from thunderviz.demos.models import TinyGPT, make_batch
 torch.manual_seed(0)
 model = fabric.setup(TinyGPT(n_layer=1, d_model=32, n_head=2, block_size=16, vocab_size=64))
 x, y = make_batch(batch=2, block_size=16, vocab_size=64, seed=rank, device=device)
@@ -122,7 +122,7 @@ def test_fsdp_cell_streams_output_and_returns_a_report(shell, capsys) -> None:
 
 
 FUNCTION_CELL = """
-from thunderviz.models import TinyGPT, make_batch
+from thunderviz.demos.models import TinyGPT, make_batch
 def loss_fn(m, x, y):
     return torch.nn.functional.cross_entropy(m(x).flatten(0, 1), y.flatten())
 jitted_loss = thunder.jit(loss_fn)

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.timeout(400)
 
 TRAIN_CELL = """
 import time
-from thunderviz.models import TinyGPT, make_batch
+from thunderviz.demos.models import TinyGPT, make_batch
 torch.manual_seed(0)
 model = fabric.setup(TinyGPT(n_layer=1, d_model=32, n_head=2, block_size=16, vocab_size=64))
 opt = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=0.1))

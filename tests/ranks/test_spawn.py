@@ -41,9 +41,3 @@ def test_a_raising_rank_is_named_with_its_traceback() -> None:
     with pytest.raises(RankError, match="rank 1 raised") as info:
         run_ranks(_raise_on_one, nproc=2, timeout=240)
     assert info.value.rank == 1 and "rank one is unhappy" in info.value.remote_traceback
-
-
-def test_the_old_import_path_still_works() -> None:
-    from thunderviz.launch import run_ranks as old
-
-    assert old is run_ranks

@@ -23,7 +23,7 @@ SETUP = """
 import time
 import torch.distributed as dist
 from thunder.core.module import ThunderModule
-from thunderviz.models import TinyGPT, make_batch
+from thunderviz.demos.models import TinyGPT, make_batch
 originals = (dist.all_reduce, dist.all_gather_into_tensor, dist.reduce_scatter_tensor, ThunderModule.forward)
 torch.manual_seed(0)
 model = fabric.setup(TinyGPT(n_layer=1, d_model=32, n_head=2, block_size=16, vocab_size=64))

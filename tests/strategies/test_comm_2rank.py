@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from tests.strategies.comm_scenarios import features, train_many
-from thunderviz.launch import run_ranks
+from thunderviz.ranks.spawn import run_ranks
 
 KINDS = {
     "ddp": ("ddp", "ZERO2", "NONE"),

@@ -12,7 +12,7 @@ import torch
 pytest.importorskip("litgpt", reason="litgpt is in the `test` extra (pip install -e '.[test]')")
 
 from tests.strategies.litgpt_scenarios import ACCUMULATION, STEPS, both
-from thunderviz.launch import run_ranks
+from thunderviz.ranks.spawn import run_ranks
 
 
 @pytest.fixture(scope="module")

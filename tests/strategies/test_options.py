@@ -36,7 +36,7 @@ def test_import_thunderviz_does_not_import_thunder_or_ipython():
     import sys
 
     code = (
-        "import sys, thunderviz, thunderviz.core.decisions, thunderviz.core.traces, thunderviz.render.html\n"
+        "import sys, thunderviz, thunderviz.core.decisions, thunderviz.core.trace_file, thunderviz.render.html\n"
         "from lightning.fabric.strategies import STRATEGY_REGISTRY\n"
         "assert 'thunder_fsdp' in STRATEGY_REGISTRY\n"
         "print(sorted(m for m in ('thunder', 'IPython', 'ipywidgets', 'anywidget') if m in sys.modules))"

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from tests.strategies.scenarios import MODELS, features, train_many
-from thunderviz.launch import run_ranks
+from thunderviz.ranks.spawn import run_ranks
 
 KINDS = {"fsdp-zero2": ("fsdp", "ZERO2"), "fsdp-zero3": ("fsdp", "ZERO3"), "ddp": ("ddp", "ZERO2")}
 CASES = ["raw", "jitted", "jitted_ran", "function", "function_jit_before_setup"]

@@ -90,7 +90,7 @@ def run_scenarios(
     echo: Any = print,
 ) -> Path:
     """Run the seed scenarios on ``nproc`` CPU ranks, print the story, write ``report.html``; return its path."""
-    from thunderviz.launch import run_ranks
+    from thunderviz.ranks.spawn import run_ranks
 
     echo(f"thunderviz demo: {len(scenarios)} scenarios on {nproc} CPU ranks (gloo), tiny GPT")
     per_rank = run_ranks(run_scenarios_on_rank, list(scenarios), nproc=nproc, timeout=1800)

@@ -10,7 +10,6 @@ imports the same thunderviz as this process (see ``_kernel_env``).
 
 from __future__ import annotations
 
-import html
 import os
 import site
 from importlib import resources
@@ -47,11 +46,9 @@ def write_reports(reports: dict[str, Any], path: str) -> str:
     for name, report in reports.items():
         if all(report is not r for r in unique.values()):  # a loop variable holding a report already named
             unique[name] = report
-    sections = [f"<section><h2>{html.escape(n)}</h2>{r.to_html(standalone=False)}</section>" for n, r in unique.items()]
-    page = (
-        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>thunderviz demo</title></head><body>"
-        "<h1>thunderviz demo: the tutorial on 2 CPU ranks</h1>" + "\n".join(sections) + "</body></html>\n"
-    )
+    from thunderviz.render.run_report import reports_page
+
+    page = reports_page(unique, title="thunderviz demo", heading="thunderviz demo: the tutorial on 2 CPU ranks")
     Path(path).write_text(page, encoding="utf-8")
     Path(path).with_suffix(".txt").write_text(summarize(unique), encoding="utf-8")
     return path

@@ -114,8 +114,8 @@ def warm_up() -> None:
     no CUDA (``torch.cuda`` stays uninitialised until the first cell's set-up)."""
     import lightning.fabric  # noqa: F401
 
+    import thunderviz.core.capture
     import thunderviz.core.collectives
-    import thunderviz.core.traces
     import thunderviz.strategies.ddp
     import thunderviz.strategies.fsdp  # noqa: F401
 
@@ -454,8 +454,8 @@ def collect(
         return result
     _publish({PHASE_DATA_KEY: "collecting"})
     try:
+        from thunderviz.core.capture import capture
         from thunderviz.core.collectives import ledger_from_bundle
-        from thunderviz.core.traces import capture
     except ImportError as exc:
         result["problems"].append(f"the trace model is not available in this build ({exc}); traces were not captured")
         return result

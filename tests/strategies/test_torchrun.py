@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from thunderviz.launch import free_port
+from thunderviz.ranks.rendezvous import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,7 +34,7 @@ def test_strategy_by_name_under_torchrun(tmp_path, name, cls, collective):
         "--master-port",
         str(free_port()),
         "-m",
-        "tests.distributed.torchrun_job",
+        "tests.strategies.torchrun_job",
         str(tmp_path),
         name,
     ]
