@@ -206,7 +206,7 @@ def layout_ranks(identities: Mapping[int, EngineIdentity]) -> RankLayout:
     per_host = {host: sum(1 for e in ordered if e.host == host) for host in hosts}
     if len(set(per_host.values())) != 1:
         raise RankUsageError(
-            f"Every host must run the same number of engines for Fabric, got {per_host}. Start the cluster "
-            "with the same engine count per node."
+            f"Every host must run the same number of engines for Fabric, got {dict(sorted(per_host.items()))}."
+            " Start the cluster with the same engine count per node."
         )
     return RankLayout(engines=ordered, hosts=tuple(hosts), local_world_size=per_host[hosts[0]])
