@@ -163,21 +163,10 @@ print("DEVICE_CHECK", repr({{"device": str(device), "losses": losses, "facts": f
 
 
 def _execute(kc: Any, code: str, timeout: float) -> tuple[str, str]:
-    msg_id = kc.execute(code)
-    text: list[str] = []
-    deadline = time.monotonic() + timeout
-    while True:
-        msg = kc.get_iopub_msg(timeout=max(1.0, deadline - time.monotonic()))
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        if msg["msg_type"] == "stream":
-            text.append(msg["content"]["text"])
-        elif msg["msg_type"] == "error":
-            text.append("\n".join(msg["content"]["traceback"]))
-        elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-            break
-    reply = kc.get_shell_msg(timeout=30)
-    return reply["content"]["status"], "".join(text)
+    from tests.helpers.kernel import execute  # the repository root is on the path (see the end of this file)
+
+    reply, text = execute(kc, code, timeout)
+    return reply["status"], text
 
 
 def kernel_check(backend: str, device_type: str, timeout: float) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-CHROMIUM = "/usr/bin/chromium"
+from tests.helpers.browser import CHROMIUM, CHROMIUM_ARGS, chromium_missing
 
 
 def _setup(kind: str, world_size: int, model_kind: str):
@@ -236,16 +236,14 @@ def main() -> None:
         f"timeline: {len(tl.ranks)} ranks x {len(tl.steps)} steps, {n_coll} collectives, {n_ops} top-level ops; "
         f"TimelineView state {build_ms:.0f} ms in the kernel, {len(json.dumps(state)) / 1024:.0f} KiB synced"
     )
-    if not Path(CHROMIUM).exists():
+    if chromium_missing():
         print(f"browser part skipped: no {CHROMIUM}")
         return
     from playwright.sync_api import sync_playwright
 
     times, rects = [], 0
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
-        )
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             for _ in range(args.pages):
                 page = browser.new_page(viewport={"width": 1300, "height": 900})

@@ -14,19 +14,17 @@ import argparse
 import json
 import os
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.helpers.kernel import execute  # noqa: E402 - needs the repository root on the path
 
 CELL = """%%thunder_fsdp --nproc {nproc} --backend gloo --output none
-try:
-    from thunderviz.demos.models import TinyGPT, make_batch
-except ImportError:
-    from thunderviz.demos.models import TinyGPT, make_batch
+from thunderviz.demos.models import TinyGPT, make_batch
 torch.manual_seed(0)
 model = fabric.setup(TinyGPT(n_layer=2, d_model=64, n_head=2, block_size=32, vocab_size=128))
 x, y = make_batch(batch=2, block_size=32, vocab_size=128, seed=rank, device=device)
@@ -38,27 +36,6 @@ PIDS = (
     "import json\nm = get_ipython().magics_manager.registry['ThundervizMagics']\n"
     "print('@@pids@@' + json.dumps(m.engine.rank_pids))"
 )
-
-
-def execute(kc: Any, code: str, timeout: float = 600) -> tuple[dict[str, Any], str]:
-    """Run ``code``; return the reply content and the text it printed (bounded by ``timeout``)."""
-    msg_id = kc.execute(code)
-    text = []
-    deadline = time.monotonic() + timeout
-    while True:
-        msg = kc.get_iopub_msg(timeout=max(1.0, deadline - time.monotonic()))
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        if msg["msg_type"] == "stream":
-            text.append(msg["content"]["text"])
-        elif msg["msg_type"] == "error":
-            text.append("\n".join(msg["content"]["traceback"]))
-        elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-            break
-    while True:
-        reply = kc.get_shell_msg(timeout=max(1.0, deadline - time.monotonic()))
-        if reply["parent_header"].get("msg_id") == msg_id:
-            return reply["content"], "".join(text)
 
 
 def rss_mb(pid: int) -> float:

@@ -28,7 +28,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-CHROMIUM = "/usr/bin/chromium"
+from tests.helpers.browser import CHROMIUM, CHROMIUM_ARGS, chromium_missing
 
 _PAGE_JS = """
 async ([esm, state, expandTo]) => {
@@ -124,7 +124,7 @@ def main() -> None:
     module_kb = len(state["_graphviz_js"]) / 1024
     print(f"  synced state without the Graphviz module: {state_kb:.0f} KiB; module: {module_kb:.0f} KiB")
 
-    if not Path(CHROMIUM).exists():
+    if chromium_missing():
         print(f"browser part skipped: no {CHROMIUM} (apt-get install -y chromium)")
         return
     from playwright.sync_api import sync_playwright
@@ -136,15 +136,7 @@ def main() -> None:
             executable_path=CHROMIUM,
             headless=True,
             viewport={"width": 1400, "height": 1000},
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--no-first-run",
-                "--disable-sync",
-                "--disable-dev-shm-usage",
-            ],
+            args=CHROMIUM_ARGS,
         )
         firsts, laters, expands = [], [], []
         for _ in range(args.rounds):

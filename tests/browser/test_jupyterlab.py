@@ -26,27 +26,16 @@ from typing import Any
 
 import pytest
 
+from tests.helpers.browser import CHROMIUM, CHROMIUM_ARGS, MISSING_REASON, chromium_missing
 from tests.helpers.gpt_traces import decisions_for, gpt_trace_files
 from tests.helpers.timeline_runs import recorded
 
-CHROMIUM = "/usr/bin/chromium"
 HERE = Path(__file__).parent
 REPO = HERE.parent.parent
 SHOTS = REPO / "test-output" / "browser"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-    "--disable-sync",
-    "--disable-dev-shm-usage",
-]
 
 pytestmark = [
-    pytest.mark.skipif(
-        not Path(CHROMIUM).exists(), reason=f"needs Debian's chromium at {CHROMIUM} (apt-get install -y chromium)"
-    ),
+    pytest.mark.skipif(chromium_missing(), reason=MISSING_REASON),
     pytest.mark.timeout(420),
 ]
 

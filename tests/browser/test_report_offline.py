@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
 
 from tests.helpers import trace_fixtures as tf
+from tests.helpers.browser import CHROMIUM, CHROMIUM_ARGS, MISSING_REASON, chromium_missing
 from thunderviz.render.graph import dot_available
 from thunderviz.render.html import render_html
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(
-    CHROMIUM is None or not dot_available(), reason="needs Debian chromium and the Graphviz `dot` binary"
+    chromium_missing() or not dot_available(), reason=f"{MISSING_REASON}; and the Graphviz `dot` binary"
 )
 
 
@@ -23,14 +21,7 @@ def test_offline_report_renders_and_a_click_opens_the_blocks_ops(tmp_path):
     with playwright.sync_playwright() as p:
         browser = p.chromium.launch(
             executable_path=CHROMIUM,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--no-first-run",
-                "--disable-sync",
-            ],
+            args=CHROMIUM_ARGS,
         )
         try:
             page = browser.new_context(offline=True).new_page()

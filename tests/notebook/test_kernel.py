@@ -10,36 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.kernel import execute as _execute
+from tests.helpers.kernel import reply_to as _reply_to
 from thunderviz.ranks.watchdog import tagged_processes
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _execute(kc, code: str, timeout: float = 240) -> tuple[dict, str]:
-    msg_id = kc.execute(code)
-    text = []
-    deadline = time.monotonic() + timeout
-    while True:
-        msg = kc.get_iopub_msg(timeout=max(1.0, deadline - time.monotonic()))
-        if msg["parent_header"].get("msg_id") != msg_id:
-            continue
-        if msg["msg_type"] == "stream":
-            text.append(msg["content"]["text"])
-        elif msg["msg_type"] == "error":
-            text.append("\n".join(msg["content"]["traceback"]))
-        elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
-            break
-    return _reply_to(kc, msg_id)["content"], "".join(text)
-
-
-def _reply_to(kc, msg_id: str, timeout: float = 30) -> dict:
-    """The shell reply to ``msg_id``; skips stray replies (``wait_for_ready`` may send several kernel_info requests
-    to a slow kernel and read only one answer)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        reply = kc.get_shell_msg(timeout=max(0.1, deadline - time.monotonic()))
-        if reply["parent_header"].get("msg_id") == msg_id:
-            return reply
 
 
 def _pool_tag(kc) -> str:

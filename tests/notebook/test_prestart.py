@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.notebook.test_kernel import _execute
+from tests.helpers.kernel import execute as _execute
 from thunderviz.ranks.watchdog import tagged_processes
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers.browser import CHROMIUM, CHROMIUM_ARGS, MISSING_REASON, chromium_missing
 from tests.helpers.timeline_runs import recorded
 from thunderviz.core.timeline import load
 from thunderviz.notebook.timeline_widget import TimelineView
 
-CHROMIUM = "/usr/bin/chromium"
 SHOTS = Path(__file__).resolve().parents[2] / "test-output" / "browser"
 pytestmark = pytest.mark.timeout(600)
 
@@ -82,7 +82,7 @@ def test_static_picture_and_stable_text_ride_along(view):
     assert "<script" not in bundle["text/html"]
 
 
-@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"needs Debian's chromium at {CHROMIUM}")
+@pytest.mark.skipif(chromium_missing(), reason=MISSING_REASON)
 def test_in_chromium_lanes_per_rank_a_clicked_collective_shows_arrivals_and_the_slow_rank(view):
     from playwright.sync_api import sync_playwright
 
@@ -90,9 +90,7 @@ def test_in_chromium_lanes_per_rank_a_clicked_collective_shows_arrivals_and_the_
     state = json.loads(json.dumps({k: v for k, v in view.get_state().items() if not k.startswith("_")}))
     worst = view.data["worst"]
     with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
-        )
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             page = browser.new_context(offline=True, viewport={"width": 1300, "height": 900}).new_page()
             errors: list[str] = []

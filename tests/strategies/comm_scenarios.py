@@ -14,6 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from tests.strategies.scenarios import collective_counts
+
 STEPS = 3
 LR = 0.1
 
@@ -86,23 +88,6 @@ def _reference(variant: str, world: int) -> dict[str, Any]:
     return {"losses": losses, "grads": grads, "params": {n: p.detach().clone() for n, p in model.named_parameters()}}
 
 
-def _collective_counts(trace: Any) -> dict[str, int]:
-    from thunder.executors import torchex
-
-    ids = {
-        torchex.all_gather_prim_impl.id: "all_gather",
-        torchex.reduce_scatter_prim_impl.id: "reduce_scatter",
-        torchex.all_reduce_prim_impl.id: "all_reduce",
-        torchex.wait_prim_impl.id: "wait",
-    }
-    counts: dict[str, int] = {}
-    for bsym in trace.bound_symbols:
-        kind = ids.get(bsym.sym.id)
-        if kind:
-            counts[kind] = counts.get(kind, 0) + 1
-    return counts
-
-
 def _weight_derived(trace: Any, gathered: set[str]) -> set[str]:
     """Names computed from nothing but ``gathered`` tensors (the unsharded weights themselves, views, transposes)."""
     derived = set(gathered)
@@ -128,8 +113,8 @@ def _trace_facts(traced: Any) -> dict[str, Any]:
     first_wait = min((b.wait_index for b in reductions), default=len(bw.bound_symbols))
     return {
         "after_first_reduction_wait": sorted({b.sym.name for b in bw.bound_symbols[first_wait:]}),
-        "forward_collectives": _collective_counts(fw),
-        "backward_collectives": _collective_counts(bw),
+        "forward_collectives": collective_counts(fw),
+        "backward_collectives": collective_counts(bw),
         "buckets": buckets,
         "saved": saved,
         "saved_from_resharded_weights": sorted(n for n, *_ in saved if n in derived),

@@ -128,7 +128,8 @@ def _reference(model_name: str, world: int, clip: str | None = None, meta: bool 
     }
 
 
-def _collectives(trace: Any) -> dict[str, int]:
+def collective_counts(trace: Any) -> dict[str, int]:
+    """Collectives in an executed thunder trace, counted independently of thunderviz's own ledger."""
     from thunder.executors import torchex
 
     ids = {
@@ -229,8 +230,8 @@ def train(
         "grads": grads,
         "params": params,
         "ref": ref,
-        "forward_collectives": _collectives(fw),
-        "backward_collectives": _collectives(bw),
+        "forward_collectives": collective_counts(fw),
+        "backward_collectives": collective_counts(bw),
         "decisions": [d.to_dict() for d in strategy.decisions],
         "local_shapes": {n: tuple(p.shape) for n, p in inner.named_parameters()},
     }
@@ -400,8 +401,8 @@ def two_models_one_function(rank: int, world: int, kind: str) -> dict[str, Any]:
     return {
         "got": got,
         "expected": expected,
-        "forward_collectives": _collectives(thunder.last_traces(step)[-1]),
-        "backward_collectives": _collectives(thunder.last_backward_traces(step)[-1]),
+        "forward_collectives": collective_counts(thunder.last_traces(step)[-1]),
+        "backward_collectives": collective_counts(thunder.last_backward_traces(step)[-1]),
     }
 
 

@@ -30,16 +30,16 @@ and after recording, a few rendezvous (all_reduce of one number) bracket a commo
 from __future__ import annotations
 
 import contextlib
-import gc
 import itertools
 import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import TracebackType
 from typing import Any, Self
 
+from thunderviz.core.gc_pause import no_gc_pauses
 from thunderviz.core.timeline import RankTimeline, save
 from thunderviz.core.timeline_build import (
     MARK,
@@ -225,7 +225,7 @@ class TimelineRecorder:
         if not self._stopped:
             raise RuntimeError("TimelineRecorder.build(): call stop() first (or use the recorder as a `with` block)")
         if self.result is None:
-            with _no_gc_pauses():
+            with no_gc_pauses():
                 self.result = self._build(failed=self._failed, bundles=bundles or {})
         return self.result
 
@@ -518,20 +518,6 @@ class TimelineRecorder:
                 info.problem = f"{type(e).__name__}: {e}"
             out[n] = info
         return out
-
-
-@contextlib.contextmanager
-def _no_gc_pauses() -> Iterator[None]:
-    """Building a timeline makes ~15k small objects per recorded step and no reference cycles; in a rank that
-    holds thunder's traces, each full collection they trigger walks everything (measured: 0.7-1.0 s of a 1.1-1.6 s
-    build of 6 steps). So the cyclic collector is off while building, and back on after."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _given_bundle(module: Any, bundles: Mapping[int, Any]) -> Any:

@@ -25,16 +25,15 @@ misread the new files.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
 import json
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from thunderviz.core.buckets import BUCKET_KINDS, Bucket
+from thunderviz.core.gc_pause import no_gc_pauses
 from thunderviz.core.trace_model import (
     COLLECTIVE_KINDS,
     TENSOR_KINDS,
@@ -359,21 +358,8 @@ def load(path: str | os.PathLike[str], *, max_bytes: int | None = None) -> list[
         raise TypeError(f"load(path): expected a file path, got {type(path).__name__}")
     where = os.fsdecode(path)
     cap = _max_bytes_default() if max_bytes is None else max_bytes
-    with _no_gc_pauses():
+    with no_gc_pauses():
         return _load(where, cap)
-
-
-@contextlib.contextmanager
-def _no_gc_pauses() -> Iterator[None]:
-    """Reading builds many small objects and no reference cycles: the cyclic collector would run dozens of times
-    for nothing (half of the load time on a 3 MiB file). Switched off while reading, back on after."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _load(where: str, cap: int) -> list[TraceBundle]:

@@ -12,9 +12,6 @@ and a stable ``text/plain`` for nbval.
 
 from __future__ import annotations
 
-import contextlib
-import gc
-from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -22,6 +19,7 @@ from typing import Any
 import anywidget
 import traitlets as t
 
+from thunderviz.core.gc_pause import no_gc_pauses
 from thunderviz.core.timeline import Timeline
 from thunderviz.core.timeline_analysis import union
 from thunderviz.render.timeline_svg import COLOURS, timeline_html
@@ -131,19 +129,6 @@ def view_data(timeline: Timeline) -> dict[str, Any]:
     }
 
 
-@contextlib.contextmanager
-def _no_gc_pauses() -> Iterator[None]:
-    """The view's state is ~100k small lists and numbers with no reference cycles; in a kernel that imported torch
-    and thunder, the full collections they trigger took about half of building it. Off while building."""
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
-
-
 def _coarse(intervals: list[tuple[float, float]], gap: float) -> list[tuple[float, float]]:
     """Busy intervals with gaps under ``gap`` microseconds closed: 10x fewer rectangles, same picture."""
     out: list[list[float]] = []
@@ -184,7 +169,7 @@ class TimelineView(anywidget.AnyWidget):
         self._timeline = timeline
         super().__init__(_esm=_static("timeline.js"), _css=_static("timeline.css"), **kwargs)
         steps = timeline.steps
-        with self.hold_sync(), _no_gc_pauses():
+        with self.hold_sync(), no_gc_pauses():
             self.title = (
                 f"{timeline.name + ': ' if timeline.name else ''}{len(timeline.ranks)} ranks, {len(steps)} step(s)"
             )
