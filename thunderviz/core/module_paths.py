@@ -54,6 +54,8 @@ def top_group(module: str | None) -> str:
 def assign_modules(forward: TraceSnapshot, backward: TraceSnapshot | None = None) -> None:
     """Set ``op.module`` on every op of ``forward`` (and ``backward``, using what forward taught us)."""
     origin = {name: module_of_param(q) for name, q in forward.param_names.items()}
+    if origin:
+        origin.update(_bucket_origins(forward))
     if not origin:
         _assign_by_source(forward)
         if backward is not None:
@@ -72,7 +74,22 @@ def assign_modules(forward: TraceSnapshot, backward: TraceSnapshot | None = None
                 returns[grad_name] = module_of_param(forward.param_names[arg_name])
     # Names are shared between forward and backward (saved tensors keep theirs), so what forward learned about
     # parameter-derived values and activations carries over.
-    _assign_by_dataflow(backward, dict(origin), dict(act), returns, carried=set(act))
+    _assign_by_dataflow(backward, {**origin, **_bucket_origins(backward)}, dict(act), returns, carried=set(act))
+
+
+def _bucket_origins(snap: TraceSnapshot) -> dict[str, str]:
+    """Each unsharded parameter a bucketed all_gather unpacks, named by its own module.
+
+    Why: a bucket packs many parameters' shards into one buffer, so by data flow alone every op downstream of the
+    unpack would read "the last parameter packed" (a whole GPT landed on ``wte`` and ``lm_head``). The bucket knows
+    which unpacked tensor is which parameter; that is the same fact ``param_names`` gives for an unbucketed gather.
+    """
+    out: dict[str, str] = {}
+    for b in snap.buckets:
+        if b.kind == "all_gather" and len(b.results) == len(b.params):
+            for result, param in zip(b.results, b.params, strict=True):
+                out[result] = module_of_param(param)
+    return out
 
 
 def _assign_by_dataflow(
