@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers import trace_fixtures as tf
-from thunderviz.core.module_paths import module_of_param, top_group
+from thunderviz.core.buckets import Bucket
+from thunderviz.core.module_paths import assign_modules, module_of_param, top_group
+from thunderviz.core.trace_model import OpRecord, TensorRef, TraceSnapshot
 
 
 @pytest.mark.parametrize(("qual", "module"), [("blocks.0.attn_qkv.weight", "blocks.0.attn_qkv"), ("bias", "(root)")])
@@ -57,3 +59,61 @@ def test_ops_are_attributed_to_modules_in_forward_and_backward():
         if not op.is_bookkeeping and g.startswith("blocks") and g not in order:
             order.append(g)
     assert order == ["blocks.1", "blocks.0"]
+
+
+def _t(name: str, kind: str = "tensor") -> TensorRef:
+    return TensorRef(name=name, kind=kind, shape=(4,), dtype="float32", device="cpu")
+
+
+def _snap(label: str, specs: list[tuple[str, list[str], list[str]]], **kw: object) -> TraceSnapshot:
+    """Ops from (op, input names, output names); edges follow the names, as thunder's producer map does."""
+    ops, producer, edges = [], {}, []
+    for i, (op, ins, outs) in enumerate(specs):
+        ops.append(OpRecord(i, op, op, tuple(_t(n) for n in ins), tuple(_t(n) for n in outs)))
+        edges += [(producer[n], i, n) for n in ins if n in producer]
+        producer.update(dict.fromkeys(outs, i))
+    return TraceSnapshot(label=label, ops=ops, edges=edges, **kw)
+
+
+def test_a_bucket_names_each_unpacked_parameter_and_each_sent_gradient_by_its_own_module():
+    """One bucket holds a block's weight and the embedding: downstream ops follow each parameter, not the bucket."""
+    params = ["blocks.0.fc.weight", "wte.weight"]
+    gather = Bucket("all_gather", "forward", "(root)", params, 32, "float32", 1, 2, ["p_fc", "p_wte"], ["fc", "wte"])
+    forward = _snap(
+        "forward",
+        [
+            ("unpack_trivial", [], ["p_fc", "p_wte", "x"]),
+            ("thunderviz_pack_for_all_gather", ["p_fc", "p_wte"], ["buf"]),
+            ("torch_all_gather_prim_impl", ["buf"], ["fut"]),
+            ("torch_wait_prim_impl", ["fut"], ["full"]),
+            ("thunderviz_unpack_all_gather", ["full"], ["fc", "wte"]),
+            ("embedding", ["x", "wte"], ["h"]),
+            ("linear", ["h", "fc"], ["y"]),
+            ("python_return", ["y"], []),
+        ],
+        arg_names=["p_fc", "p_wte", "x"],
+        param_names={"p_fc": params[0], "p_wte": params[1]},
+    )
+    reduce = Bucket(
+        "reduce_scatter", "backward", "(root)", params, 32, "float32", 5, 6, ["g_fc", "g_wte"], ["r_fc", "r_wte"]
+    )
+    backward = _snap(
+        "backward",
+        [
+            ("unpack_trivial", [], ["h", "fc", "dy"]),
+            ("matmul", ["dy", "fc"], ["dh"]),
+            ("matmul", ["dy", "h"], ["g_fc"]),
+            ("embedding_backward", ["dh"], ["g_wte"]),
+            ("thunderviz_pack_for_reduce_scatter", ["g_fc", "g_wte"], ["gbuf"]),
+            ("torch_reduce_scatter_prim_impl", ["gbuf"], ["gfut"]),
+            ("torch_wait_prim_impl", ["gfut"], ["gred"]),
+            ("thunderviz_unpack_views", ["gred"], ["r_fc", "r_wte"]),
+            ("python_return", ["r_fc", "r_wte"], []),
+        ],
+        return_names=["r_fc", "r_wte", None],
+        buckets=[reduce],
+    )
+    forward.buckets = [gather]
+    assign_modules(forward, backward)
+    assert [forward.ops[i].module for i in (5, 6)] == ["wte", "blocks.0.fc"]
+    assert [backward.ops[i].module for i in (2, 3)] == ["blocks.0.fc", "wte"]  # each gradient its own module

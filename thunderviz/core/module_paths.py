@@ -72,9 +72,27 @@ def assign_modules(forward: TraceSnapshot, backward: TraceSnapshot | None = None
         for grad_name, arg_name in zip(backward.return_names, forward.arg_names, strict=True):
             if grad_name and arg_name in forward.param_names:
                 returns[grad_name] = module_of_param(forward.param_names[arg_name])
+    returns = _unbucketed_returns(backward, returns)
     # Names are shared between forward and backward (saved tensors keep theirs), so what forward learned about
     # parameter-derived values and activations carries over.
     _assign_by_dataflow(backward, {**origin, **_bucket_origins(backward)}, dict(act), returns, carried=set(act))
+
+
+def _unbucketed_returns(backward: TraceSnapshot, returns: dict[str, str]) -> dict[str, str]:
+    """Gradient chains start at what each bucket sends, not at what it returns.
+
+    Why: a bucketed reduction's returned gradients are views of one reduced buffer whose producer reads every
+    gradient of the bucket, so walking up from the first returned gradient claimed the whole backward for that one
+    parameter's module. The gradient a parameter contributes to the bucket (``sends``) is its own.
+    """
+    out = dict(returns)
+    for b in backward.buckets:
+        if b.kind in ("reduce_scatter", "all_reduce") and len(b.sends) == len(b.params):
+            for result in b.results:
+                out.pop(result, None)
+            for send, param in zip(b.sends, b.params, strict=True):
+                out[send] = module_of_param(param)
+    return out
 
 
 def _bucket_origins(snap: TraceSnapshot) -> dict[str, str]:
