@@ -10,7 +10,7 @@ import torch
 from lightning.fabric import Fabric
 
 import thunderviz  # noqa: F401 - registers the "thunder_fsdp" / "thunder_ddp" names
-from tests.strategies.scenarios import MLP, _collectives, loss_fn
+from tests.strategies.scenarios import MLP, collective_counts, loss_fn
 
 
 def main(out_dir: str, strategy: str) -> None:
@@ -35,7 +35,7 @@ def main(out_dir: str, strategy: str) -> None:
         "strategy": type(fabric.strategy).__name__,
         "mean_loss": float(fabric.all_reduce(loss.detach())),
         "expected_loss": float(expected),
-        "backward_collectives": _collectives(trace),
+        "backward_collectives": collective_counts(trace),
         "decision": fabric.strategy.decisions[-1].case,
     }
     with open(os.path.join(out_dir, f"rank-{fabric.global_rank}.json"), "w") as f:
