@@ -3,6 +3,7 @@ events, hardened loading, and the recorder's handling of bad input in this proce
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from thunderviz.core.profiling import record_timeline
 from thunderviz.core.timeline import CollectiveEvent, RankTimeline, Region, Timeline, align_clocks, load, save
-from thunderviz.core.timeline_analysis import intersect, subtract, total, union
+from thunderviz.core.timeline_analysis import close_gaps, intersect, subtract, total, union
 from thunderviz.core.timeline_build import (
     CollectiveMeta,
     ModuleInfo,
@@ -66,6 +67,9 @@ def test_interval_arithmetic_matches_sets_of_points(a, b):
     assert _points(ua) == _points(a) and total(ua) == len(_points(a))
     assert _points(intersect(ua, ub)) == _points(a) & _points(b)
     assert _points(subtract(ua, ub)) == _points(a) - _points(b)
+    closed = close_gaps(ua, 2.0)
+    assert _points(closed) >= _points(ua) and len(closed) <= len(ua)
+    assert all(b2 - a2 > 2.0 for (_, a2), (b2, _) in itertools.pairwise(closed))  # every gap left is wider than 2
 
 
 # ---------------------------------------------------------------------------------------------- build rules

@@ -33,6 +33,7 @@ __all__ = [
     "RankBreakdown",
     "Straggler",
     "TimelineAnalysis",
+    "close_gaps",
     "intersect",
     "subtract",
     "total",
@@ -54,6 +55,21 @@ def union(intervals: Iterable[Interval]) -> list[Interval]:
     out: list[list[float]] = []
     for a, b in sorted(i for i in intervals if i[1] > i[0]):
         if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return [(a, b) for a, b in out]
+
+
+def close_gaps(xs: Sequence[Interval], gap: float) -> list[Interval]:
+    """Sorted, disjoint intervals with every gap of at most ``gap`` closed.
+
+    For drawing: at a picture's resolution a gap narrower than a pixel is invisible, and closing it gives about
+    10x fewer rectangles for the same picture (the widget and the static SVG both draw busy time this way).
+    """
+    out: list[list[float]] = []
+    for a, b in xs:
+        if out and a - out[-1][1] <= gap:
             out[-1][1] = max(out[-1][1], b)
         else:
             out.append([a, b])

@@ -17,7 +17,7 @@ import re
 from typing import Any
 
 from thunderviz.core.timeline import Timeline
-from thunderviz.core.timeline_analysis import union
+from thunderviz.core.timeline_analysis import close_gaps, union
 
 __all__ = ["COLOURS", "graph_colours", "timeline_html", "timeline_svg"]
 
@@ -136,7 +136,7 @@ def timeline_svg(timeline: Timeline, *, width: int = 960, t0: float | None = Non
             parts.append(rect(r.start, r.end, y + 1, _ROW_H - 2, c.get(r.kind, c["group"]), c["group_border"], title))
         # main thread: busy (merged at this resolution), collective blocking on top
         row = y + _ROW_H
-        busy = _merge(union(t.ops.intervals(0)), res)
+        busy = close_gaps(union(t.ops.intervals(0)), res)
         for a, b in busy:
             parts.append(rect(a, b, row + 2, _ROW_H - 4, c["op"]))
         for col in t.collectives:
@@ -159,7 +159,7 @@ def timeline_svg(timeline: Timeline, *, width: int = 960, t0: float | None = Non
         # title each made a 1 MB picture.)
         row = y + 2 * _ROW_H
         spans = [(k.start, k.end) for k in t.collectives if k.start is not None and k.end is not None]
-        for a, b in _merge(union(spans), res):
+        for a, b in close_gaps(union(spans), res):
             parts.append(rect(a, b, row + 3, _ROW_H - 6, c["collective"]))
         wide = [k for k in t.collectives if k.start is not None and k.end is not None and k.end - k.start >= 2 * res]
         for col in sorted(wide, key=lambda k: -(k.end - k.start)):
@@ -179,16 +179,6 @@ def timeline_svg(timeline: Timeline, *, width: int = 960, t0: float | None = Non
         y += rank_h + _GAP
     parts.append("</svg>")
     return "".join(p for p in parts if p)
-
-
-def _merge(intervals: list[tuple[float, float]], gap: float) -> list[tuple[float, float]]:
-    out: list[list[float]] = []
-    for a, b in intervals:
-        if out and a - out[-1][1] <= gap:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return [(a, b) for a, b in out]
 
 
 def _nice_step(ms: float) -> float:
