@@ -86,6 +86,21 @@ def _problems(name: str, facts: dict[str, Any], losses: list[float], device_type
     return out
 
 
+def three_steps(fabric: Any, model: Any, opt: Any, x: Any, y: Any) -> list[float]:
+    """The training the check runs on every path (a strategy job and the notebook cell alike); returns the losses."""
+    import torch
+
+    losses = []
+    for _ in range(3):
+        logits = model(x)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        opt.zero_grad()
+        fabric.backward(loss)
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses
+
+
 def strategies_job(rank: int, world: int, device_type: str) -> list[dict[str, Any]]:
     """Runs in a fresh rank process: each strategy variant, two steps, facts and problems."""
     import thunder
@@ -114,14 +129,7 @@ def strategies_job(rank: int, world: int, device_type: str) -> list[dict[str, An
         model = fabric.setup_module(TinyGPT(n_layer=2, d_model=64, n_head=4))
         opt = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=0.5))
         x, y = make_batch(batch=4, block_size=64, device=fabric.device)
-        losses = []
-        for _ in range(3):
-            logits = model(x)
-            loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-            opt.zero_grad()
-            fabric.backward(loss)
-            opt.step()
-            losses.append(float(loss.detach()))
+        losses = three_steps(fabric, model, opt, x, y)
         facts = _trace_facts(model._forward_module)
         rows.append(
             {
@@ -141,20 +149,13 @@ _CELL = """\
 %%thunder_fsdp --nproc 1 --backend {backend} --sharding zero3 --bucketing block --name device_report
 import sys
 sys.path.insert(0, {bench!r})
-from device_check import _trace_facts, _problems
+from device_check import _problems, _trace_facts, three_steps
 from thunderviz.demos.models import TinyGPT, make_batch
 torch.manual_seed(0)
 model = fabric.setup_module({model})
 opt = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=0.5))
 x, y = make_batch(batch=4, block_size=64, device=device)
-losses = []
-for _ in range(3):
-    logits = model(x)
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
-    opt.zero_grad()
-    fabric.backward(loss)
-    opt.step()
-    losses.append(float(loss.detach()))
+losses = three_steps(fabric, model, opt, x, y)
 facts = _trace_facts(model._forward_module)
 nvfuser = thunder.extend.get_executor("nvfuser") is not None
 problems = _problems("%%thunder_fsdp ZERO3 BLOCK", facts, losses, {device_type!r}, nvfuser)
