@@ -95,7 +95,7 @@ def _memory_facts(jitted: Any) -> dict[str, int]:
     """What forward saves for backward, and thunder's peak-memory estimates of the executed traces, in bytes."""
     import thunder
 
-    from thunderviz.core import thunder_hooks as hooks
+    from thunderviz.thunder import hooks
 
     fw, bw = thunder.last_traces(jitted)[-1], thunder.last_backward_traces(jitted)[-1]
     saved = hooks.saved_for_backward(fw)
@@ -111,7 +111,7 @@ def _schedule(jitted: Any) -> list[str]:
     """Where each bucket's collective is issued and waited for: the overlap evidence, in non-bookkeeping ops."""
     import thunder
 
-    from thunderviz.core import thunder_hooks as hooks
+    from thunderviz.thunder import hooks
 
     skip = {"python_del", "clear_mutable_collection", "unpack_trivial", "unpack_sequence", "python_return"}
     out = []

@@ -33,7 +33,7 @@ def _trace_facts(jitted: Any) -> dict[str, Any]:
     from thunder.core.proxies import TensorProxy
     from thunder.executors import torchex
 
-    from thunderviz.core import thunder_hooks as hooks
+    from thunderviz.thunder import hooks
 
     kinds = {
         torchex.all_gather_prim_impl.id: "all_gather",

@@ -66,7 +66,7 @@ def overhead(rank: int, world_size: int, kind: str, rounds: int, steps: int, mod
     import torch.distributed as dist
     from torch.profiler import ProfilerActivity, profile
 
-    from thunderviz.core.profiling import record_timeline
+    from thunderviz.timeline.record import record_timeline
 
     fabric, step = _setup(kind, world_size, model_kind)
     for i in range(3):
@@ -147,7 +147,7 @@ def cell_cost(cells: int, steps: int, model_kind: str) -> dict[str, list[float]]
 
 
 def record20(rank: int, world_size: int, out_dir: str, model_kind: str) -> str:
-    from thunderviz.core.profiling import record_timeline
+    from thunderviz.timeline.record import record_timeline
 
     fabric, step = _setup("fsdp", world_size, model_kind)
     with record_timeline(steps=20, fabric=fabric, name="gpt-fsdp 20 steps") as rec:
@@ -222,8 +222,8 @@ def main() -> None:
         return
     out_dir = tempfile.mkdtemp(prefix="thunderviz-bench-timeline-")
     paths = run_ranks(record20, out_dir, args.model, nproc=2, timeout=3600)
-    from thunderviz.core.timeline import load
     from thunderviz.notebook.timeline_widget import TimelineView
+    from thunderviz.timeline import load
 
     tl = load(*paths)
     t0 = time.perf_counter()

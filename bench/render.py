@@ -42,9 +42,9 @@ def _train_step_and_bench(rank: int, world_size: int, cap: float, out_dir: str, 
         return None
     from thunder.examine import make_trace_dot
 
-    from thunderviz.core.capture import capture
-    from thunderviz.core.trace_file import load, save
     from thunderviz.render.graph import graph_view, render_dot
+    from thunderviz.thunder.capture import capture
+    from thunderviz.trace.file import load, save
 
     traces = thunder.last_backward_traces(jm) if which == "backward" else thunder.last_traces(jm)
     trace = traces[-1]

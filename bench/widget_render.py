@@ -88,10 +88,10 @@ def main() -> None:
     else:
         files = write_gpt_traces(tempfile.mkdtemp(prefix="thunderviz-bench-"))
 
-    from thunderviz.core.trace_file import load
     from thunderviz.notebook.compare import compare
     from thunderviz.notebook.widgets import TraceView
     from thunderviz.render.graph import dot_available
+    from thunderviz.trace.file import load
 
     fsdp = [b for f in files["fsdp"] for b in load(f)]
     ddp = [b for f in files["ddp"] for b in load(f)]

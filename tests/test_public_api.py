@@ -78,3 +78,15 @@ def test_import_thunderviz_imports_no_heavy_dependency() -> None:
     code = f"import sys, thunderviz; print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_paths_documented_before_the_core_split_still_import():
+    """Scripts written against ``thunderviz.core.diff`` / ``thunderviz.core.timeline`` keep working."""
+    from thunderviz.core.diff import collective_changes
+    from thunderviz.core.timeline import Timeline, load
+    from thunderviz.timeline import Timeline as NewTimeline
+    from thunderviz.timeline import load as new_load
+    from thunderviz.trace.diff import collective_changes as new_changes
+
+    assert (collective_changes, Timeline, load) == (new_changes, NewTimeline, new_load)
+    assert thunderviz.collective_changes is new_changes

@@ -29,16 +29,17 @@ __version__ = "0.1.0"
 _LAZY: dict[str, str] = {
     "ThunderDDPStrategy": "thunderviz.strategies",
     "ThunderFSDPStrategy": "thunderviz.strategies",
-    "TraceBundle": "thunderviz.core.trace_model",
+    "TraceBundle": "thunderviz.trace.model",
     "TimelineView": "thunderviz.notebook.timeline_widget",
     "TraceView": "thunderviz.notebook.widgets",
-    "capture": "thunderviz.core.capture",
+    "capture": "thunderviz.thunder.capture",
+    "collective_changes": "thunderviz.trace.diff",
     "compare": "thunderviz.notebook.compare",
-    "load": "thunderviz.core.trace_file",
-    "record_timeline": "thunderviz.core.profiling",
+    "load": "thunderviz.trace.file",
+    "record_timeline": "thunderviz.timeline.record",
     "render_html": "thunderviz.render.html",
     "run_ranks": "thunderviz.ranks.spawn",
-    "save": "thunderviz.core.trace_file",
+    "save": "thunderviz.trace.file",
 }
 
 __all__ = [
@@ -54,6 +55,7 @@ __all__ = [
     "TraceView",
     "UnsupportedThunderError",
     "capture",
+    "collective_changes",
     "compare",
     "load",
     "load_ipython_extension",

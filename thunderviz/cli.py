@@ -48,8 +48,8 @@ def _add_render_arguments(p: argparse.ArgumentParser) -> None:
 
 def _run_render(args: argparse.Namespace) -> int:
     # Only the trace model, its file format and the renderer: no torch, lightning or thunder (bench/cli_start.py).
-    from thunderviz.core.trace_file import load
     from thunderviz.render.html import render_html
+    from thunderviz.trace.file import load
 
     if not args.traces and not args.timeline:
         print("thunderviz render: give trace files, --timeline files (one per rank), or both", file=sys.stderr)
@@ -59,7 +59,7 @@ def _run_render(args: argparse.Namespace) -> int:
         bundles.extend(load(path))
     timeline = None
     if args.timeline:
-        from thunderviz.core.timeline import load as load_timeline
+        from thunderviz.timeline import load as load_timeline
 
         timeline = load_timeline(*args.timeline)
     title = args.title or "thunderviz: " + ", ".join(p.name for p in [*args.traces, *args.timeline])

@@ -79,10 +79,10 @@ class Lab:
 
 def _expected(files: dict[str, list[str]], timeline_run: dict[str, list[str]]) -> dict[str, Any]:
     """The values the DOM must show, computed with the same widget classes from the same trace files."""
-    from thunderviz.core.timeline import load
     from thunderviz.notebook.compare import compare
     from thunderviz.notebook.timeline_widget import TimelineView
     from thunderviz.notebook.widgets import TraceView
+    from thunderviz.timeline import load
 
     view = TraceView(files["fsdp"], trace="backward")
     pane = view.panes[0]

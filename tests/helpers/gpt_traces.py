@@ -24,9 +24,9 @@ def capture_gpt_on_rank(rank: int, world_size: int, out_dir: str, kinds: tuple[s
     from lightning.fabric import Fabric
 
     from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
-    from thunderviz.core.capture import capture
-    from thunderviz.core.trace_file import save
     from thunderviz.demos.models import TinyGPT, make_batch
+    from thunderviz.thunder.capture import capture
+    from thunderviz.trace.file import save
 
     paths: dict[str, str] = {}
     decisions: dict[str, Any] = {}

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from thunderviz.core.trace_file import save
-from thunderviz.core.trace_model import OpRecord, TensorRef, TraceBundle, TraceSnapshot
+from thunderviz.trace.file import save
+from thunderviz.trace.model import OpRecord, TensorRef, TraceBundle, TraceSnapshot
 
 
 def _t(name: str, shape: tuple[int, ...]) -> TensorRef:

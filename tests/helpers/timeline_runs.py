@@ -40,8 +40,8 @@ def record_fsdp(rank: int, world_size: int, out_dir: str, kind: str = "fsdp", sl
     from lightning.fabric import Fabric
 
     from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
-    from thunderviz.core.profiling import record_timeline
     from thunderviz.demos.models import TinyGPT, make_batch
+    from thunderviz.timeline.record import record_timeline
 
     strategy = ThunderFSDPStrategy() if kind == "fsdp" else ThunderDDPStrategy()
     fabric = Fabric(accelerator="cpu", devices=world_size, strategy=strategy)
@@ -66,8 +66,8 @@ def record_fsdp(rank: int, world_size: int, out_dir: str, kind: str = "fsdp", sl
     restored = all(getattr(dist, n) is f for n, f in originals.items()) and "backward" not in vars(fabric)
     path = str(Path(out_dir) / f"{kind}-rank{rank}.json")
     rec.save(path)
-    from thunderviz.core.capture import capture
-    from thunderviz.core.trace_file import save
+    from thunderviz.thunder.capture import capture
+    from thunderviz.trace.file import save
 
     traces = str(Path(out_dir) / f"{kind}-traces-rank{rank}.json")
     save(capture(model, name="TinyGPT", rank=rank, stages=False), traces)

@@ -40,9 +40,9 @@ def capture_fsdp_and_ddp(rank: int, world_size: int, out_dir: str) -> RankResult
     import torch
     import torch.distributed as dist
 
-    from thunderviz.core.capture import capture
-    from thunderviz.core.trace_file import save
     from thunderviz.demos.models import TinyGPT, make_batch
+    from thunderviz.thunder.capture import capture
+    from thunderviz.trace.file import save
 
     dist.init_process_group("gloo")
     x, y = make_batch(batch=2, block_size=MODEL_KW["block_size"], vocab_size=MODEL_KW["vocab_size"])
@@ -94,8 +94,8 @@ def _capture_cases(rank: int, world_size: int, kind: str) -> dict:
     from lightning.fabric import Fabric
 
     from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
-    from thunderviz.core.capture import capture
     from thunderviz.errors import TraceCaptureError
+    from thunderviz.thunder.capture import capture
 
     def summary(bundle) -> dict:
         ops = bundle.forward.ops + (bundle.backward.ops if bundle.backward else [])
@@ -151,15 +151,15 @@ def setup_captures() -> list[dict]:
 
 #: Small real trace files (FSDP with every stage, and DDP, of ``_Net`` on 2 ranks) kept in the repository: the
 #: property test of the file format mutates them, and loading them checks that files written earlier still open.
-SMALL_TRACE_FILES = [Path(__file__).resolve().parents[1] / "core" / "data" / f"small-rank{r}.json" for r in range(2)]
+SMALL_TRACE_FILES = [Path(__file__).resolve().parents[1] / "trace" / "data" / f"small-rank{r}.json" for r in range(2)]
 
 
 def capture_small(rank: int, world_size: int, out_dir: str) -> str:
     from lightning.fabric import Fabric
 
     from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
-    from thunderviz.core.capture import capture
-    from thunderviz.core.trace_file import save
+    from thunderviz.thunder.capture import capture
+    from thunderviz.trace.file import save
 
     bundles = []
     for kind, cls in (("fsdp", ThunderFSDPStrategy), ("ddp", ThunderDDPStrategy)):

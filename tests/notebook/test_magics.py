@@ -53,7 +53,7 @@ def _choices(magic, flag: str) -> list[str]:
 
 
 def test_flag_choices_are_the_engines_and_the_strategys(shell) -> None:
-    from thunderviz.core.decisions import BUCKETING_STRATEGIES, SHARDING_STRATEGIES
+    from thunderviz.parallel.decisions import BUCKETING_STRATEGIES, SHARDING_STRATEGIES
     from thunderviz.ranks import BACKENDS, OUTPUT_MODES
 
     magics = _magics(shell)

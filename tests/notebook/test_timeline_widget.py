@@ -9,8 +9,8 @@ import pytest
 
 from tests.helpers.browser import CHROMIUM, CHROMIUM_ARGS, MISSING_REASON, chromium_missing
 from tests.helpers.timeline_runs import recorded
-from thunderviz.core.timeline import load
 from thunderviz.notebook.timeline_widget import TimelineView
+from thunderviz.timeline import load
 
 SHOTS = Path(__file__).resolve().parents[2] / "test-output" / "browser"
 pytestmark = pytest.mark.timeout(600)

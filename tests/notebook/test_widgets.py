@@ -19,13 +19,13 @@ import traitlets
 
 from tests.helpers import trace_fixtures as tf
 from tests.helpers.trace_scenarios import two_rank_run
-from thunderviz.core.collectives import ledger_from_bundle
-from thunderviz.core.diff import diff_traces
-from thunderviz.core.trace_model import TraceBundle
 from thunderviz.notebook import viewdata as vd
 from thunderviz.notebook.compare import compare
 from thunderviz.notebook.widgets import CompareView, RankStatus, TraceView
 from thunderviz.render.graph import dot_available, group_ops
+from thunderviz.trace.diff import diff_traces
+from thunderviz.trace.ledger import ledger_from_bundle
+from thunderviz.trace.model import TraceBundle
 
 pytestmark = pytest.mark.timeout(600)
 

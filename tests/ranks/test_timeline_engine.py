@@ -11,9 +11,9 @@ import json
 import psutil
 import pytest
 
-from thunderviz.core.timeline import NoTimelineError
 from thunderviz.ranks import CellError, RankEngine, StrategySpec
 from thunderviz.ranks.timeline_rank import NO_STEP_PROBLEM
+from thunderviz.timeline.model import NoTimelineError
 
 pytestmark = pytest.mark.timeout(400)
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from thunderviz.core.timeline import NoTimelineError, RankTimeline, Region
 from thunderviz.ranks import RunReport
 from thunderviz.ranks.protocol import CellConfig
 from thunderviz.ranks.timeline_rank import (
@@ -16,6 +15,7 @@ from thunderviz.ranks.timeline_rank import (
     start_cell_recording,
     stop_cell_recording,
 )
+from thunderviz.timeline.model import NoTimelineError, RankTimeline, Region
 
 
 def _train(steps: int) -> None:

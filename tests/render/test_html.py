@@ -10,13 +10,13 @@ from tests.helpers import trace_fixtures as tf
 from tests.helpers.trace_fixtures import EVIL, hostile_bundle
 from tests.helpers.trace_scenarios import two_rank_run
 from thunderviz.cli import main
-from thunderviz.core.collectives import ledger_from_bundle
-from thunderviz.core.trace_file import save
 from thunderviz.ranks.report import RunReport
 from thunderviz.render.graph import dot_available
 from thunderviz.render.html import Report, render_html
 from thunderviz.render.markup import DECISION_COLUMNS, decisions_table, escape, page, table
 from thunderviz.render.run_report import reports_page, run_report_html
+from thunderviz.trace.file import save
+from thunderviz.trace.ledger import ledger_from_bundle
 
 needs_dot = pytest.mark.skipif(not dot_available(), reason="Graphviz `dot` binary not installed")
 
@@ -59,7 +59,7 @@ def test_cli_render_writes_a_report_and_reports_bad_input(tmp_path, capsys):
     bad.write_text("[]")
     assert main(["render", str(bad), "--out", str(tmp_path / "x.html")]) == 1
     err = capsys.readouterr().err
-    assert "thunderviz render:" in err and "bad.json" in err and "thunderviz.core.trace_file.save" in err
+    assert "thunderviz render:" in err and "bad.json" in err and "thunderviz.trace.file.save" in err
     with pytest.raises(SystemExit):
         main(["render"])  # argparse: TRACES is required
 

@@ -7,15 +7,15 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from tests.helpers.timeline_runs import recorded
-from thunderviz.core.timeline import (
+from thunderviz.render import graph
+from thunderviz.render.timeline_svg import COLOURS, timeline_html, timeline_svg
+from thunderviz.timeline.model import (
     CollectiveEvent,
     RankTimeline,
     Region,
     Segment,
     Timeline,
 )
-from thunderviz.render import graph
-from thunderviz.render.timeline_svg import COLOURS, timeline_html, timeline_svg
 
 HOSTILE = '<script>alert("x")</script>&'
 
@@ -68,7 +68,7 @@ def test_collectives_use_the_trace_graphs_colours():
 
 @pytest.mark.timeout(600)
 def test_a_real_run_draws_one_lane_per_rank_and_names_the_straggler():
-    from thunderviz.core.timeline import load
+    from thunderviz.timeline import load
 
     tl = load(*[r.path for r in recorded("fsdp")])
     svg = timeline_svg(tl)
@@ -83,8 +83,8 @@ def test_a_real_run_draws_one_lane_per_rank_and_names_the_straggler():
 def test_saved_rank_files_open_later_in_the_offline_page(tmp_path, capsys):
     """A torchrun job's per-rank files, rendered like trace files: ``thunderviz render --timeline FILES``."""
     from thunderviz.cli import main
-    from thunderviz.core.timeline import load
     from thunderviz.render.html import render_html
+    from thunderviz.timeline import load
 
     files = [r.path for r in recorded("fsdp")]
     page = render_html([], title="t", timeline=load(*files))

@@ -76,7 +76,7 @@ def _inner(model: Any) -> nn.Module:
 
 
 def full_params(model: Any) -> dict[str, torch.Tensor]:
-    from thunderviz.core import distribute
+    from thunderviz.thunder import distribute
 
     return {n: distribute.gather_full(p.detach(), p) for n, p in _inner(model).named_parameters()}
 

@@ -1,10 +1,10 @@
 """Communication scenarios run inside real rank processes: bucketed, scheduled collectives against eager PyTorch.
 
 Each scenario sets up a model with a thunderviz strategy given the communication knobs (``sharding_strategy``,
-``bucketing_strategy``, ``bucket_size_in_mb``; the strategy attaches the plan through ``core.comm``), trains a few
-SGD steps on a different batch per rank, and returns plain data: losses, all-gathered gradients and parameters next
-to single-process eager PyTorch on the whole global batch, plus what the executed traces did (collectives, buckets
-with their issue/wait positions, what forward saved for backward, thunder's peak estimates).
+``bucketing_strategy``, ``bucket_size_in_mb``; the strategy attaches the plan through ``thunder.comm_setup``),
+trains a few SGD steps on a different batch per rank, and returns plain data: losses, all-gathered gradients and
+parameters next to single-process eager PyTorch on the whole global batch, plus what the executed traces did
+(collectives, buckets with their issue/wait positions, what forward saved for backward, thunder's peak estimates).
 """
 
 from __future__ import annotations
@@ -101,7 +101,7 @@ def _weight_derived(trace: Any, gathered: set[str]) -> set[str]:
 def _trace_facts(traced: Any) -> dict[str, Any]:
     import thunder
 
-    from thunderviz.core import thunder_hooks as hooks
+    from thunderviz.thunder import hooks
 
     fw = thunder.last_traces(traced)[-1]
     bw = thunder.last_backward_traces(traced)[-1]
@@ -134,7 +134,7 @@ def _strategy(
 
 
 def _full(p: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    from thunderviz.core import distribute
+    from thunderviz.thunder import distribute
 
     return distribute.gather_full(p, like).float()
 
@@ -153,8 +153,8 @@ def train(
     import thunder
     from lightning.fabric import Fabric
 
-    from thunderviz.core import thunder_hooks as hooks
-    from thunderviz.core.comm import unwrap_module
+    from thunderviz.thunder import hooks
+    from thunderviz.thunder.comm_setup import unwrap_module
 
     strategy = _strategy(kind, case != "function", sharding, bucketing, bucket_size_in_mb)
     fabric = Fabric(accelerator="cpu", devices=world, strategy=strategy)
@@ -215,7 +215,7 @@ def two_models_one_function(rank: int, world: int, kind: str, bucketing: str) ->
     import thunder
     from lightning.fabric import Fabric
 
-    from thunderviz.core import thunder_hooks as hooks
+    from thunderviz.thunder import hooks
 
     fabric = Fabric(accelerator="cpu", devices=world, strategy=_strategy(kind, False, bucketing=bucketing))
     fabric.launch()
@@ -242,8 +242,8 @@ def ddp_no_backward_sync(rank: int, world: int, case: str) -> dict[str, Any]:
     import thunder
     from lightning.fabric import Fabric
 
-    from thunderviz.core import thunder_hooks as hooks
-    from thunderviz.core.comm import unwrap_module
+    from thunderviz.thunder import hooks
+    from thunderviz.thunder.comm_setup import unwrap_module
 
     fabric = Fabric(accelerator="cpu", devices=world, strategy=_strategy("ddp", case != "function"))
     fabric.launch()

@@ -87,8 +87,8 @@ def _fit(fabric: Any, state: dict[str, Any], until: int, log: dict[str, list]) -
 
 
 def _full_params(model: Any) -> dict[str, torch.Tensor]:
-    from thunderviz.core import distribute
     from thunderviz.strategies.checkpoint import inner_module
+    from thunderviz.thunder import distribute
 
     return {n: distribute.gather_full(p.detach(), p) for n, p in inner_module(model._forward_module).named_parameters()}
 

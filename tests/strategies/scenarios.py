@@ -166,8 +166,7 @@ def train(
     from lightning.fabric import Fabric
 
     from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
-    from thunderviz.core import distribute
-    from thunderviz.core import thunder_hooks as hooks
+    from thunderviz.thunder import distribute, hooks
 
     jit = case != "function"
     if strategy_kind == "fsdp":
@@ -254,14 +253,14 @@ def _fabric(kind: str, **kwargs: Any) -> Any:
 
 
 def _inner(model: Any) -> nn.Module:
-    from thunderviz.core import thunder_hooks as hooks
+    from thunderviz.thunder import hooks
 
     fm = model._forward_module
     return fm._model if hooks.is_thunder_module(fm) else fm
 
 
 def _full_params(model: Any) -> dict[str, torch.Tensor]:
-    from thunderviz.core import distribute
+    from thunderviz.thunder import distribute
 
     return {n: distribute.gather_full(p.detach(), p) for n, p in _inner(model).named_parameters()}
 
@@ -349,7 +348,7 @@ def frozen_and_no_sync(rank: int, world: int, kind: str, case: str) -> dict[str,
         fabric.backward(run(mine[0]))
     fabric.backward(run(mine[1]))
     grads = {n: (p.grad is None) for n, p in _inner(model).named_parameters()}
-    from thunderviz.core import distribute
+    from thunderviz.thunder import distribute
 
     got = {n: distribute.gather_full(p.grad, p) for n, p in _inner(model).named_parameters() if p.grad is not None}
     expected_loss = sum(loss_fn(ref(x)) for x in micro) / world
@@ -392,7 +391,7 @@ def two_models_one_function(rank: int, world: int, kind: str) -> dict[str, Any]:
     xs = [torch.randn(4, 6, generator=torch.Generator().manual_seed(r)) for r in range(world)]
     fabric.backward(step(enc, head, xs[rank]))
     (sum(loss_fn(ref_head(ref_enc(x))) for x in xs) / world).backward()
-    from thunderviz.core import distribute
+    from thunderviz.thunder import distribute
 
     got = {f"enc.{n}": distribute.gather_full(p.grad, p) for n, p in enc.module.named_parameters()}
     got |= {f"head.{n}": distribute.gather_full(p.grad, p) for n, p in head.module.named_parameters()}

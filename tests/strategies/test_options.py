@@ -36,7 +36,7 @@ def test_import_thunderviz_does_not_import_thunder_or_ipython():
     import sys
 
     code = (
-        "import sys, thunderviz, thunderviz.core.decisions, thunderviz.core.trace_file, thunderviz.render.html\n"
+        "import sys, thunderviz, thunderviz.parallel.decisions, thunderviz.trace.file, thunderviz.render.html\n"
         "from lightning.fabric.strategies import STRATEGY_REGISTRY\n"
         "assert 'thunder_fsdp' in STRATEGY_REGISTRY\n"
         "print(sorted(m for m in ('thunder', 'IPython', 'ipywidgets', 'anywidget') if m in sys.modules))"
@@ -184,7 +184,7 @@ def test_meta_init_context_builds_on_meta_and_setup_moves_nothing():
 
 
 def test_fsdp_knobs_are_carried_out_not_warned_about():
-    """ZERO3 and every bucketing strategy are implemented (core.comm): no "accepted but ignored" warning is left."""
+    """ZERO3 and every bucketing strategy are implemented (thunder.comm_setup): no "accepted but ignored" warning."""
     base._warned.clear()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

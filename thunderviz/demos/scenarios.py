@@ -42,10 +42,10 @@ def run_scenarios_on_rank(rank: int, world: int, scenarios: Sequence[Scenario]) 
     import torch
     from lightning.fabric import Fabric
 
-    from thunderviz.core.capture import capture
-    from thunderviz.core.trace_file import bundle_to_dict
     from thunderviz.demos.models import TinyGPT, make_batch
     from thunderviz.strategies import ThunderDDPStrategy, ThunderFSDPStrategy
+    from thunderviz.thunder.capture import capture
+    from thunderviz.trace.file import bundle_to_dict
 
     def loss_of(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
@@ -105,9 +105,9 @@ def write_report(
     echo: Any = print,
 ) -> Path:
     """Print each decision and rank 0's collectives, check the ranks agree, and write the offline report."""
-    from thunderviz.core.collectives import find_mismatches, ledger_from_bundle
-    from thunderviz.core.trace_file import bundle_from_dict, save
     from thunderviz.render.html import render_html
+    from thunderviz.trace.file import bundle_from_dict, save
+    from thunderviz.trace.ledger import find_mismatches, ledger_from_bundle
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

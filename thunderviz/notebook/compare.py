@@ -28,7 +28,7 @@ def compare(
         name: which jitted object to take when an input holds several: one name for both, or ``(name_a, name_b)``.
 
     Returns:
-        A ``CompareView`` widget; ``.diff`` is the ``core.diff.TraceDiff``, ``.summary`` the line shown on top.
+        A ``CompareView`` widget; ``.diff`` is the ``trace.diff.TraceDiff``, ``.summary`` the line shown on top.
     """
     na, nb = name if isinstance(name, tuple) else (name, name)
     return CompareView(subject_of(a, na), subject_of(b, nb), trace=trace)

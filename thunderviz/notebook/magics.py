@@ -20,8 +20,8 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, argument_group, magic_arguments, parse_argstring
 from traitlets import Bool
 
-from thunderviz.core.decisions import BUCKETING_STRATEGIES, DEFAULT_BUCKETING_STRATEGY, SHARDING_STRATEGIES
 from thunderviz.notebook.timeline_cell import STEPS_HELP, TIMELINE_HELP, steps_arg, timeline_options
+from thunderviz.parallel.decisions import BUCKETING_STRATEGIES, DEFAULT_BUCKETING_STRATEGY, SHARDING_STRATEGIES
 from thunderviz.ranks import (
     BACKENDS,
     DEFAULT_TIMEOUT_S,

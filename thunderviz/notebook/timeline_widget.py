@@ -1,7 +1,7 @@
 """``TimelineView``: the measured per-rank timeline as an interactive widget (anywidget, one static ES module).
 
 The kernel computes everything a person reads (lanes, the straggler analysis, ledger rows, arrival tables; see
-``core.timeline_analysis``) and sends it once as plain numbers and strings; the browser (``static/timeline.js``)
+``timeline.analysis``) and sends it once as plain numbers and strings; the browser (``static/timeline.js``)
 only draws, zooms, pans and shows details, so the view is fast and the same facts are testable from Python
 (``select``, ``details``, ``show_group``). No CDN, no network.
 
@@ -19,10 +19,10 @@ from typing import Any
 import anywidget
 import traitlets as t
 
-from thunderviz.core.gc_pause import no_gc_pauses
-from thunderviz.core.timeline import Timeline
-from thunderviz.core.timeline_analysis import close_gaps, union
+from thunderviz.gc_pause import no_gc_pauses
 from thunderviz.render.timeline_svg import COLOURS, timeline_html
+from thunderviz.timeline.analysis import close_gaps, union
+from thunderviz.timeline.model import Timeline
 
 __all__ = ["TimelineView", "view_data"]
 
@@ -134,7 +134,7 @@ class TimelineView(anywidget.AnyWidget):
     blocking in yellow) and communication in flight (orange, as in the trace graph).
 
     Args:
-        timeline: a ``core.timeline.Timeline`` (``Timeline.from_ranks``, ``core.timeline.load``, or a report's
+        timeline: a ``timeline.model.Timeline`` (``Timeline.from_ranks``, ``timeline.load``, or a report's
             ``timeline``), or the ``RunReport`` of a ``--timeline`` cell.
     """
 

@@ -18,11 +18,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from thunderviz.core.collectives import Ledger, find_mismatches, ledger_from_bundle
-from thunderviz.core.diff import TraceDiff, diff_traces
-from thunderviz.core.trace_file import bundle_from_dict, load
-from thunderviz.core.trace_model import TraceBundle, TraceSnapshot
 from thunderviz.render.graph import graph_view, short_op_name
+from thunderviz.trace.diff import TraceDiff, diff_traces
+from thunderviz.trace.file import bundle_from_dict, load
+from thunderviz.trace.ledger import Ledger, find_mismatches, ledger_from_bundle
+from thunderviz.trace.model import TraceBundle, TraceSnapshot
 
 __all__ = [
     "Subject",
@@ -91,7 +91,7 @@ def subject_of(obj: Any, name: str | None = None) -> Subject:
     """Turn anything the widgets accept into a ``Subject``.
 
     Accepts a ``Subject``, a ``TraceBundle``, a ``TraceSnapshot``, a path to a file written by
-    ``core.trace_file.save``, a list of bundles and/or paths (one per rank is usual), ``render.html.Report`` and the
+    ``trace.file.save``, a list of bundles and/or paths (one per rank is usual), ``render.html.Report`` and the
     rank engine's ``RunReport`` (anything with ``bundles``; a ``RunReport`` also brings its decisions, every
     rank's ledger and memory). ``name`` picks one jitted object when the input holds several.
     """
@@ -126,7 +126,7 @@ def subject_of(obj: Any, name: str | None = None) -> Subject:
         subj.decisions = [dict(d) for d in (getattr(obj, "decisions", None) or [])]
         return subj
     raise TypeError(
-        f"thunderviz widgets show traces; got {type(obj).__name__}. Pass a TraceBundle (thunderviz.core.capture."
+        f"thunderviz widgets show traces; got {type(obj).__name__}. Pass a TraceBundle (thunderviz.thunder.capture."
         "capture(jitted)), a list of them (one per rank), a saved trace file's path, or a run report."
     )
 

@@ -309,7 +309,7 @@ class CompareView(_GraphWidget):
 
     @property
     def diff(self) -> Any:
-        """The ``core.diff.TraceDiff`` for the current trace label."""
+        """The ``trace.diff.TraceDiff`` for the current trace label."""
         return self._diff_for(self.trace)
 
     def _diff_for(self, label: str) -> Any:

@@ -114,11 +114,6 @@ def warm_up() -> None:
     no CUDA (``torch.cuda`` stays uninitialised until the first cell's set-up)."""
     import lightning.fabric  # noqa: F401
 
-    import thunderviz.core.capture
-    import thunderviz.core.collectives
-    import thunderviz.strategies.ddp
-    import thunderviz.strategies.fsdp  # noqa: F401
-
 
 def bind_rendezvous(address: str) -> int:
     """Rank 0, before ``set_up``: listen on ``address`` on a port the OS picks and keep the socket, so nothing can
@@ -225,9 +220,10 @@ def set_up(setup: RankSetup) -> None:
     import torch
     import torch.distributed as dist
 
+    from thunderviz.thunder.compat import import_thunder
+
     if setup.threads:
         torch.set_num_threads(setup.threads)
-    import thunder
 
     if setup.backend == "nccl":
         torch.cuda.set_device(setup.local_rank)
@@ -250,7 +246,7 @@ def set_up(setup: RankSetup) -> None:
     STATE.fabric = STATE.fabric_spec = None
     _user_namespace().update(
         torch=torch,
-        thunder=thunder,
+        thunder=import_thunder(),
         rank=setup.rank,
         local_rank=setup.local_rank,
         world_size=setup.world_size,
@@ -314,16 +310,14 @@ def _strategy(ns: dict[str, Any]) -> Any:
 
 
 def _jitted_objects(ns: dict[str, Any]) -> dict[str, Any]:
-    try:
-        import thunder
-    except ImportError:
-        return {}
+    from thunderviz.thunder.hooks import is_jitted
+
     found = {}
     for name, obj in list(ns.items()):
         if name.startswith("_") or isinstance(obj, (int, float, str, bytes, type(None))):
             continue
         try:
-            if thunder.compile_data(obj) is not None:
+            if is_jitted(obj):
                 found[name] = obj
         except Exception:
             continue
@@ -335,13 +329,9 @@ def _strategy_modules(ns: dict[str, Any]) -> list[tuple[str, Any]]:
 
 
 def _calls(obj: Any) -> int:
-    import thunder
+    from thunderviz.thunder.hooks import call_count
 
-    try:
-        stats = thunder.compile_stats(obj)
-    except Exception:
-        return 0
-    return int(getattr(stats, "calls", 0) or 0) if stats is not None else 0
+    return call_count(obj)
 
 
 def snapshot_jitted_calls(ns: dict[str, Any]) -> dict[int, int]:
@@ -393,14 +383,11 @@ def _targets(ns: dict[str, Any], calls_before: dict[int, int]) -> list[tuple[str
     Objects are told apart by their compile data: Fabric's wrapper forwards attribute lookups to the
     ThunderModule inside, so ``model`` and the strategy's module are one compiled object, captured once.
     """
-    import thunder
+    from thunderviz.thunder.hooks import compile_key as key
+    from thunderviz.thunder.hooks import has_traces
 
     targets: list[tuple[str, Any]] = []
     seen: set[int] = set()
-
-    def key(obj: Any) -> int:
-        data = thunder.compile_data(obj)
-        return id(data) if data is not None else id(obj)
 
     for name, module in _strategy_modules(ns):
         if key(module) in seen:
@@ -411,8 +398,7 @@ def _targets(ns: dict[str, Any], calls_before: dict[int, int]) -> list[tuple[str
     for name, obj in _jitted_objects(ns).items():
         if key(obj) in seen:
             continue
-        stats = thunder.compile_stats(obj)
-        if stats is None or stats.last_traces is None:
+        if not has_traces(obj):
             continue
         if _calls(obj) > calls_before.get(id(obj), 0):
             seen.add(key(obj))
@@ -454,8 +440,9 @@ def collect(
         return result
     _publish({PHASE_DATA_KEY: "collecting"})
     try:
-        from thunderviz.core.capture import capture
-        from thunderviz.core.collectives import ledger_from_bundle
+        from thunderviz.thunder.capture import capture
+        from thunderviz.thunder.hooks import compile_key
+        from thunderviz.trace.ledger import ledger_from_bundle
     except ImportError as exc:
         result["problems"].append(f"the trace model is not available in this build ({exc}); traces were not captured")
         return result
@@ -464,19 +451,12 @@ def collect(
             bundle = capture(obj, name, rank=rank)
             result["ledgers"][name] = ledger_from_bundle(bundle)
             if by_object is not None:
-                by_object[_compiled_key(obj)] = bundle
+                by_object[compile_key(obj)] = bundle
             if keep_bundles:
                 result["bundles"][name] = bundle
         except Exception:
             result["problems"].append(f"capturing {name!r} failed:\n" + traceback.format_exc())
     return result
-
-
-def _compiled_key(obj: Any) -> int:
-    import thunder
-
-    data = thunder.compile_data(obj)
-    return id(data) if data is not None else id(obj)
 
 
 def check_process_group(timeout_s: float) -> bool:

@@ -131,7 +131,7 @@ class ReportData(TypedDict, total=False):
     ``decisions``: this cell's entries of the strategy's decision log (``Decision.to_dict()``); ``bundles``: trace
     bundles by object name; ``ledgers``: collectives ledgers by object name; ``memory``: ``rss_bytes`` (and CUDA
     peaks with NCCL); ``problems``: what could not be gathered, in words. With ``--timeline``: ``timeline``, this
-    rank's ``core.timeline.RankTimeline`` (sent also when the cell raised: what ran before the error), and
+    rank's ``timeline.model.RankTimeline`` (sent also when the cell raised: what ran before the error), and
     ``timeline_problems``, why it is missing or partial.
     """
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from thunderviz.core.collectives import find_mismatches
+from thunderviz.trace.ledger import find_mismatches
 
 __all__ = ["RunReport"]
 
@@ -18,7 +18,7 @@ __all__ = ["RunReport"]
 class RunReport:
     """One cell's results. ``bundles`` are rank 0's trace bundles by object name; ``ledgers[name][rank]`` every
     rank's collectives ledger; ``mismatches[name]`` the cross-rank disagreements found in them. With
-    ``--timeline``, ``timeline`` is the measured per-rank ``core.timeline.Timeline`` (see there)."""
+    ``--timeline``, ``timeline`` is the measured per-rank ``timeline.model.Timeline`` (see there)."""
 
     world_size: int
     backend: str
@@ -37,7 +37,7 @@ class RunReport:
 
     @property
     def timeline(self) -> Any:
-        """The cell's measured timeline (``core.timeline.Timeline``): ``report.timeline.analysis()``,
+        """The cell's measured timeline (``timeline.model.Timeline``): ``report.timeline.analysis()``,
         ``report.timeline.save_chrome_trace(path)``, ``TimelineView(report.timeline)``.
 
         Raises:
@@ -45,7 +45,7 @@ class RunReport:
                 ``problems``).
         """
         if self.timeline_data is None:
-            from thunderviz.core.timeline import NoTimelineError
+            from thunderviz.timeline.model import NoTimelineError
 
             if not self.timeline_requested:
                 raise NoTimelineError(

@@ -21,7 +21,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from thunderviz.core.timeline import RankTimeline, Timeline
+from thunderviz.timeline.model import RankTimeline, Timeline
 
 __all__ = [
     "NO_STEP_PROBLEM",
@@ -55,7 +55,7 @@ def start_cell_recording(steps: int, *, fabric: Any = None, previous: Any = None
     clock drifts far less than the bound during one cell). ``previous`` is a recorder that was never stopped (a
     cell whose post-cell hook did not run): it is stopped first, so two recordings never stack.
     """
-    from thunderviz.core.profiling import TimelineRecorder
+    from thunderviz.timeline.record import TimelineRecorder
 
     problems: list[str] = []
     if previous is not None:

@@ -91,6 +91,3 @@ class WarmPool:
 
 def _warm_kernel_side() -> None:
     """Import what the kernel needs to build and show the first report."""
-    import thunderviz.core.collectives
-    import thunderviz.ranks.report
-    import thunderviz.render.html  # noqa: F401

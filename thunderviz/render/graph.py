@@ -21,9 +21,9 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from thunderviz.core.buckets import Bucket
-from thunderviz.core.module_paths import top_group
-from thunderviz.core.trace_model import OpRecord, TraceSnapshot
+from thunderviz.trace.attribution import top_group
+from thunderviz.trace.buckets import Bucket
+from thunderviz.trace.model import OpRecord, TraceSnapshot
 
 __all__ = [
     "GraphView",

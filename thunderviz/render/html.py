@@ -19,15 +19,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from thunderviz.core.collectives import Ledger, find_mismatches, ledger_from_bundle
-from thunderviz.core.diff import TraceDiff, diff_traces
-from thunderviz.core.timeline import Timeline
-from thunderviz.core.trace_model import TraceBundle, TraceSnapshot
 from thunderviz.render.graph import Group, dot_available, format_bytes, graph_view, short_op_name, to_svg
 from thunderviz.render.markup import decisions_table
 from thunderviz.render.markup import escape as _e
 from thunderviz.render.markup import page as _markup_page
 from thunderviz.render.timeline_svg import timeline_html
+from thunderviz.timeline.model import Timeline
+from thunderviz.trace.diff import TraceDiff, diff_traces
+from thunderviz.trace.ledger import Ledger, find_mismatches, ledger_from_bundle
+from thunderviz.trace.model import TraceBundle, TraceSnapshot
 
 __all__ = ["Report", "render_html", "render_report_body"]
 
@@ -72,7 +72,7 @@ class Report:
         title: page title.
         svg: inline SVG graphs (None: when the ``dot`` binary exists).
         diff: add the structural diff between consecutive jitted objects.
-        timeline: a measured ``core.timeline.Timeline`` to show after the traces (``core.timeline.load`` of the
+        timeline: a measured ``timeline.model.Timeline`` to show after the traces (``timeline.load`` of the
             files ``record_timeline`` saved on each rank).
     """
 
@@ -134,7 +134,7 @@ def render_report_body(
     bundles = list(bundles)
     if timeline is not None and not isinstance(timeline, Timeline):
         raise TypeError(
-            "render_html(timeline=...): expected a thunderviz Timeline (core.timeline.load), got "
+            "render_html(timeline=...): expected a thunderviz Timeline (thunderviz.timeline.load), got "
             f"{type(timeline).__name__}"
         )
     for b in bundles:

@@ -16,8 +16,8 @@ import html
 import re
 from typing import Any
 
-from thunderviz.core.timeline import Timeline
-from thunderviz.core.timeline_analysis import close_gaps, union
+from thunderviz.timeline.analysis import close_gaps, union
+from thunderviz.timeline.model import Timeline
 
 __all__ = ["COLOURS", "graph_colours", "timeline_html", "timeline_svg"]
 

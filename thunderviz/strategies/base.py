@@ -2,7 +2,7 @@
 
 Built on Fabric's ``DDPStrategy`` for what is not ours to redo (cluster environment, process group set-up,
 ``all_reduce``/``barrier``/``broadcast``, launchers); everything thunder-specific goes through
-``thunderviz.core.decisions`` (what to do) and ``thunderviz.core.thunder_hooks`` (how). Models built on the meta
+``thunderviz.parallel.decisions`` (what to do) and ``thunderviz.thunder.hooks`` (how). Models built on the meta
 device are materialized by ``strategies.materialize``, gradients clipped by ``strategies.clipping``, checkpoints
 written and read by ``strategies.checkpoint``.
 """
@@ -25,20 +25,20 @@ from torch import nn
 from torch.optim import Optimizer
 from typing_extensions import override
 
-from thunderviz.core import thunder_hooks as hooks
-from thunderviz.core.comm import configure_comm
-from thunderviz.core.decisions import (
+from thunderviz.errors import JitDecisionError
+from thunderviz.parallel.decisions import (
     DEFAULT_BUCKETING_STRATEGY,
     Action,
     Decision,
     StrategyOptions,
     decide,
-    inspect_object,
     validate_options,
 )
-from thunderviz.errors import JitDecisionError
 from thunderviz.strategies import checkpoint, clipping
 from thunderviz.strategies.materialize import has_meta_tensors
+from thunderviz.thunder import hooks
+from thunderviz.thunder.comm_setup import configure_comm
+from thunderviz.thunder.facts import inspect_object
 
 __all__ = ["ThunderParallelStrategy"]
 
@@ -152,7 +152,7 @@ class ThunderParallelStrategy(DDPStrategy):
 
     @override
     def setup_module(self, module: nn.Module) -> nn.Module:
-        """Decide (``core.decisions``), record the decision, and carry it out."""
+        """Decide (``parallel.decisions``), record the decision, and carry it out."""
         return self._setup_module(module)[0]
 
     def _setup_module(self, module: nn.Module) -> tuple[nn.Module, dict[int, torch.Tensor]]:
@@ -170,9 +170,7 @@ class ThunderParallelStrategy(DDPStrategy):
             )
         self.decisions.append(decision)
         if decision.action == Action.JIT_AND_DISTRIBUTE.value:
-            import thunder
-
-            jitted = thunder.jit(module, executors=self.executors, **self.jit_kwargs)
+            jitted = hooks.jit(module, executors=self.executors, **self.jit_kwargs)
             replaced = self._distribute_(module)
             hooks.rebind_module_tensors(jitted, replaced)
             self._register(decision.target, module, jitted)
@@ -194,7 +192,8 @@ class ThunderParallelStrategy(DDPStrategy):
     def _register(self, name: str, inner: nn.Module, jitted: Any) -> None:
         if self.parallelism == "ddp":
             hooks.mark_module_ddp(inner, jitted, self.process_group, self._bucket_size_in_mb)
-        # The communication plan rides on each distributed parameter into whatever thunder traces it (core.comm).
+        # The communication plan rides on each distributed parameter into whatever thunder traces it
+        # (thunder.comm_setup).
         configure_comm(
             inner,
             sharding_strategy=self.options.sharding_strategy,

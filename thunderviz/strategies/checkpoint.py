@@ -39,8 +39,7 @@ import torch.distributed as tdist
 from torch import nn
 from torch.optim import Optimizer
 
-from thunderviz.core import distribute
-from thunderviz.core import thunder_hooks as hooks
+from thunderviz.thunder import distribute, hooks
 
 __all__ = ["SIDE_FILE", "CheckpointContext", "load_checkpoint", "save_checkpoint"]
 

@@ -1,4 +1,4 @@
-"""``ThunderDDPStrategy``: data parallel for thunder-jitted models, decided by ``core.decisions``."""
+"""``ThunderDDPStrategy``: data parallel for thunder-jitted models, decided by ``parallel.decisions``."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from lightning.fabric.strategies.strategy import _BackwardSyncControl
 from torch import nn
 from typing_extensions import override
 
-from thunderviz.core import distribute
 from thunderviz.strategies.base import ThunderParallelStrategy, _ReplicatedBackwardSyncControl
 from thunderviz.strategies.materialize import has_meta_tensors, materialize_, rank0_generator_state
 from thunderviz.strategies.registry import register_strategy_names
+from thunderviz.thunder import distribute
 
 __all__ = ["ThunderDDPStrategy"]
 

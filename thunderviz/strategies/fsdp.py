@@ -1,4 +1,4 @@
-"""``ThunderFSDPStrategy``: fully sharded data parallel for thunder-jitted models, decided by ``core.decisions``."""
+"""``ThunderFSDPStrategy``: fully sharded data parallel for thunder-jitted models, decided by ``parallel.decisions``."""
 
 from __future__ import annotations
 
@@ -6,15 +6,15 @@ from typing import Any
 
 import torch
 from lightning.fabric.strategies.registry import _StrategyRegistry
-from thunder.distributed import FSDPBucketingStrategy, FSDPType
 from torch import nn
 from typing_extensions import override
 
-from thunderviz.core import distribute
-from thunderviz.core.decisions import BUCKETING_STRATEGIES, DEFAULT_BUCKETING_STRATEGY, SHARDING_STRATEGIES
+from thunderviz.parallel.decisions import BUCKETING_STRATEGIES, DEFAULT_BUCKETING_STRATEGY, SHARDING_STRATEGIES
 from thunderviz.strategies.base import ThunderParallelStrategy
 from thunderviz.strategies.materialize import has_meta_tensors, materialize_, rank0_generator_state
 from thunderviz.strategies.registry import register_strategy_names
+from thunderviz.thunder import distribute
+from thunderviz.thunder.hooks import fsdp_enums
 
 __all__ = ["ThunderFSDPStrategy"]
 
@@ -44,7 +44,7 @@ class ThunderFSDPStrategy(ThunderParallelStrategy):
         bucketing_strategy: ``"BLOCK"`` (default), ``"LAYER"`` or ``"NONE"`` (or ``FSDPBucketingStrategy``), read
             back as the enum: which parameters share one all_gather / reduce_scatter — one per block (the children
             of the model's repeated ModuleList/Sequential) plus one for the rest, one per layer, or one per
-            parameter. See ``thunderviz.core.buckets``; the decision log says what was found and why BLOCK is the
+            parameter. See ``thunderviz.parallel.buckets``; the decision log says what was found and why BLOCK is the
             default.
         state_dict_type: ``"sharded"`` (a PyTorch Distributed Checkpoint directory, loadable at any world size) or
             ``"full"`` (one ``torch.save`` file, loadable anywhere). See ``strategies.checkpoint``.
@@ -75,9 +75,10 @@ class ThunderFSDPStrategy(ThunderParallelStrategy):
                 " structure, not by size: use `bucketing_strategy='BLOCK'` (one collective per block), 'LAYER' or"
                 " 'NONE'. `bucket_size_in_mb` is `ThunderDDPStrategy`'s knob for its gradient all-reduces."
             )
-        self.sharding_strategy = _enum_member(sharding_strategy, FSDPType, SHARDING_STRATEGIES, "sharding_strategy")
+        fsdp_type, fsdp_bucketing = fsdp_enums()
+        self.sharding_strategy = _enum_member(sharding_strategy, fsdp_type, SHARDING_STRATEGIES, "sharding_strategy")
         self.bucketing_strategy = _enum_member(
-            bucketing_strategy, FSDPBucketingStrategy, BUCKETING_STRATEGIES, "bucketing_strategy"
+            bucketing_strategy, fsdp_bucketing, BUCKETING_STRATEGIES, "bucketing_strategy"
         )
         super().__init__(
             jit=jit,

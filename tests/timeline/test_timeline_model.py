@@ -1,0 +1,354 @@
+"""The timeline model without ranks: clock bounds, interval arithmetic, the interpretation rules on hand-made
+events, hardened loading, and the recorder's handling of bad input in this process."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from thunderviz.errors import TraceFormatError
+from thunderviz.timeline.analysis import close_gaps, intersect, subtract, total, union
+from thunderviz.timeline.build import (
+    CollectiveMeta,
+    ModuleInfo,
+    RawEvent,
+    build_rank_timeline,
+)
+from thunderviz.timeline.clock import align_clocks
+from thunderviz.timeline.file import load
+from thunderviz.timeline.model import CollectiveEvent, RankTimeline, Region, Timeline, save
+from thunderviz.timeline.record import record_timeline
+
+# ---------------------------------------------------------------------------------------------- clocks
+
+
+def test_clock_bound_contains_the_true_offset_and_tightens_with_rounds():
+    true = 1234.0  # rank 1's clock reads 1234 us more than rank 0's
+    instants = [100.0, 400.0, 900.0]
+    r0 = [(m - 5, m + 30) for m in instants]  # rank 0 waited longer in some rounds
+    r1 = [(m + true - 20, m + true + 2) for m in instants]
+    clocks, notes = align_clocks({0: r0, 1: r1})
+    assert notes == []
+    c = clocks[1]
+    assert c.offset - c.uncertainty <= true <= c.offset + c.uncertainty
+    one, _ = align_clocks({0: r0[:1], 1: r1[:1]})
+    assert c.uncertainty <= one[1].uncertainty
+
+
+def test_disagreeing_rounds_fall_back_to_the_narrowest_and_say_so():
+    clocks, notes = align_clocks({0: [(0, 10), (100, 101)], 1: [(500, 510), (100, 101)]})
+    assert clocks[1].method.startswith("narrowest") and "do not intersect" in notes[0]
+
+
+def test_a_rank_without_samples_is_flagged():
+    clocks, notes = align_clocks({0: [(0, 1)], 1: []})
+    assert math.isinf(clocks[1].uncertainty) and "no clock samples" in notes[0]
+
+
+# ---------------------------------------------------------------------------------------------- intervals
+
+ivs = st.lists(
+    st.tuples(st.integers(0, 200), st.integers(0, 50)).map(lambda p: (float(p[0]), float(p[0] + p[1]))), max_size=12
+)
+
+
+def _points(xs):
+    return {t for a, b in xs for t in range(int(a), int(b))}
+
+
+@settings(max_examples=200, deadline=None)
+@given(ivs, ivs)
+def test_interval_arithmetic_matches_sets_of_points(a, b):
+    ua, ub = union(a), union(b)
+    assert _points(ua) == _points(a) and total(ua) == len(_points(a))
+    assert _points(intersect(ua, ub)) == _points(a) & _points(b)
+    assert _points(subtract(ua, ub)) == _points(a) - _points(b)
+    closed = close_gaps(ua, 2.0)
+    assert _points(closed) >= _points(ua) and len(closed) <= len(ua)
+    assert all(b2 - a2 > 2.0 for (_, a2), (b2, _) in itertools.pairwise(closed))  # every gap left is wider than 2
+
+
+# ---------------------------------------------------------------------------------------------- build rules
+
+
+def _ev(name, start, end, tid=1, device="cpu"):
+    return RawEvent(name, tid, float(start), float(end), device)
+
+
+def _two_collective_step(t0, *, wait=(60, 80)):
+    """A step with a forward issuing one async all_gather (its work on gloo's thread) and waiting for it."""
+    return [
+        _ev("thunderviz.forward#0", t0 + 10, t0 + 100),
+        _ev("thunderviz.collective#{n}", t0 + 20, t0 + 25),
+        _ev("gloo:all_gather", t0 + 30, t0 + 75, tid=2),
+        _ev("aten::mm", t0 + 30, t0 + 55),
+        _ev("thunderviz.wait#{n}", t0 + wait[0], t0 + wait[1]),
+        _ev("aten::add", t0 + 82, t0 + 95),
+        _ev("thunderviz.optimizer", t0 + 110, t0 + 120),
+    ]
+
+
+def _steps(n, *, period=200, marks=True):
+    events, metas = [], {}
+    for i in range(n):
+        t0 = i * period
+        if marks:
+            events.append(_ev(f"thunderviz.step#{i}", t0, t0 + period))
+        for e in _two_collective_step(t0):
+            events.append(RawEvent(e.name.replace("{n}", str(i + 1)), e.tid, e.start, e.end, e.device))
+        metas[i + 1] = CollectiveMeta("all_gather", sync=False, shape=(4,), dtype="float32", bytes=16, group_size=2)
+    return events, metas
+
+
+_MODULE = ModuleInfo(
+    "Net",
+    ledger=[
+        {"position": 0, "trace": "forward", "op_index": 1, "kind": "all_gather", "tensor": "fc.weight"},
+        {"position": 1, "trace": "forward", "op_index": 3, "kind": "wait", "tensor": "fc.weight", "waits_for": 0},
+    ],
+    op_groups={"forward": [None, "fc", "fc", "fc", "head", "head"]},
+)
+
+
+def _build(events, metas, *, closed, steps=5, modules=None):
+    return build_rank_timeline(
+        events,
+        rank=0,
+        world_size=1,
+        steps=steps,
+        collectives=metas,
+        modules={0: _MODULE} if modules is None else modules,
+        closed_steps=closed,
+        end=max(e.end for e in events),
+    )
+
+
+def test_the_first_step_is_dropped_and_the_rest_numbered_as_the_cell_ran_them():
+    events, metas = _steps(4)
+    t = _build(events, metas, closed=[0, 1, 2, 3], steps=2)
+    assert [s.step for s in t.steps] == [2, 3] and not t.warmup_included
+    c = t.collectives[0]
+    assert (c.step, c.index, c.kind, c.tensor, c.group, c.region) == (2, 1, "all_gather", "fc.weight", "fc", "forward")
+    assert (c.issue_start, c.start, c.end, c.wait_start, c.wait_end) == (220, 230, 275, 260, 280)
+    assert c.blocked == 5 + 20 and not c.sync
+    # compute between the issue (op 1) and the wait (op 3) ran op 2 (fc); after the wait, ops 4-5 (head)
+    groups = [(s.group, s.start, s.end) for s in t.segments if s.step == 2]
+    assert ("fc", 225, 260) in groups and ("head", 280, 300) in groups
+
+
+def test_a_single_step_is_kept_and_flagged():
+    events, metas = _steps(1)
+    t = _build(events, metas, closed=[0])
+    assert [s.step for s in t.steps] == [1] and t.warmup_included and "only one step" in t.notes[0]
+
+
+def test_without_step_boundaries_each_module_call_is_a_step():
+    events, metas = _steps(3, marks=False)
+    t = _build(events, metas, closed=[])
+    assert [s.step for s in t.steps] == [2, 3] and "no optimizer step" in t.step_rule
+    assert t.steps[0].start == 210 and t.steps[-1].end == max(e.end for e in events)
+
+
+def test_no_step_at_all_is_said_plainly():
+    t = _build([_ev("aten::mm", 0, 5)], {}, closed=[])
+    assert t.steps == [] and "holds no training step" in t.notes[-1]
+
+
+def test_a_ledger_that_does_not_match_keeps_shapes_and_says_why():
+    events, metas = _steps(2)
+    other = ModuleInfo("Net", ledger=[{"position": 0, "trace": "forward", "op_index": 1, "kind": "all_reduce"}])
+    t = _build(events, metas, closed=[0, 1], modules={0: other})
+    assert t.collectives[0].tensor == "float32[4]" and t.segments == []
+    assert any("without parameter names" in n for n in t.notes)
+
+
+def test_a_c10d_call_outside_our_wrappers_still_counts_and_takes_its_work_in_order():
+    events, metas = _steps(2)
+    events += [_ev("c10d::allreduce_", 330, 332), _ev("gloo:all_reduce", 333, 340, tid=3)]
+    t = _build(events, metas, closed=[0, 1])
+    extra = [c for c in t.collectives if c.kind == "all_reduce"]
+    assert len(extra) == 1 and extra[0].sync and (extra[0].start, extra[0].end) == (333, 340)
+
+
+# ---------------------------------------------------------------------------------------------- files
+
+
+def _small_timeline():
+    events, metas = _steps(3)
+    r0 = _build(events, metas, closed=[0, 1, 2])
+    r0.clock_samples = [(0.0, 10.0)]
+    d = r0.to_dict()
+    d["rank"], d["world_size"] = 1, 2
+    return r0, d
+
+
+def test_save_and_load_one_file_per_rank(tmp_path):
+    r0, d1 = _small_timeline()
+    r0.world_size = 2
+    save(r0, tmp_path / "r0.json")
+    (tmp_path / "r1.json").write_text(
+        json.dumps(
+            {"format": "thunderviz.timeline", "version": 1, "name": "", "world_size": 2, "problems": [], "ranks": [d1]}
+        )
+    )
+    tl = load(tmp_path / "r0.json", tmp_path / "r1.json")
+    assert isinstance(tl, Timeline) and tl.rank_ids == [0, 1] and tl.steps == [2, 3]
+    assert tl.ranks[0].steps[0].start == 0.0  # common clock, from the first step
+
+
+def _doc(mutate):
+    _r0, d1 = _small_timeline()
+    doc = {"format": "thunderviz.timeline", "version": 1, "name": "", "world_size": 2, "problems": [], "ranks": [d1]}
+    mutate(doc)
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (
+            lambda d: d["ranks"][0]["collectives"][1].__setitem__("issue_start", "soon"),
+            "ranks[0].collectives[1].issue_start",
+        ),
+        (lambda d: d["ranks"][0]["collectives"][0].__setitem__("end", -1e9), "ranks[0].collectives[0].end"),
+        (lambda d: d["ranks"][0]["steps"][0].pop("step"), "ranks[0].steps[0]: the field 'step' is missing"),
+        (lambda d: d["ranks"][0].__setitem__("rank", 7), "ranks[0].rank"),
+        (lambda d: d["ranks"][0]["ops"]["name_ids"].append(99), "ranks[0].ops"),
+        (lambda d: d["ranks"][0]["clock_samples"].append([5, 1]), "ranks[0].clock_samples[1]"),
+        (lambda d: d["ranks"][0]["segments"][0].__setitem__("group", None), "ranks[0].segments[0].group"),
+        (lambda d: d.__setitem__("ranks", {}), "ranks"),
+        (lambda d: d["ranks"][0]["collectives"][0].__setitem__("index", 0), "ranks[0].collectives[0].index"),
+        (lambda d: d["ranks"][0]["collectives"][0].__setitem__("shape", [1, "x"]), "ranks[0].collectives[0].shape"),
+    ],
+)
+def test_every_malformed_field_is_named_with_the_file(tmp_path, mutate, field):
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps(_doc(mutate)))
+    with pytest.raises(TraceFormatError) as e:
+        load(p)
+    assert str(p) in str(e.value) and field in str(e.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("{", "not JSON"),
+        ('{"format": "other"}', "without"),
+        ('{"format": "thunderviz.timeline", "version": 99}', "version 99"),
+        ("[" * 100000, "nested deeper than"),
+        ('{"format": "thunderviz.timeline", "version": 1, "ranks": [{"rank": NaN}]}', "NaN is not a JSON number"),
+        ('{"format": "thunderviz.timeline", "version": 1, "version": 1}', "appears twice"),
+        (b"\xff\xfe", "not UTF-8"),
+    ],
+)
+def test_files_that_are_not_timelines(tmp_path, text, says):
+    p = tmp_path / "x.json"
+    p.write_bytes(text if isinstance(text, bytes) else text.encode())
+    with pytest.raises(TraceFormatError, match=says):
+        load(p)
+    with pytest.raises(TraceFormatError, match="cannot read"):
+        load(tmp_path / "missing.json")
+
+
+def test_the_same_rank_twice_is_refused(tmp_path):
+    r0, _ = _small_timeline()
+    save(r0, tmp_path / "a.json")
+    save(r0, tmp_path / "b.json")
+    with pytest.raises(TraceFormatError, match="rank 0 is also in"):
+        load(tmp_path / "a.json", tmp_path / "b.json")
+
+
+# ---------------------------------------------------------------------------------------------- the recorder here
+
+
+@pytest.mark.parametrize("steps", [0, -1, 2.5, True])
+def test_steps_must_be_a_positive_whole_number(steps):
+    with pytest.raises(ValueError, match=r"steps must be a whole number >= 1"):
+        record_timeline(steps=steps)
+
+
+def test_a_block_that_raises_undoes_every_wrapper_and_keeps_what_ran():
+    import torch.distributed as dist
+
+    before = dist.all_reduce
+    net = torch.nn.Linear(4, 4)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    rec = record_timeline(steps=2, modules=[net])
+
+    def train_then_fail() -> None:
+        with rec:
+            for _ in range(2):
+                net(torch.randn(2, 4)).sum().backward()
+                opt.step()
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        train_then_fail()
+    assert dist.all_reduce is before and not rec.recording
+    assert net._forward_pre_hooks == {} and net._forward_hooks == {}
+    assert [s.step for s in rec.result.steps] == [2]
+    assert "raised" in rec.result.notes[-1]
+
+
+def test_a_block_without_a_step_records_nothing_and_says_so(tmp_path):
+    with record_timeline(steps=3) as rec:
+        torch.randn(8, 8) @ torch.randn(8, 8)
+    assert rec.result.steps == [] and "no training step" in rec.result.notes[0]
+    tl = load(rec.save(tmp_path / "r.json"))
+    assert tl.steps == [] and "no training step" in tl.ranks[0].notes[0]
+
+
+def test_explicit_step_calls_define_the_steps():
+    net = torch.nn.Linear(4, 4)
+    with record_timeline(steps=2, modules=[net]) as rec:
+        for _ in range(5):
+            net(torch.randn(2, 4))
+            rec.step()
+    assert [s.step for s in rec.result.steps] == [2, 3]
+    assert [r.kind for r in rec.result.regions] == ["forward", "forward"]
+
+
+def test_the_timeline_model_opens_without_thunder_or_ipython():
+    """Loading and drawing a saved timeline needs neither thunder nor IPython (nor more than ``import thunderviz``)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, thunderviz; before = set(sys.modules); "
+        "import thunderviz.timeline.model, thunderviz.timeline.analysis, thunderviz.timeline.build, "
+        "thunderviz.timeline.chrome, thunderviz.render.timeline_svg; "
+        "new = set(sys.modules) - before; "
+        "print(sorted(m for m in new if m.split('.')[0] in ('torch', 'thunder', 'IPython', 'anywidget', 'ipywidgets')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+@pytest.mark.parametrize(("late_us", "named"), [(2000.0, True), (100.0, False)])
+def test_a_straggler_is_named_only_when_the_waiting_it_caused_matters(late_us, named):
+    """10 ms recorded; rank 1 arrives late_us after rank 0, which waits for it: 20% of the time is a straggler,
+    1% is two ranks taking turns (STRAGGLER_SHARE is 5%)."""
+
+    def rank(r: int, arrive: float) -> RankTimeline:
+        c = CollectiveEvent(
+            step=2, index=1, kind="all_reduce", tensor="t", issue_start=arrive, issue_end=late_us + 50, sync=True
+        )
+        steps = [Region("step", 0.0, 10_000.0, 2)]
+        return RankTimeline(rank=r, world_size=2, steps=steps, collectives=[c], aligned=True)
+
+    a = Timeline.from_ranks([rank(0, 0.0), rank(1, late_us)]).analysis()
+    assert a.stragglers()[0].rank == 1
+    if named:
+        assert a.straggler().rank == 1 and a.summary()[0].startswith("Straggler: rank 1 arrived last at 1 of 1")
+    else:
+        assert a.straggler() is None
+        assert a.summary()[0] == (
+            "No clear straggler: the most waiting one rank caused was rank 1's 0.10 ms in total, 1.0% of the "
+            "10.0 ms recorded."
+        )

@@ -1,0 +1,790 @@
+"""Rewriting thunder's execution traces so parameter collectives go in buckets, early, and are waited for late.
+
+Why a pass on the *execution* traces: thunder 0.2.6 turns each distributed parameter into one collective (forward
+``all_gather``, backward ``reduce_scatter`` / ``all_reduce`` from ``synchronize``'s VJP), and its own bucketing
+passes (``FSDPCommBucketing``, ``apply_bucketing_to_grad_allreduce``) never run on our path: the first reads
+attributes of ``thunder.distributed.fsdp``'s module, the second looks for ``dist_prims.WAIT`` in a trace whose waits
+were already claimed by the torch executor. The final forward and backward traces are where every executor
+(torch, nvFuser, torch.compile) has made its choices, so moving collectives there cannot disturb a fusion, and
+thunder offers exactly this hook: ``Transform.transform_trace_post_optimization``, called on the forward and then
+the backward trace of every new cache entry.
+
+What the pass does (``CommTransform``):
+
+- forward (and, for ZERO3, backward) ``all_gather``: the parameters of one bucket (``parallel.buckets``) are packed into
+  one flat buffer of local shards, gathered once, and unpacked into the same unsharded tensors the rest of the
+  trace already uses. Buckets are issued in order of first use, one bucket ahead: bucket k+1's all_gather is issued
+  just before bucket k is waited for, so its transfer overlaps bucket k's compute, and at most two unsharded
+  buckets exist beyond those still in use.
+- backward ``reduce_scatter`` (FSDP) / ``all_reduce`` (DDP): the gradients of one bucket are packed — and divided by
+  the world size once, instead of once per gradient — as soon as the last of them exists, reduced in one collective,
+  and waited for just before the backward returns. The results are views of the reduced buffer.
+- ZERO3 is not this pass's work: ``thunder_hooks`` tags the gathered parameter as *recomputed in backward* before
+  autodiff, so thunder's own rematerialization puts a second ``all_gather`` of the shard in the backward trace and
+  saves the shard, not the unsharded weight, for backward; this pass then buckets and schedules those gathers too.
+
+Parameters are recognised by the shard's proxy name, recorded while tracing (``note_param``); collectives of
+anything else are left alone, and so is a trace with no configured parameter.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as tdist
+from thunder.core.proxies import Proxy
+from thunder.core.trace import TraceTag, from_trace
+from thunder.core.transform_common import Transform
+
+from thunderviz.parallel.buckets import CommConfig, group_in_order, size_capped
+from thunderviz.thunder.compat import ensure_supported_thunder
+from thunderviz.trace.buckets import Bucket
+
+ensure_supported_thunder()  # everything below reads thunder 0.2.6's trace format
+
+__all__ = [
+    "CommTransform",
+    "ParamRecord",
+    "comm_transform_of",
+    "ensure_comm_transform",
+]
+
+
+@dataclass(frozen=True)
+class ParamRecord:
+    """What the pass needs about one distributed parameter, recorded when thunder first proxies it."""
+
+    config: CommConfig
+    group: tdist.ProcessGroup
+    world: int
+
+
+# -- the operators the pass inserts (torch code, run by the trace) ---------------------------------------------------
+
+
+def _pack_gather_impl(shards: list[torch.Tensor], label: str, names: tuple[str, ...]) -> torch.Tensor:
+    return torch.cat([s.reshape(-1) for s in shards])
+
+
+def _unpack_gather_impl(
+    buffer: torch.Tensor, full_shapes: tuple[tuple[int, ...], ...], world: int, label: str
+) -> list[torch.Tensor]:
+    # The gathered buffer is [rank 0's shards | rank 1's shards | ...]; parameter i is column block i of the
+    # (world, n) view, which one split_with_sizes_copy writes into each parameter's own storage (as FSDP2 does).
+    rows = buffer.view(world, -1)
+    sizes = [math.prod(s) // world for s in full_shapes]
+    outs = [torch.empty((world, n), dtype=buffer.dtype, device=buffer.device) for n in sizes]
+    torch.split_with_sizes_copy(rows, sizes, dim=1, out=outs)
+    return [o.view(s) for o, s in zip(outs, full_shapes, strict=True)]
+
+
+def _pack_scatter_impl(
+    grads: list[torch.Tensor], world: int, divide: bool, label: str, names: tuple[str, ...]
+) -> torch.Tensor:
+    # Rank r must receive [grad 0's rows for r | grad 1's rows for r | ...]: interleave the dim-0 chunks.
+    if len(grads) == 1:
+        flat = grads[0].reshape(-1)
+        return flat / world if divide else flat
+    buffer = torch.cat([g.reshape(world, -1) for g in grads], dim=1).view(-1)
+    return buffer.div_(world) if divide else buffer
+
+
+def _pack_flat_impl(
+    grads: list[torch.Tensor], world: int, divide: bool, label: str, names: tuple[str, ...]
+) -> torch.Tensor:
+    if len(grads) == 1:
+        flat = grads[0].reshape(-1)
+        return flat / world if divide else flat.clone()  # all_reduce works in place: never on the caller's tensor
+    buffer = torch.cat([g.reshape(-1) for g in grads])
+    return buffer.div_(world) if divide else buffer
+
+
+def _unpack_views_impl(buffer: torch.Tensor, shapes: tuple[tuple[int, ...], ...], label: str) -> list[torch.Tensor]:
+    sizes = [math.prod(s) for s in shapes]
+    return [piece.view(s) for piece, s in zip(torch.split(buffer, sizes), shapes, strict=True)]
+
+
+def _flat_meta(tensors: Sequence[Any], numel: int) -> Any:
+    from thunder.core.proxies import TensorProxy
+
+    first = tensors[0]
+    return TensorProxy(shape=(numel,), device=first.device, dtype=first.dtype, requires_grad=False)
+
+
+def _pack_gather_meta(shards: list[Any], label: str, names: tuple[str, ...]) -> Any:
+    return _flat_meta(shards, sum(s.numel for s in shards))
+
+
+def _pack_reduce_meta(grads: list[Any], world: int, divide: bool, label: str, names: tuple[str, ...]) -> Any:
+    return _flat_meta(grads, sum(g.numel for g in grads))
+
+
+def _unpack_gather_meta(buffer: Any, full_shapes: tuple, world: int, label: str) -> list[Any]:
+    from thunder.core.proxies import TensorProxy
+
+    return [TensorProxy(like=buffer, shape=tuple(s)) for s in full_shapes]
+
+
+def _unpack_views_meta(buffer: Any, shapes: tuple, label: str) -> list[Any]:
+    from thunder.core.proxies import TensorProxy
+
+    return [TensorProxy(like=buffer, shape=tuple(s)) for s in shapes]
+
+
+class _Ops:
+    """The executor and symbols, created on first use (importing thunder costs seconds)."""
+
+    _instance: _Ops | None = None
+
+    def __init__(self) -> None:
+        from thunder.examine.memory_calculation import register_memory_calculate_function, track_alias_op_memory
+        from thunder.extend import OperatorExecutor, register_executor
+
+        ex = OperatorExecutor("thunderviz_comm", version="1")
+        register_executor(ex)
+        self.pack_gather = ex.register_operator(
+            "thunderviz_pack_for_all_gather", meta=_pack_gather_meta, fn=_pack_gather_impl
+        )
+        self.unpack_gather = ex.register_operator(
+            "thunderviz_unpack_all_gather", meta=_unpack_gather_meta, fn=_unpack_gather_impl
+        )
+        self.pack_scatter = ex.register_operator(
+            "thunderviz_pack_for_reduce_scatter", meta=_pack_reduce_meta, fn=_pack_scatter_impl
+        )
+        self.pack_flat = ex.register_operator(
+            "thunderviz_pack_for_all_reduce", meta=_pack_reduce_meta, fn=_pack_flat_impl
+        )
+        self.unpack_views = ex.register_operator(
+            "thunderviz_unpack_views", meta=_unpack_views_meta, fn=_unpack_views_impl
+        )
+        # The reduced gradients are views of the bucket: thunder's memory estimate must not count them twice.
+        register_memory_calculate_function(self.unpack_views.id)(track_alias_op_memory)
+
+    @classmethod
+    def get(cls) -> _Ops:
+        if cls._instance is None:
+            cls._instance = _Ops()
+        return cls._instance
+
+
+# -- reading traces ------------------------------------------------------------------------------------------------
+
+
+def _ids() -> dict[str, str]:
+    from thunder.executors import torchex
+
+    return {
+        "all_gather": torchex.all_gather_prim_impl.id,
+        "reduce_scatter": torchex.reduce_scatter_prim_impl.id,
+        "all_reduce": torchex.all_reduce_prim_impl.id,
+        "wait": torchex.wait_prim_impl.id,
+    }
+
+
+def _strip_dels(bsyms: Sequence[Any]) -> list[Any]:
+    """The trace without ``del`` / collection clearing: they are recomputed after the rewrite."""
+    from thunder.core import prims
+    from thunder.executors.pythonex import clear_mutable_collection
+
+    skip = {prims.PrimIDs.DEL, clear_mutable_collection.id}
+    return [b for b in bsyms if b.sym.id not in skip]
+
+
+class _Index:
+    """Where each proxy (by name) is produced and consumed, as positions in a list of bound symbols."""
+
+    def __init__(self, bsyms: Sequence[Any]) -> None:
+        from thunder.core import prims
+
+        self.producer: dict[str, int] = {}
+        self.consumers: dict[str, list[int]] = {}
+        for i, b in enumerate(bsyms):
+            if b.sym.id not in (prims.PrimIDs.UNPACK_TRIVIAL, prims.PrimIDs.COMMENT):
+                for p in b.flat_proxy_args:
+                    self.consumers.setdefault(p.name, []).append(i)
+            for p in b.flat_proxy_outs:
+                self.producer.setdefault(p.name, i)
+
+    def only_consumer(self, name: str) -> int | None:
+        uses = self.consumers.get(name, [])
+        return uses[0] if len(uses) == 1 else None
+
+
+def _first_compute_index(bsyms: Sequence[Any]) -> int:
+    from thunder.core import prims
+
+    unpacks = {
+        prims.PrimIDs.UNPACK_TRIVIAL,
+        prims.PrimIDs.UNPACK_SEQUENCE,
+        prims.PrimIDs.UNPACK_KEY,
+        prims.PrimIDs.UNPACK_EMPTY_DICT,
+        prims.PrimIDs.COMMENT,
+    }
+    i = 0
+    while i < len(bsyms) and bsyms[i].sym.id in unpacks:
+        i += 1
+    return i
+
+
+def _record_new(trace: Any, fn: Any, *args: Any) -> tuple[Any, list[Any]]:
+    """Call a symbol inside ``trace`` (fresh output names) and return its result and the bound symbols it made."""
+    from thunder.core.trace import tracectx
+
+    trace.push_scope([])
+    try:
+        with tracectx(trace):
+            out = fn(*args)
+    finally:
+        made = trace.pop_scope()
+    return out, made
+
+
+# -- the pass ------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Member:
+    record: ParamRecord
+    collective: Any  # the original collective bound symbol
+    wait: Any  # its wait
+    send: Any  # proxy the collective sends (shard, or pre-averaged gradient)
+    result: Any  # proxy the wait produced (unsharded parameter, or reduced gradient)
+    ready: int = 0  # index where ``send`` (or the undivided gradient) exists
+    undivided: Any = None  # the gradient before the per-gradient division we fold into the bucket
+    removed: list[int] = field(default_factory=list)
+
+
+def _gather_key(m: _Member) -> tuple:
+    c = m.record.config
+    return (id(m.record.group), str(m.send.dtype), str(m.send.device), c.owner_id, c.label)
+
+
+def _dtype_name(p: Any) -> str:
+    """``float32``, ``bfloat16``: thunder's dtype without its module prefix."""
+    return str(p.dtype).rpartition(".")[2]
+
+
+def _label(members: Sequence[_Member], fallback: str) -> str:
+    labels = {m.record.config.label for m in members}
+    return labels.pop() if len(labels) == 1 else fallback
+
+
+def rewrite_gathers(
+    trace: Any, bsyms: list[Any], records: dict[str, ParamRecord], trace_name: str
+) -> tuple[list[Any], list[Bucket]]:
+    """Bucket the ``all_gather``s of recorded shards and issue each bucket one bucket ahead of its first use."""
+    ids = _ids()
+    idx = _Index(bsyms)
+    members: list[_Member] = []
+    for i, b in enumerate(bsyms):
+        if b.sym.id != ids["all_gather"] or not b.flat_proxy_args or b.flat_proxy_args[0].name not in records:
+            continue
+        if len(b.args) > 3 and b.args[3] is not None:
+            continue  # gathered along another dim: not a parameter shard
+        fut = b.flat_proxy_outs[0]
+        w = idx.only_consumer(fut.name)
+        if w is None or bsyms[w].sym.id != ids["wait"]:
+            continue
+        wait = bsyms[w]
+        members.append(
+            _Member(
+                records[b.flat_proxy_args[0].name],
+                b,
+                wait,
+                b.flat_proxy_args[0],
+                wait.flat_proxy_outs[0],
+                removed=[i, w],
+            )
+        )
+    if not members:
+        return bsyms, []
+    members, bsyms, idx = _dedupe_gathers(members, bsyms)
+
+    ops = _Ops.get()
+    start = _first_compute_index(bsyms)
+    groups = [g for _, g in group_in_order((_gather_key(m), m) for m in members)]
+
+    def first_use(g: list[_Member]) -> int:
+        uses = [u for m in g for u in idx.consumers.get(m.result.name, [])]
+        return min(uses) if uses else min(m.removed[1] for m in g)
+
+    groups.sort(key=first_use)
+    issue_at: dict[int, list[int]] = {}
+    wait_at: dict[int, list[int]] = {}
+    for k, g in enumerate(groups):
+        ready = max([start] + [idx.producer.get(m.send.name, -1) + 1 for m in g])
+        at = max(ready, first_use(groups[k - 1])) if k else ready
+        issue_at.setdefault(at, []).append(k)
+        wait_at.setdefault(first_use(g), []).append(k)
+
+    issue_code: dict[int, list[Any]] = {}
+    wait_code: dict[int, list[Any]] = {}
+    buckets: list[Bucket] = []
+    for k, g in enumerate(groups):
+        rec = g[0].record
+        label = _label(g, f"#{k}")
+        names = tuple(m.record.config.param_name for m in g)
+        if len(g) == 1:
+            issue_code[k] = [g[0].collective]
+            wait_code[k] = [g[0].wait]
+            fut = g[0].collective.flat_proxy_outs[0]
+        else:
+            buf, made = _record_new(trace, ops.pack_gather, [m.send for m in g], label, names)
+            fut, made_ag = _record_new(trace, _torchex("all_gather_prim_impl"), buf, rec.group, True, None)
+            gathered, made_w = _record_new(trace, _torchex("wait_prim_impl"), fut)
+            shapes = tuple(tuple(m.result.shape) for m in g)
+            unpack = ops.unpack_gather.bind(gathered, shapes, rec.world, label, output=[m.result for m in g])
+            issue_code[k] = made + made_ag
+            wait_code[k] = [*made_w, unpack]
+        nbytes = sum(m.send.numel * m.send.dtype.bytes for m in g)
+        buckets.append(
+            Bucket(
+                "all_gather",
+                trace_name,
+                label,
+                list(names),
+                nbytes,
+                _dtype_name(g[0].send),
+                sends=[m.send.name for m in g],
+                results=[m.result.name for m in g],
+                reshard_after_forward=all(m.record.config.reshard_after_forward for m in g),
+                future=fut.name,
+            )
+        )
+
+    removed = {i for m in members for i in m.removed}
+    out: list[Any] = []
+    for i, b in enumerate(bsyms):
+        for k in issue_at.get(i, ()):
+            buckets[k].issue_index = len(out)
+            out.extend(issue_code[k])
+        for k in wait_at.get(i, ()):
+            buckets[k].wait_index = len(out)
+            out.extend(wait_code[k])
+        if i not in removed:
+            out.append(b)
+    return out, buckets
+
+
+def _dedupe_gathers(members: list[_Member], bsyms: list[Any]) -> tuple[list[_Member], list[Any], _Index]:
+    """One gather per shard: a second gather of the same shard (thunder's recompute and ours) reuses the first."""
+    from thunder.core.proxies import variableify
+
+    kept: dict[str, _Member] = {}
+    swap: dict[Any, Any] = {}
+    drop: set[int] = set()
+    for m in members:
+        first = kept.setdefault(m.send.name, m)
+        if first is not m:
+            swap[variableify(m.result)] = first.result
+            drop.update(m.removed)
+    if not swap:
+        return members, bsyms, _Index(bsyms)
+    unique = list(kept.values())
+    old_pos = {id(b): i for i, b in enumerate(bsyms)}
+    new_bsyms = [b.from_bsym_swap_proxies(swap) for i, b in enumerate(bsyms) if i not in drop]
+    survivors = [b for i, b in enumerate(bsyms) if i not in drop]
+    remap = {old_pos[id(b)]: j for j, b in enumerate(survivors)}
+    for m in unique:
+        m.removed = [remap[i] for i in m.removed]
+        m.collective, m.wait = new_bsyms[m.removed[0]], new_bsyms[m.removed[1]]
+    return unique, new_bsyms, _Index(new_bsyms)
+
+
+def _torchex(name: str) -> Any:
+    from thunder.executors import torchex
+
+    return getattr(torchex, name)
+
+
+def _is_division_by(b: Any, world: int) -> bool:
+    return b.sym.name in ("true_divide", "div") and len(b.args) == 2 and b.args[1] == world
+
+
+def rewrite_reductions(
+    trace: Any, bsyms: list[Any], grad_records: dict[str, ParamRecord], trace_name: str
+) -> tuple[list[Any], list[Bucket]]:
+    """Bucket the gradient ``reduce_scatter`` / ``all_reduce`` of recorded parameters.
+
+    ``grad_records`` maps the name of each *returned* reduced gradient to its parameter. Each bucket is issued right
+    after its last gradient is produced and waited for just before the return.
+    """
+    from thunder.core import prims
+
+    ids = _ids()
+    idx = _Index(bsyms)
+    members: list[_Member] = []
+    kinds: dict[int, str] = {}
+    for i, b in enumerate(bsyms):
+        if b.sym.id not in (ids["reduce_scatter"], ids["all_reduce"]):
+            continue
+        fut = b.flat_proxy_outs[0]
+        w = idx.only_consumer(fut.name)
+        if w is None or bsyms[w].sym.id != ids["wait"]:
+            continue
+        result = bsyms[w].flat_proxy_outs[0]
+        rec = grad_records.get(result.name)
+        if rec is None:
+            continue
+        if b.sym.id == ids["reduce_scatter"] and len(b.args) > 4 and b.args[4] is not None:
+            continue
+        send = b.flat_proxy_args[0]
+        m = _Member(rec, b, bsyms[w], send, result, removed=[i, w])
+        p = idx.producer.get(send.name)
+        if p is not None and _is_division_by(bsyms[p], rec.world) and idx.only_consumer(send.name) == i:
+            m.undivided = bsyms[p].flat_proxy_args[0]
+            m.removed.append(p)
+            m.ready = idx.producer.get(m.undivided.name, p)
+        else:
+            m.ready = p if p is not None else _first_compute_index(bsyms)
+        members.append(m)
+        kinds[id(m)] = "reduce_scatter" if b.sym.id == ids["reduce_scatter"] else "all_reduce"
+    if not members:
+        return bsyms, []
+
+    ops = _Ops.get()
+    groups: list[list[_Member]] = []
+    fsdp = [m for m in members if kinds[id(m)] == "reduce_scatter"]
+    ddp = [m for m in members if kinds[id(m)] == "all_reduce"]
+    groups += [g for _, g in group_in_order((_gather_key(m), m) for m in sorted(fsdp, key=lambda m: m.ready))]
+    ddp.sort(key=lambda m: m.ready)
+    for _, same in group_in_order(
+        ((id(m.record.group), str(m.send.dtype), str(m.send.device), m.record.config.owner_id), m) for m in ddp
+    ):
+        cfg = same[0].record.config
+        sizes = [(0, m.send.numel * m.send.dtype.bytes) for m in same]
+        for bucket in size_capped(sizes, cfg.bucket_cap_bytes, cfg.first_bucket_cap_bytes or None):
+            groups.append([same[j] for j in bucket])
+
+    issue_after: dict[int, list[int]] = {}
+    codes: list[tuple[list[Any], list[Any]]] = []
+    buckets: list[Bucket] = []
+    for k, g in enumerate(groups):
+        rec = g[0].record
+        kind = kinds[id(g[0])]
+        divide = all(m.undivided is not None for m in g)
+        sends = [m.undivided if divide else m.send for m in g]
+        names = tuple(m.record.config.param_name for m in g)
+        label = _label(g, f"#{k}") if kind == "reduce_scatter" else f"#{k}"
+        ready = max(idx.producer.get(s.name, m.ready) for s, m in zip(sends, g, strict=True))
+        if not divide:
+            # Keep the per-gradient divisions we could not fold (e.g. fused by nvFuser): they stay where they were.
+            for m in g:
+                if m.undivided is not None:
+                    m.removed.remove(idx.producer[m.send.name])
+            ready = max(idx.producer.get(m.send.name, m.ready) for m in g)
+        pack = ops.pack_scatter if kind == "reduce_scatter" else ops.pack_flat
+        buf, made = _record_new(trace, pack, sends, rec.world, divide, label, names)
+        if kind == "reduce_scatter":
+            fut, made_c = _record_new(
+                trace, _torchex("reduce_scatter_prim_impl"), buf, _sum_op(), rec.group, True, None
+            )
+        else:
+            fut, made_c = _record_new(trace, _torchex("all_reduce_prim_impl"), buf, _sum_op(), rec.group, True, True)
+        reduced, made_w = _record_new(trace, _torchex("wait_prim_impl"), fut)
+        shapes = tuple(tuple(m.result.shape) for m in g)
+        unpack = ops.unpack_views.bind(reduced, shapes, label, output=[m.result for m in g])
+        issue_after.setdefault(ready, []).append(k)
+        codes.append((made + made_c, [*made_w, unpack]))
+        nbytes = sum(s.numel * s.dtype.bytes for s in sends)
+        buckets.append(
+            Bucket(
+                kind,
+                trace_name,
+                label,
+                list(names),
+                nbytes,
+                _dtype_name(sends[0]),
+                sends=[s.name for s in sends],
+                results=[m.result.name for m in g],
+                future=fut.name,
+            )
+        )
+
+    removed = {i for m in members for i in m.removed}
+    out: list[Any] = []
+    for i, b in enumerate(bsyms):
+        if b.sym.id == prims.PrimIDs.RETURN:
+            for k in sorted(range(len(groups)), key=lambda k: buckets[k].issue_index):
+                buckets[k].wait_index = len(out)
+                out.extend(codes[k][1])
+        if i not in removed:
+            out.append(b)
+        for k in issue_after.get(i, ()):
+            buckets[k].issue_index = len(out)
+            out.extend(codes[k][0])
+    return out, buckets
+
+
+@dataclass
+class _Zero3Plan:
+    """What forward stopped saving for backward, and how backward recomputes it from re-gathered shards."""
+
+    removed: list[str]  # names of saved tensors no longer saved
+    added: list[Any]  # shard proxies now saved instead (when not saved already)
+    chains: dict[str, list[Any]]  # removed name -> forward bound symbols computing it from unsharded weights
+    weight_shard: dict[str, tuple[Any, ParamRecord]]  # unsharded weight name -> (its shard, its record)
+
+
+def _weight_only(bsyms: Sequence[Any], weights: set[str]) -> dict[str, int]:
+    """Names computed from nothing but ``weights`` (views, casts, transposes of unsharded weights) -> producer index."""
+    from thunder.core import prims
+
+    derived: dict[str, int] = {}
+    for i, b in enumerate(bsyms):
+        if b.sym.id == prims.PrimIDs.RETURN:
+            continue
+        args = [p.name for p in b.flat_proxy_args]
+        if args and all(a in weights or a in derived for a in args):
+            for o in b.flat_proxy_outs:
+                derived.setdefault(o.name, i)
+    return derived
+
+
+def drop_weight_saves(
+    bsyms: list[Any], resharded: dict[str, tuple[Any, ParamRecord]]
+) -> tuple[list[Any], _Zero3Plan | None]:
+    """ZERO3: stop saving for backward anything computed from resharded unsharded weights alone.
+
+    thunder recomputes in backward what ``thunder_hooks`` tagged (the gathered weight and its unpadding), but a view
+    made inside a decomposition — a LayerNorm weight unsqueezed and expanded to the activation's shape — is saved,
+    and keeps the whole unsharded weight alive until backward. Such tensors leave the saved list; the shards they
+    come from take their place (free: they are parameters), and ``restore_weight_saves`` recomputes them in
+    backward after gathering those shards again.
+    """
+    from thunder.core.proxies import TensorProxy
+
+    ret = bsyms[-1]
+    if len(ret.args) < 2 or not isinstance(ret.args[1], (tuple, list)) or len(ret.args[1]) != 2:
+        return bsyms, None
+    saved_tensors, saved_other = ret.args[1]
+    derived = _weight_only(bsyms, set(resharded))
+    drop = [t for t in saved_tensors if isinstance(t, TensorProxy) and (t.name in derived or t.name in resharded)]
+    if not drop:
+        return bsyms, None
+    producer = {o.name: i for i, b in enumerate(bsyms) for o in b.flat_proxy_outs}
+    chains: dict[str, list[Any]] = {}
+    needed: dict[str, tuple[Any, ParamRecord]] = {}
+    for t in drop:
+        todo, seen = [t.name], set()
+        while todo:
+            name = todo.pop()
+            if name in resharded:
+                needed[name] = resharded[name]
+                continue
+            i = producer[name]
+            if i in seen:
+                continue
+            seen.add(i)
+            todo.extend(p.name for p in bsyms[i].flat_proxy_args)
+        chains[t.name] = [bsyms[i] for i in sorted(seen)]
+    already = {t.name for t in saved_tensors if isinstance(t, TensorProxy)}
+    added = []
+    for shard, _ in needed.values():
+        if shard.name not in already and shard.name not in {a.name for a in added}:
+            added.append(shard)
+    dropped = {t.name for t in drop}
+    kept = tuple(t for t in saved_tensors if not (isinstance(t, TensorProxy) and t.name in dropped)) + tuple(added)
+    new_ret = ret.from_bsym(args=(ret.args[0], (kept, saved_other)))
+    return [*bsyms[:-1], new_ret], _Zero3Plan([t.name for t in drop], added, chains, needed)
+
+
+def restore_weight_saves(trace: Any, bsyms: list[Any], plan: _Zero3Plan) -> list[Any]:
+    """The backward side of ``drop_weight_saves``: unpack the new saved list, gather, recompute before first use."""
+    from thunder.core import prims
+
+    unpack_i = next(
+        (
+            i
+            for i, b in enumerate(bsyms)
+            if b.sym.id == prims.PrimIDs.UNPACK_SEQUENCE and any(o.name in plan.removed for o in b.flat_proxy_outs)
+        ),
+        None,
+    )
+    if unpack_i is None:
+        raise RuntimeError(
+            "thunderviz's ZERO3 pass could not find where backward unpacks the tensors forward saved; the forward"
+            " and backward traces no longer match. Use sharding_strategy='ZERO2' and report this."
+        )
+    unpack = bsyms[unpack_i]
+    outs = [o for o in unpack.flat_proxy_outs if o.name not in plan.removed] + list(plan.added)
+    coll = unpack.args[0]
+    bsyms = list(bsyms)
+    bsyms[unpack_i] = unpack.from_bsym(args=(coll, len(outs)), output=outs)
+    if isinstance(getattr(coll, "coll", None), list):
+        # The backward's signature describes the saved list through this collection (thunder's memory estimate
+        # reads it); the list is the one the split made for this very trace pair, so update it in place.
+        coll.coll[:] = outs
+    idx = _Index(bsyms)
+    firsts = sorted((min(idx.consumers.get(n, [len(bsyms) - 1])), n) for n in plan.removed)
+    insert_at: dict[int, list[Any]] = {}
+    emitted: set[int] = set()
+    gathered: set[str] = set()
+    ag, wait = _torchex("all_gather_prim_impl"), _torchex("wait_prim_impl")
+    for pos, name in firsts:
+        code = insert_at.setdefault(pos, [])
+        for b in plan.chains[name]:
+            for w in (p for p in b.flat_proxy_args if p.name in plan.weight_shard and p.name not in gathered):
+                shard, rec = plan.weight_shard[w.name]
+                fut, made = _record_new(trace, ag, shard, rec.group, True, None)
+                code.extend([*made, wait.bind(fut, output=w)])
+                gathered.add(w.name)
+            if id(b) not in emitted:
+                emitted.add(id(b))
+                code.append(b)
+    out: list[Any] = []
+    for i, b in enumerate(bsyms):
+        out.extend(insert_at.get(i, ()))
+        out.append(b)
+    return out
+
+
+def _sum_op() -> Any:
+    from thunder.distributed.prims import DistributedReduceOps
+
+    return DistributedReduceOps.SUM
+
+
+# -- the thunder Transform ---------------------------------------------------------------------------------------
+
+
+class CommTransform(Transform):
+    """Buckets and schedules the collectives of the parameters thunderviz distributed (see the module doc).
+
+    One instance lives in a jitted object's ``compile_data.transforms``; ``note_param`` fills it while thunder
+    traces, and each new cache entry's forward and backward traces go through ``transform_trace_post_optimization``.
+    ``buckets`` holds the layout of the last entry built, for tests, reports and the ledger.
+    """
+
+    def __init__(self) -> None:
+        self.pending: dict[str, ParamRecord] = {}
+        self.current: dict[str, ParamRecord] = {}
+        self.forward_flat_args: list[str | None] | None = None
+        self.zero3: _Zero3Plan | None = None
+        self.buckets: dict[str, list[Bucket]] = {}
+
+    def note_param(self, shard_name: str, record: ParamRecord) -> None:
+        self.pending[shard_name] = record
+
+    def transform_traces_pre_prologue(
+        self, prologue_trace: Any, computation_trace: Any, epilogue_trace: Any, **kwargs: Any
+    ) -> tuple[Any, Any, Any]:
+        # Tracing just finished: what it recorded belongs to the cache entry being built now.
+        self.current, self.pending = self.pending, {}
+        self.forward_flat_args = None
+        self.zero3 = None
+        self.buckets = {}
+        return prologue_trace, computation_trace, epilogue_trace
+
+    def transform_trace_post_optimization(self, computation_trace: Any, **kwargs: Any) -> Any:
+        if not self.current:
+            return computation_trace
+        if TraceTag.BACKWARD in computation_trace.tags:
+            return self._backward(computation_trace)
+        return self._forward(computation_trace)
+
+    def _forward(self, trace: Any) -> Any:
+        ret = trace.bound_symbols[-1]
+        if ret.args and isinstance(ret.args[0], dict) and "flat_args" in ret.args[0]:
+            self.forward_flat_args = [getattr(a, "name", None) for a in ret.args[0]["flat_args"]]
+        new_trace = from_trace(trace)
+        bsyms, gathers = rewrite_gathers(new_trace, _strip_dels(trace.bound_symbols), self.current, "forward")
+        self.buckets["forward"] = gathers
+        if not gathers:
+            return trace
+        resharded = _resharded_weights(bsyms, gathers, self.current)
+        if resharded and TraceTag.AUGMENTED_FORWARD in trace.tags:
+            bsyms, self.zero3 = drop_weight_saves(bsyms, resharded)
+        return _finish(new_trace, bsyms, backward=False, buckets=gathers)
+
+    def _backward(self, trace: Any) -> Any:
+        new_trace = from_trace(trace)
+        bsyms = _strip_dels(trace.bound_symbols)
+        if self.zero3 is not None:
+            bsyms = restore_weight_saves(new_trace, bsyms, self.zero3)
+        bsyms, gathers = rewrite_gathers(new_trace, bsyms, self.current, "backward")
+        grad_records: dict[str, ParamRecord] = {}
+        outs = bsyms[-1].args[0] if bsyms[-1].args else ()
+        if self.forward_flat_args is not None and isinstance(outs, (tuple, list)):
+            # The backward returns one gradient per forward input, in the order of the forward's flat_args.
+            for name, out in zip(self.forward_flat_args, outs, strict=False):
+                if name in self.current and isinstance(out, Proxy):
+                    grad_records[out.name] = self.current[name]
+        bsyms, reductions = rewrite_reductions(new_trace, bsyms, grad_records, "backward")
+        self.buckets["backward"] = gathers + reductions
+        if not gathers and not reductions:
+            return trace
+        return _finish(new_trace, bsyms, backward=True, buckets=gathers + reductions)
+
+
+def _resharded_weights(
+    bsyms: Sequence[Any], gathers: Sequence[Bucket], records: dict[str, ParamRecord]
+) -> dict[str, tuple[Any, ParamRecord]]:
+    """Unsharded weight name -> (shard proxy, record) for forward gathers that ZERO3 does not keep for backward."""
+    proxies = {p.name: p for b in bsyms for p in (*b.flat_proxy_args, *b.flat_proxy_outs)}
+    out: dict[str, tuple[Any, ParamRecord]] = {}
+    for bucket in gathers:
+        if bucket.reshard_after_forward:
+            for send, result in zip(bucket.sends, bucket.results, strict=True):
+                out[result] = (proxies[send], records[send])
+    return out
+
+
+def _finish(new_trace: Any, bsyms: list[Any], *, backward: bool, buckets: list[Bucket]) -> Any:
+    from thunder.core.trace import TraceProvenance
+    from thunder.executors.passes import del_last_used
+
+    new_trace.bound_symbols = bsyms
+    done = del_last_used(new_trace, clear_mutable_collections=backward)
+    # Positions in the final trace (``del``s included), where captures and ledgers will look for them.
+    issued: dict[str, int] = {}
+    waited: dict[str, int] = {}
+    wait_id = _ids()["wait"]
+    for i, b in enumerate(done.bound_symbols):
+        for p in b.flat_proxy_outs:
+            issued.setdefault(p.name, i)
+        if b.sym.id == wait_id and b.flat_proxy_args:
+            waited[b.flat_proxy_args[0].name] = i
+    for bucket in buckets:
+        bucket.issue_index = issued[bucket.future]
+        bucket.wait_index = waited[bucket.future]
+    done._thunderviz_buckets = list(buckets)  # read back by thunder_hooks.trace_buckets (capture)
+    kinds: dict[str, int] = {}
+    for b in buckets:
+        kinds[b.kind] = kinds.get(b.kind, 0) + 1
+    summary = ", ".join(f"{n} {k}" for k, n in kinds.items())
+    done.set_provenance(TraceProvenance(f"thunderviz communication buckets ({summary})"))
+    return done
+
+
+def comm_transform_of(compile_data: Any) -> Any | None:
+    """The ``CommTransform`` in a compile data's transforms, or None."""
+    for t in getattr(compile_data, "transforms", None) or ():
+        if isinstance(t, CommTransform):
+            return t
+    return None
+
+
+def ensure_comm_transform(compile_data: Any) -> Any:
+    """The compile data's ``CommTransform``, appended to its transforms on first use.
+
+    thunder iterates that very list after tracing, so a transform appended while tracing still runs for this entry.
+    """
+    found = comm_transform_of(compile_data)
+    if found is not None:
+        return found
+    transforms = compile_data.transforms
+    if not isinstance(transforms, list):
+        from thunderviz.errors import UnsupportedThunderError
+
+        raise UnsupportedThunderError(
+            f"thunderviz adds its communication pass to the jitted function's transforms, but they are a"
+            f" {type(transforms).__name__}, not a list. Pass `transforms=[...]` as a list to `thunder.jit`."
+        )
+    t = CommTransform()
+    transforms.append(t)
+    return t

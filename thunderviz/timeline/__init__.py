@@ -1,0 +1,12 @@
+"""Measured per-rank timelines: what happened, in time, on every rank (the trace model says what thunder planned).
+
+Modules, one job each: ``model`` (the dataclasses), ``clock`` (one clock for all ranks), ``build`` (profiler events
+-> a ``RankTimeline``), ``analysis`` (breakdown and stragglers), ``chrome`` (Trace Event Format for Perfetto),
+``file`` (reading saved timelines, hardened), ``record`` (torch.profiler on a rank: the only module here that imports
+torch). Open and analyse a saved timeline anywhere: ``thunderviz.timeline.load("timeline-rank0.json", ...)``.
+"""
+
+from thunderviz.timeline.file import load
+from thunderviz.timeline.model import NoTimelineError, RankTimeline, Timeline, save
+
+__all__ = ["NoTimelineError", "RankTimeline", "Timeline", "load", "save"]

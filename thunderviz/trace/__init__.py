@@ -1,0 +1,1 @@
+"""Core: decisions, thunder hooks, trace model. Never imports IPython or ipywidgets."""

@@ -1,0 +1,230 @@
+"""Attribute each op of a trace to the module it belongs to, so a 1,451-op trace can be shown as a dozen blocks.
+
+Thunder's execution traces do not say which ``nn.Module`` an op came from: forward ops carry a source line
+inside torch (``linear.py:134`` for every Linear), backward ops carry nothing. What the traces do carry is data
+flow and the names of the module's tensors (``t_blocks_0_attn_qkv_weight``). So:
+
+1. an op that reads a parameter (or a value derived only from parameters: its all_gather, wait, transpose)
+   belongs to that parameter's module;
+2. any other op belongs to the module of its inputs, choosing the one that most recently read its own
+   parameters (the residual ``x + attn(x)`` of block 1 reads block 0's output and block 1's, and belongs to
+   block 1, both in forward order and in backward's reversed order);
+3. in the backward trace, the ops that exist only to produce a parameter's gradient (matmul, sum,
+   reduce_scatter, wait) belong to that parameter's module: the gradient's position in the backward's return
+   matches the parameter's position in the forward's arguments;
+4. an op whose only users sit in another block moves there, unless it reads its own module's parameter-reading
+   ops (a layer norm's statistics belong to the norm's block; the residual add closing a block stays);
+5. ops still unattributed (unpacks, constants) take their first consumer's module, then their predecessor's.
+
+Functions traced without a module have no parameter names; their ops are grouped by source line instead
+(``@file.py:12``).
+"""
+
+from __future__ import annotations
+
+import os
+
+from thunderviz.trace.model import TraceSnapshot
+
+__all__ = ["assign_modules", "module_of_param", "top_group"]
+
+_TENSOR_KINDS = ("tensor", "future")
+
+
+def module_of_param(qualified_name: str) -> str:
+    """``blocks.0.attn_qkv.weight`` -> ``blocks.0.attn_qkv``; a root-level parameter -> ``(root)``."""
+    head, _, _ = qualified_name.rpartition(".")
+    return head or "(root)"
+
+
+def top_group(module: str | None) -> str:
+    """The collapsed-view group of a module path: up to the first numeric component (``blocks.0``), else the
+    first two components; source-line groups (``@file.py:12``) are kept whole."""
+    if not module:
+        return "(other)"
+    if module.startswith(("@", "(")):
+        return module
+    parts = module.split(".")
+    for i, p in enumerate(parts):
+        if p.isdigit() and i > 0:
+            return ".".join(parts[: i + 1])
+    return ".".join(parts[:2])
+
+
+def assign_modules(forward: TraceSnapshot, backward: TraceSnapshot | None = None) -> None:
+    """Set ``op.module`` on every op of ``forward`` (and ``backward``, using what forward taught us)."""
+    origin = {name: module_of_param(q) for name, q in forward.param_names.items()}
+    if origin:
+        origin.update(_bucket_origins(forward))
+    if not origin:
+        _assign_by_source(forward)
+        if backward is not None:
+            for op in backward.ops:
+                op.module = None
+            _carry_from(forward, backward)
+        return
+    act: dict[str, str] = {}
+    _assign_by_dataflow(forward, origin, act, returns={})
+    if backward is None:
+        return
+    returns: dict[str, str] = {}
+    if len(backward.return_names) == len(forward.arg_names):
+        for grad_name, arg_name in zip(backward.return_names, forward.arg_names, strict=True):
+            if grad_name and arg_name in forward.param_names:
+                returns[grad_name] = module_of_param(forward.param_names[arg_name])
+    returns = _unbucketed_returns(backward, returns)
+    # Names are shared between forward and backward (saved tensors keep theirs), so what forward learned about
+    # parameter-derived values and activations carries over.
+    _assign_by_dataflow(backward, {**origin, **_bucket_origins(backward)}, dict(act), returns, carried=set(act))
+
+
+def _unbucketed_returns(backward: TraceSnapshot, returns: dict[str, str]) -> dict[str, str]:
+    """Gradient chains start at what each bucket sends, not at what it returns.
+
+    Why: a bucketed reduction's returned gradients are views of one reduced buffer whose producer reads every
+    gradient of the bucket, so walking up from the first returned gradient claimed the whole backward for that one
+    parameter's module. The gradient a parameter contributes to the bucket (``sends``) is its own.
+    """
+    out = dict(returns)
+    for b in backward.buckets:
+        if b.kind in ("reduce_scatter", "all_reduce") and len(b.sends) == len(b.params):
+            for result in b.results:
+                out.pop(result, None)
+            for send, param in zip(b.sends, b.params, strict=True):
+                out[send] = module_of_param(param)
+    return out
+
+
+def _bucket_origins(snap: TraceSnapshot) -> dict[str, str]:
+    """Each unsharded parameter a bucketed all_gather unpacks, named by its own module.
+
+    Why: a bucket packs many parameters' shards into one buffer, so by data flow alone every op downstream of the
+    unpack would read "the last parameter packed" (a whole GPT landed on ``wte`` and ``lm_head``). The bucket knows
+    which unpacked tensor is which parameter; that is the same fact ``param_names`` gives for an unbucketed gather.
+    """
+    out: dict[str, str] = {}
+    for b in snap.buckets:
+        if b.kind == "all_gather" and len(b.results) == len(b.params):
+            for result, param in zip(b.results, b.params, strict=True):
+                out[result] = module_of_param(param)
+    return out
+
+
+def _assign_by_dataflow(
+    snap: TraceSnapshot,
+    origin: dict[str, str],
+    active: dict[str, str],
+    returns: dict[str, str],
+    carried: frozenset[str] | set[str] = frozenset(),
+) -> None:
+    """``carried`` names were computed in forward and saved: a backward op that reads only those (a layer norm's
+    saved mean) says nothing about where it sits in backward, so it takes its consumer's module instead."""
+    last_touch: dict[str, int] = {}
+    strong: set[int] = set()
+    for op in snap.ops:
+        ins = [t.name for t in op.inputs if t.kind in _TENSOR_KINDS]
+        from_params = [origin[n] for n in ins if n in origin]
+        if from_params:
+            mod = from_params[-1]
+            strong.add(op.index)
+            if len(from_params) == len(ins) and len(set(from_params)) == 1:
+                for t in op.outputs:
+                    origin[t.name] = mod
+            if not op.is_bookkeeping:
+                last_touch[mod] = op.index
+        else:
+            cands = [active[n] for n in ins if n in active and n not in carried]
+            mod = max(cands, key=lambda m: last_touch.get(m, -1)) if cands else None
+        op.module = mod
+        if mod is not None:
+            for t in op.outputs:
+                active.setdefault(t.name, mod)
+    _pull_into_consumers(snap, strong)
+    if returns:
+        _claim_gradient_chains(snap, returns)
+    _fill_gaps(snap)
+
+
+def _pull_into_consumers(snap: TraceSnapshot, strong: set[int]) -> None:
+    """Move an op whose only users sit in another block into that block, unless it reads a parameter-reading
+    op of its own module.
+
+    A layer norm computes its statistics (var_mean, sub, rsqrt) from the residual stream before it reads its
+    weight: by inputs alone those ops belong to the previous block, by purpose to the next. The residual add
+    that closes a block reads that block's projection directly, so it stays.
+    """
+    producer = snap.producers()
+    consumers = snap.consumers()
+    for op in reversed(snap.ops):
+        if op.index in strong or op.module is None or op.is_bookkeeping:
+            continue
+        users = {snap.ops[c].module for c in consumers.get(op.index, []) if not snap.ops[c].is_bookkeeping}
+        if len(users) != 1:
+            continue
+        (target,) = users
+        if target is None or top_group(target) == top_group(op.module):
+            continue
+        anchored = any(
+            (j := producer.get(t.name)) is not None and j in strong and snap.ops[j].module == op.module
+            for t in op.inputs
+        )
+        if not anchored:
+            op.module = target
+
+
+def _claim_gradient_chains(snap: TraceSnapshot, returns: dict[str, str]) -> None:
+    """Walk up from each returned gradient through ops whose outputs feed only that gradient."""
+    producer = snap.producers()
+    consumers = snap.consumers()
+    by_index = snap.ops
+    for grad_name, mod in returns.items():
+        start = producer.get(grad_name)
+        if start is None:
+            continue
+        chain = {start}
+        stack = [start]
+        while stack:
+            i = stack.pop()
+            by_index[i].module = mod
+            for t in by_index[i].inputs:
+                j = producer.get(t.name)
+                if j is None or j in chain:
+                    continue
+                users = [c for c in consumers.get(j, []) if not by_index[c].is_bookkeeping]
+                if users and all(u in chain for u in users):
+                    chain.add(j)
+                    stack.append(j)
+
+
+def _fill_gaps(snap: TraceSnapshot) -> None:
+    consumers = snap.consumers()
+    for op in reversed(snap.ops):
+        if op.module is None:
+            for c in consumers.get(op.index, []):
+                if snap.ops[c].module is not None and not snap.ops[c].is_bookkeeping:
+                    op.module = snap.ops[c].module
+                    break
+    prev = None
+    for op in snap.ops:
+        if op.module is None:
+            op.module = prev
+        prev = op.module
+    for op in snap.ops:
+        if op.module is None:
+            op.module = "(inputs)"
+
+
+def _assign_by_source(snap: TraceSnapshot) -> None:
+    for op in snap.ops:
+        op.module = f"@{os.path.basename(op.source.file)}:{op.source.line}" if op.source is not None else None
+    _fill_gaps(snap)
+
+
+def _carry_from(forward: TraceSnapshot, backward: TraceSnapshot) -> None:
+    """Backward ops of a module-less function: name them after the forward line whose saved values they read."""
+    by_name = {t.name: op.module for op in forward.ops for t in op.outputs if op.module}
+    for op in backward.ops:
+        mods = [by_name[t.name] for t in op.inputs if t.name in by_name]
+        if mods:
+            op.module = mods[-1]
+    _fill_gaps(backward)
