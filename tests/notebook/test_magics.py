@@ -6,7 +6,8 @@ import psutil
 import pytest
 from IPython.core.error import UsageError
 
-from thunderviz.ranks import CellError, RunReport
+from thunderviz.parallel.decisions import Action
+from thunderviz.ranks import CellError, RunReport, StrategySpec
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -53,15 +54,31 @@ def _choices(magic, flag: str) -> list[str]:
 
 
 def test_flag_choices_are_the_engines_and_the_strategys(shell) -> None:
-    from thunderviz.parallel.decisions import BUCKETING_STRATEGIES, SHARDING_STRATEGIES
+    from thunderviz.parallel.options import Bucketing, Sharding, StateDictType
     from thunderviz.ranks import BACKENDS, OUTPUT_MODES
 
     magics = _magics(shell)
     for magic in (magics.thunder_fsdp, magics.thunder_ddp):
         assert _choices(magic, "--backend") == list(BACKENDS)
         assert _choices(magic, "--output") == list(OUTPUT_MODES)
-    assert [c.upper() for c in _choices(magics.thunder_fsdp, "--sharding")] == list(SHARDING_STRATEGIES)
-    assert [c.upper() for c in _choices(magics.thunder_fsdp, "--bucketing")] == list(BUCKETING_STRATEGIES)
+        assert _choices(magic, "--state-dict-type") == [m.value for m in StateDictType]
+    assert [c.upper() for c in _choices(magics.thunder_fsdp, "--sharding")] == [m.value for m in Sharding]
+    assert [c.upper() for c in _choices(magics.thunder_fsdp, "--bucketing")] == [m.value for m in Bucketing]
+
+
+def test_strategy_flags_come_from_the_option_table(shell) -> None:
+    """One flag per option with a Flag, help text from the option's, and nothing for the other strategy."""
+    from thunderviz.parallel.options import Parallelism, flag_options
+
+    magics = _magics(shell)
+    for magic, parallelism in ((magics.thunder_fsdp, Parallelism.FSDP), (magics.thunder_ddp, Parallelism.DDP)):
+        flags = {s for a in magic.parser._actions for s in a.option_strings}
+        for option in flag_options(parallelism):
+            assert option.flag.name in flags
+            action = next(a for a in magic.parser._actions if option.flag.name in a.option_strings)
+            assert action.help.startswith(option.help)
+    ddp_flags = {s for a in magics.thunder_ddp.parser._actions for s in a.option_strings}
+    assert "--bucket-size-mb" in ddp_flags and "--sharding" not in ddp_flags and "--bucketing" not in ddp_flags
 
 
 @pytest.mark.parametrize(
@@ -71,6 +88,7 @@ def test_flag_choices_are_the_engines_and_the_strategys(shell) -> None:
         ("--nproc x", "--nproc takes a whole number of ranks"),
         ("--nproc 2 --frobnicate", "unrecognized arguments: --frobnicate"),
         ("--nproc 2 --sharding zero9", "invalid choice: 'zero9'"),
+        ("--nproc 2 --no-jit --executors torch", r"jit=False, executors=\.\.\."),
         ("--nproc 2 --name 1bad", "--name must be a Python variable name"),
         ("--nproc 2 --backend nccl", "Use --backend gloo"),
     ],
@@ -104,12 +122,10 @@ def test_fsdp_cell_streams_output_and_returns_a_report(shell, capsys) -> None:
     assert "<script" not in last.data["text/html"]
     assert "[rank 0] loss" in out and "[rank 1] loss" in out
     assert isinstance(report, RunReport) and shell.user_ns["fsdp_report"] is report
-    assert report.strategy == {
-        "kind": "thunder_fsdp",
-        "options": {"jit": True, "sharding_strategy": "ZERO3", "bucketing_strategy": "BLOCK"},
-    }
+    assert report.strategy == StrategySpec("thunder_fsdp", {"sharding_strategy": "ZERO3"})
+    assert report.strategy.options.summary() == "FSDP ZERO3 BLOCK"
     assert report.decisions, "the strategy's decision log should come back"
-    assert {"target", "case", "action", "reason"} <= set(report.decisions[0])
+    assert report.decisions[0].action is Action.JIT_AND_DISTRIBUTE and report.decisions[0].options.jit is True
     assert sorted(report.memory) == [0, 1] and all(m["rss_bytes"] > 0 for m in report.memory.values())
     # traces for the model set up in this cell came back from both ranks, with ledgers that agree
     assert report.problems == []
@@ -118,7 +134,7 @@ def test_fsdp_cell_streams_output_and_returns_a_report(shell, capsys) -> None:
     assert sorted(report.ledgers[name]) == [0, 1] and report.mismatches[name] == []
     page = report.to_html()
     assert page.startswith("<!DOCTYPE html>") and "<script" not in report._repr_html_()
-    assert "Memory per rank" in page and report.decisions[0]["reason"][:20] in page
+    assert "Memory per rank" in page and report.decisions[0].reason[:20] in page
 
 
 FUNCTION_CELL = """
@@ -134,7 +150,7 @@ fabric.backward(jitted_loss(model, x, y))
 
 def test_no_jit_reports_the_users_jitted_function(shell) -> None:
     report = shell.run_cell_magic("thunder_fsdp", "--nproc 2 --backend gloo --no-jit --output none", FUNCTION_CELL)
-    assert report.strategy["options"]["jit"] is False
+    assert report.strategy.options.jit is False
     assert "jitted_loss" in report.bundles, report.problems
     assert sorted(report.ledgers["jitted_loss"]) == [0, 1] and report.mismatches["jitted_loss"] == []
     # a cell that calls nothing jitted captures nothing again
@@ -149,7 +165,7 @@ def test_pool_is_reused_then_restarted_on_mismatch(shell, capsys) -> None:
     report = shell.run_cell_magic("thunder_ddp", "--nproc 2 --backend gloo --output rank0", MODEL_CELL)
     out = capsys.readouterr().out
     assert {r: s["pid"] for r, s in magics.engine.status().items()} == pids  # same processes, new strategy
-    assert report.strategy["kind"] == "thunder_ddp"
+    assert report.strategy.kind == "thunder_ddp"
     assert "[rank 0] loss" in out and "[rank 1]" not in out
     shell.run_line_magic("thunder_ranks", "status")
     status_out = capsys.readouterr().out

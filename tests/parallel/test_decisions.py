@@ -6,18 +6,25 @@ import pytest
 
 from thunderviz.errors import JitDecisionError
 from thunderviz.parallel.decisions import (
-    DEFAULT_BUCKETING_STRATEGY,
     Action,
+    Case,
+    Decision,
     ObjectFacts,
     ObjectKind,
-    StrategyOptions,
     communication_plan,
     decide,
-    validate_options,
+    impossible,
 )
+from thunderviz.parallel.options import DEFAULT_BUCKETING, Bucketing, OptionError, Parallelism, parse_options
 
-FSDP = StrategyOptions(parallelism="fsdp")
-DDP = StrategyOptions(parallelism="ddp")
+
+def opts(parallelism: str, **given):
+    """The options a strategy would parse from these keywords (jit keywords accepted as they are)."""
+    return parse_options(parallelism, given, jit_keywords=lambda: given.keys())
+
+
+FSDP = opts("fsdp")
+DDP = opts("ddp")
 MODULE = ObjectFacts(kind=ObjectKind.MODULE, type_name="Net")
 TM = ObjectFacts(kind=ObjectKind.THUNDER_MODULE, type_name="Net")
 TM_RAN = ObjectFacts(kind=ObjectKind.THUNDER_MODULE, type_name="Net", has_run=True, cached_traces=2)
@@ -38,7 +45,7 @@ TM_RAN = ObjectFacts(kind=ObjectKind.THUNDER_MODULE, type_name="Net", has_run=Tr
         ),
         pytest.param(
             MODULE,
-            StrategyOptions(parallelism="ddp", executors=("torch",)),
+            opts("ddp", executors=("torch",)),
             "case 1: raw module",
             Action.JIT_AND_DISTRIBUTE,
             False,
@@ -48,7 +55,7 @@ TM_RAN = ObjectFacts(kind=ObjectKind.THUNDER_MODULE, type_name="Net", has_run=Tr
         ),
         pytest.param(
             MODULE,
-            StrategyOptions(parallelism="fsdp", executors=("torch",), jit_kwargs=("cache", "disable_torch_autograd")),
+            opts("fsdp", executors=("torch",), cache="no caching", disable_torch_autograd=True),
             "case 1: raw module",
             Action.JIT_AND_DISTRIBUTE,
             False,
@@ -59,7 +66,7 @@ TM_RAN = ObjectFacts(kind=ObjectKind.THUNDER_MODULE, type_name="Net", has_run=Tr
         ),
         pytest.param(
             MODULE,
-            StrategyOptions(parallelism="fsdp", jit=False),
+            opts("fsdp", jit=False),
             "case 2: module used inside a jitted function",
             Action.DISTRIBUTE_FOR_FUNCTION_JIT,
             True,
@@ -80,7 +87,7 @@ TM_RAN = ObjectFacts(kind=ObjectKind.THUNDER_MODULE, type_name="Net", has_run=Tr
         ),
         pytest.param(
             TM,
-            StrategyOptions(parallelism="fsdp", jit=False),
+            opts("fsdp", jit=False),
             "case 3: module already jitted by the user",
             Action.DISTRIBUTE_IN_PLACE,
             False,
@@ -103,26 +110,35 @@ TM_RAN = ObjectFacts(kind=ObjectKind.THUNDER_MODULE, type_name="Net", has_run=Tr
     ],
 )
 def test_decision_rows(facts, options, case, action, clear_cache, reason):
-    decision = decide(facts, options, validate_options(options))
-    assert decision.case == case
-    assert decision.action == action.value
+    decision = decide(facts, options)
+    assert decision.case is Case(case) and str(decision.case) == case
+    assert decision.action is action
     assert decision.clear_cache is clear_cache
+    assert decision.options is options  # the log says with which options it was decided
     # Every reason ends with what happens to the collectives (see test_communication_plan_*).
     full = f"{reason}; {communication_plan(options, facts)}"
     assert decision.reason == full
     assert decision.target == "Net"
-    assert decision.to_dict()["reason"] == full
+    assert decision.to_dict() == {
+        "target": "Net",
+        "case": case,
+        "action": action.value,
+        "reason": full,
+        "clear_cache": clear_cache,
+        "strategy": options.summary(),
+    }
 
 
-def test_no_knob_is_accepted_and_ignored_any_more():
-    options = StrategyOptions(parallelism="fsdp", sharding_strategy="ZERO3", bucketing_strategy="LAYER")
-    assert validate_options(options) == []
+def test_a_refused_setup_is_logged_with_an_action_the_table_knows():
+    row = impossible("Net", JitDecisionError("no"), FSDP)
+    assert row == Decision(target="Net", case=Case.IMPOSSIBLE, action=Action.REFUSE, reason="no", options=FSDP)
+    assert row.to_dict()["action"] == "error" and row.strategy == "FSDP ZERO2 BLOCK"
 
 
 def test_communication_plan_zero3_block_names_the_blocks_and_why_block_is_the_default():
     facts = ObjectFacts(kind=ObjectKind.MODULE, type_name="GPT", blocks=("blocks.0", "blocks.1", "blocks.2"))
-    options = StrategyOptions(parallelism="fsdp", sharding_strategy="ZERO3")
-    assert options.bucketing_strategy == DEFAULT_BUCKETING_STRATEGY == "BLOCK"
+    options = opts("fsdp", sharding_strategy="ZERO3")
+    assert options.bucketing_strategy is DEFAULT_BUCKETING is Bucketing.BLOCK
     assert communication_plan(options, facts) == (
         "communication: BLOCK bucketing, one bucket per block (3: blocks.0 ... blocks.2, the children of the"
         " model's repeated ModuleList/Sequential) and one root bucket for the parameters outside them; one"
@@ -139,23 +155,19 @@ def test_communication_plan_zero3_block_names_the_blocks_and_why_block_is_the_de
 @pytest.mark.parametrize(
     ("options", "blocks", "says"),
     [
-        (StrategyOptions(parallelism="fsdp"), (), "one root bucket holding every parameter (no repeated"),
-        (StrategyOptions(parallelism="fsdp", bucketing_strategy="LAYER"), (), "one bucket per module that owns"),
-        (
-            StrategyOptions(parallelism="fsdp", bucketing_strategy="NONE"),
-            (),
-            "NONE bucketing, one bucket per parameter",
-        ),
-        (StrategyOptions(parallelism="fsdp"), (), "ZERO2: the unsharded parameters gathered in forward are kept"),
-        (StrategyOptions(parallelism="ddp"), (), "into buckets of 25 MB (the first one 1 MB, as torch DDP does"),
-        (StrategyOptions(parallelism="ddp", bucket_size_in_mb=0), (), "one all_reduce per gradient"),
+        (opts("fsdp"), (), "one root bucket holding every parameter (no repeated"),
+        (opts("fsdp", bucketing_strategy="LAYER"), (), "one bucket per module that owns"),
+        (opts("fsdp", bucketing_strategy="NONE"), (), "NONE bucketing, one bucket per parameter"),
+        (opts("fsdp"), (), "ZERO2: the unsharded parameters gathered in forward are kept"),
+        (opts("ddp"), (), "into buckets of 25 MB (the first one 1 MB, as torch DDP does"),
+        (opts("ddp", bucket_size_in_mb=0), (), "one all_reduce per gradient"),
     ],
 )
 def test_communication_plan_rows(options, blocks, says):
     facts = ObjectFacts(kind=ObjectKind.MODULE, type_name="Net", blocks=blocks)
     assert says in communication_plan(options, facts)
     assert ("BLOCK is the default" in communication_plan(options, facts)) == (
-        options.parallelism == "fsdp" and options.bucketing_strategy == "BLOCK"
+        options.parallelism is Parallelism.FSDP and options.bucketing_strategy is Bucketing.BLOCK
     )
 
 
@@ -194,7 +206,7 @@ def test_communication_plan_rows(options, blocks, says):
         ),
         pytest.param(
             TM,
-            StrategyOptions(parallelism="fsdp", executors=("torch",)),
+            opts("fsdp", executors=("torch",)),
             "You passed `executors=` to ThunderFSDPStrategy, but the Net you set up is already jitted, and jitting it"
             " a second time is never right. Pass the executors to your own `thunder.jit(model, executors=...)` call,"
             " or hand `fabric.setup` the plain module.",
@@ -202,7 +214,7 @@ def test_communication_plan_rows(options, blocks, says):
         ),
         pytest.param(
             TM_RAN,
-            StrategyOptions(parallelism="ddp", jit_kwargs=("disable_torch_autograd",)),
+            opts("ddp", disable_torch_autograd=True),
             "You passed thunder.jit arguments (disable_torch_autograd=...) to ThunderDDPStrategy, but the Net you set"
             " up is already jitted, so the strategy never calls `thunder.jit` and they would be silently ignored."
             " Pass them to your own `thunder.jit(model, ...)` call, or hand `fabric.setup` the plain module.",
@@ -217,8 +229,8 @@ def test_impossible_decisions_raise_with_the_fix(facts, options, message):
 
 
 def test_jit_false_with_executors_is_rejected():
-    with pytest.raises(ValueError) as err:  # noqa: PT011 - the whole message is compared below
-        validate_options(StrategyOptions(parallelism="ddp", jit=False, executors=("torch",)))
+    with pytest.raises(OptionError) as err:
+        opts("ddp", jit=False, executors=("torch",))
     assert str(err.value) == (
         "You set `ThunderDDPStrategy(jit=False, executors=...)`, but with `jit=False` the strategy never calls"
         " `thunder.jit`, so the executors would be silently ignored. Pass them to your own"
@@ -227,8 +239,8 @@ def test_jit_false_with_executors_is_rejected():
 
 
 def test_jit_false_with_jit_kwargs_is_rejected():
-    with pytest.raises(ValueError) as err:  # noqa: PT011 - the whole message is compared below
-        validate_options(StrategyOptions(parallelism="fsdp", jit=False, jit_kwargs=("cache",)))
+    with pytest.raises(OptionError) as err:
+        opts("fsdp", jit=False, cache="no caching")
     assert str(err.value) == (
         "You set `ThunderFSDPStrategy(jit=False, cache=...)`, but with `jit=False` the strategy never calls"
         " `thunder.jit`, so these thunder.jit arguments would be silently ignored. Pass them to your own"

@@ -6,14 +6,34 @@ import pickle
 
 import pytest
 
+from thunderviz.parallel.options import REGISTERED_STRATEGIES, Sharding, StrategyOptions
 from thunderviz.ranks.failures import RankUsageError
 from thunderviz.ranks.protocol import CellConfig, RankSetup, StrategySpec
-from thunderviz.strategies.registry import STRATEGY_NAMES
 
 
-@pytest.mark.parametrize("kind", [*STRATEGY_NAMES, "fabric"])
+@pytest.mark.parametrize("kind", list(REGISTERED_STRATEGIES))
 def test_every_registered_strategy_name_is_a_valid_spec(kind: str) -> None:
-    assert StrategySpec(kind).to_dict() == {"kind": kind, "options": {}}
+    spec = StrategySpec(kind)
+    entry = REGISTERED_STRATEGIES[kind]
+    assert isinstance(spec.options, StrategyOptions) and spec.options.parallelism is entry.parallelism
+    assert spec.kind == kind and spec.fabric_name is None
+    assert spec.describe() == f"{kind} ({spec.options.summary()})"
+    assert StrategySpec("thunder_fsdp_zero3").options.sharding_strategy is Sharding.ZERO3
+
+
+def test_fabric_own_strategies_are_named_not_parsed() -> None:
+    spec = StrategySpec("fabric", {"name": "ddp"})
+    assert spec.options is None and spec.fabric_name == "ddp" and spec.describe() == "fabric ddp"
+
+
+def test_bad_options_fail_in_the_kernel_naming_the_fix() -> None:
+    """Parsed where the spec is made, before anything is sent to a rank; never forwarded to thunder.jit."""
+    with pytest.raises(RankUsageError, match=r"choose one of 'ZERO2', 'ZERO3'"):
+        StrategySpec("thunder_fsdp", {"sharding_strategy": "zero9"})
+    with pytest.raises(RankUsageError, match=r"Did you mean `bucket_size_in_mb`"):
+        StrategySpec("thunder_ddp", {"bucket_size_mb": 5})
+    with pytest.raises(RankUsageError, match="is not an option of ThunderFSDPStrategy"):
+        StrategySpec("thunder_fsdp", {"disable_torch_autograd": True})
 
 
 def test_an_unknown_strategy_names_the_choices() -> None:
@@ -36,9 +56,10 @@ def test_messages_pickle_as_they_cross_to_the_ranks() -> None:
         threads=1,
         socket_ifname="lo",
     )
-    config = CellConfig(strategy=StrategySpec("thunder_ddp", {"jit": False}).to_dict(), collect=False)
+    config = CellConfig(strategy=StrategySpec("thunder_ddp", {"jit": False}), collect=False)
     assert pickle.loads(pickle.dumps(setup)) == setup
     assert pickle.loads(pickle.dumps(config)) == config
+    assert pickle.loads(pickle.dumps(config)).strategy.options.jit is False
 
 
 def test_rank_side_module_is_cheap_to_import_in_the_kernel() -> None:

@@ -10,6 +10,8 @@ from tests.helpers import trace_fixtures as tf
 from tests.helpers.trace_fixtures import EVIL, hostile_bundle
 from tests.helpers.trace_scenarios import two_rank_run
 from thunderviz.cli import main
+from thunderviz.parallel.decisions import Action, Case, Decision
+from thunderviz.ranks.protocol import StrategySpec
 from thunderviz.ranks.report import RunReport
 from thunderviz.render.graph import dot_available
 from thunderviz.render.html import Report, render_html
@@ -24,7 +26,7 @@ needs_dot = pytest.mark.skipif(not dot_available(), reason="Graphviz `dot` binar
 @pytest.mark.parametrize("svg", [pytest.param(True, marks=needs_dot), False])
 def test_markup_in_user_code_is_escaped_in_html(tmp_path, svg):
     b = hostile_bundle(tmp_path)
-    decisions = [{"target": EVIL, "case": "1", "action": "jit", "reason": "</td><script>x()</script>"}]
+    decisions = [Decision(EVIL, Case.RAW_MODULE, Action.JIT_AND_DISTRIBUTE, "</td><script>x()</script>")]
     page = render_html([b], decisions=decisions, svg=svg)
     assert "<script>alert" not in page and "<script>x()" not in page
     assert page.count("<script") == 1  # ours, at the end
@@ -90,7 +92,7 @@ def test_report_flags_ranks_that_would_hang():
 # ---------------------------------------------------------------------------------------------- the run report
 
 
-def _run_report(decisions: list[dict], *, with_traces: bool = True, problems: tuple[str, ...] = ()) -> RunReport:
+def _run_report(decisions: list[Decision], *, with_traces: bool = True, problems: tuple[str, ...] = ()) -> RunReport:
     """What the rank engine builds from what each rank's ``bootstrap.collect`` returned, with real bundles."""
     ranks = two_rank_run()
     collected = {
@@ -108,16 +110,16 @@ def _run_report(decisions: list[dict], *, with_traces: bool = True, problems: tu
         outputs={0: "", 1: ""},
         world_size=2,
         backend="gloo",
-        strategy={"kind": "ThunderFSDPStrategy", "options": {"sharding": "zero2"}},
+        strategy=StrategySpec("thunder_fsdp"),
         seconds=1.5,
     )
 
 
 def test_run_report_html_shows_decisions_memory_traces_and_problems():
-    decision = {"target": EVIL, "case": "raw module", "action": "jit + fsdp", "reason": "</td><b>why</b>"}
+    decision = Decision(EVIL, Case.RAW_MODULE, Action.JIT_AND_DISTRIBUTE, "</td><b>why</b>")
     report = _run_report([decision], problems=("<img src=x onerror=alert(1)>",))
     frag = run_report_html(report, standalone=False)
-    assert frag.startswith("<div class='thunderviz-report'><h3>ThunderFSDPStrategy(sharding=zero2) on 2 ranks, gloo")
+    assert frag.startswith("<div class='thunderviz-report'><h3>thunder_fsdp (FSDP ZERO2 BLOCK) on 2 ranks, gloo")
     assert "Memory per rank" in frag and "3.0 MiB" in frag
     assert "Ranks 0, 1 issue the same" in frag and "<h2>Decisions</h2>" in frag  # the trace report carries them
     assert EVIL not in frag and escape(EVIL) in frag and "&lt;/td&gt;&lt;b&gt;why" in frag
@@ -150,9 +152,13 @@ def test_markup_pieces_escape_everything():
         "<table><thead><tr><th>&lt;h&gt;</th></tr></thead><tbody><tr><td></td></tr><tr><td>&lt;c&gt;</td></tr>"
         "</tbody></table>"
     )
-    rows = decisions_table([{"target": "m", "reason": "<r>", "extra": "not shown"}])
+    rows = decisions_table([Decision("m", Case.USER_JITTED, Action.DISTRIBUTE_IN_PLACE, "<r>", clear_cache=True)])
     assert list(re.findall(r"<th>(\w+)</th>", rows)) == list(DECISION_COLUMNS)
-    assert "<td>m</td><td></td><td></td><td>&lt;r&gt;</td>" in rows and "not shown" not in rows
+    assert (
+        "<td>m</td><td>case 3: module already jitted by the user</td><td>distribute in place</td><td>&lt;r&gt;</td>"
+        in rows
+    )
+    assert "True" not in rows  # clear_cache is not a column
     text = page("<t>", "<p>body</p>", style="p{}", script="1;")
     assert text.startswith("<!DOCTYPE html>") and "<title>&lt;t&gt;</title>" in text and "<h1>&lt;t&gt;</h1>" in text
     assert "<style>p{}</style>" in text and text.rstrip().endswith("<script>1;</script></body></html>")

@@ -10,7 +10,7 @@ from thunder.distributed import FSDPBucketingStrategy, FSDPType
 
 import thunderviz
 from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
-from thunderviz.strategies import base
+from thunderviz.parallel.options import FOREIGN_OPTIONS, OPTIONS, OptionError, Parallelism, UnknownOptionError
 
 
 def test_exact_names_registered_with_fabric():
@@ -58,7 +58,7 @@ def test_public_api_is_sorted_and_importable():
 def test_sharding_strategy_accepts_names_and_enums_and_reads_back_the_enum(given, expected):
     strategy = ThunderFSDPStrategy(sharding_strategy=given)
     assert strategy.sharding_strategy is expected
-    assert strategy.options.sharding_strategy == expected.name  # the decision table stays plain Python
+    assert strategy.options.sharding_strategy.value == expected.name  # the decision table stays plain Python
 
 
 @pytest.mark.parametrize(
@@ -72,7 +72,7 @@ def test_sharding_strategy_accepts_names_and_enums_and_reads_back_the_enum(given
 def test_bucketing_strategy_accepts_names_and_enums_and_reads_back_the_enum(given, expected):
     strategy = ThunderFSDPStrategy(bucketing_strategy=given)
     assert strategy.bucketing_strategy is expected
-    assert strategy.options.bucketing_strategy == expected.name
+    assert strategy.options.bucketing_strategy.value == expected.name
 
 
 def test_ddp_bucket_size_reads_back():
@@ -86,7 +86,8 @@ def test_jit_keyword_arguments_are_kept_for_the_strategy_jit():
     )
     assert strategy.executors == ["torch"]
     assert strategy.jit_kwargs == {"disable_torch_autograd": False}
-    assert strategy.options.jit_kwargs == ("disable_torch_autograd",)
+    assert strategy.options.jit_keyword_names == ("disable_torch_autograd",)
+    assert strategy.state_dict_type == "full" and strategy.options.fabric_kwargs == (("timeout", None),)
 
 
 @pytest.mark.parametrize(
@@ -161,7 +162,7 @@ def test_jit_keyword_arguments_are_kept_for_the_strategy_jit():
     ],
 )
 def test_bad_knobs_fail_with_the_fix(factory, message):
-    with pytest.raises(ValueError) as err:  # noqa: PT011 - the whole message is compared below
+    with pytest.raises(OptionError) as err:  # a ValueError, as before
         factory()
     assert str(err.value) == message
 
@@ -185,7 +186,6 @@ def test_meta_init_context_builds_on_meta_and_setup_moves_nothing():
 
 def test_fsdp_knobs_are_carried_out_not_warned_about():
     """ZERO3 and every bucketing strategy are implemented (thunder.comm_setup): no "accepted but ignored" warning."""
-    base._warned.clear()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for sharding in ("ZERO2", "ZERO3"):
@@ -196,3 +196,92 @@ def test_fsdp_knobs_are_carried_out_not_warned_about():
 
 def test_fsdp_buckets_by_block_unless_told_otherwise():
     assert ThunderFSDPStrategy().bucketing_strategy is FSDPBucketingStrategy.BLOCK
+
+
+# -- unknown and foreign keywords never pass silently (issue 16) ------------------------------------------------------
+
+
+def test_a_typo_raises_at_construction_naming_the_closest_option():
+    with pytest.raises(UnknownOptionError) as err:
+        ThunderFSDPStrategy(shardng_strategy="ZERO3")
+    assert isinstance(err.value, TypeError)  # as any unexpected keyword
+    assert "Did you mean `sharding_strategy`?" in str(err.value)
+    with pytest.raises(UnknownOptionError, match="Did you mean `disable_torch_autograd`"):
+        ThunderDDPStrategy(disable_torch_autograde=True)  # closest among what thunder.jit reads
+
+
+def test_only_keywords_the_installed_thunder_jit_reads_pass_through():
+    """Checked against thunder itself: jit's signature and the compile options its modules look up."""
+    import inspect
+
+    import thunder
+
+    from thunderviz.thunder.jit_keywords import jit_keywords
+
+    accepted = jit_keywords()
+    assert {"cache", "sharp_edges", "disable_torch_autograd", "transforms", "debug_options"} <= accepted
+    assert {"skip_inplace_alias_updates", "auto_recompute_intermediates"} <= accepted  # read via compile_options
+    assert "executors" not in accepted  # the strategy's own option
+    params = inspect.signature(thunder.jit).parameters.values()
+    named = {p.name for p in params if p.kind is p.KEYWORD_ONLY} - {"executors"}
+    assert named <= accepted
+    strategy = ThunderFSDPStrategy(skip_inplace_alias_updates=True)
+    assert strategy.jit_kwargs == {"skip_inplace_alias_updates": True}
+    with pytest.raises(UnknownOptionError, match=r"not an option of ThunderFSDPStrategy or a keyword of `thunder"):
+        ThunderFSDPStrategy(frobnicate=1)
+
+
+def _fabric_and_torch_option_names(parallelism: Parallelism) -> set[str]:
+    """What a user of Lightning's own strategy could pass: its constructor, and torch's wrapper it forwards to."""
+    import inspect
+
+    import torch.distributed.fsdp as torch_fsdp
+    from lightning.fabric.strategies import DDPStrategy, FSDPStrategy
+    from torch.nn.parallel import DistributedDataParallel
+
+    if parallelism is Parallelism.FSDP:
+        sources = (FSDPStrategy.__init__, torch_fsdp.FullyShardedDataParallel.__init__)
+    else:
+        sources = (DDPStrategy.__init__, DistributedDataParallel.__init__)
+    names: set[str] = set()
+    for fn in sources:
+        for name, p in inspect.signature(fn).parameters.items():
+            if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and name not in ("self", "module"):
+                names.add(name)
+    return names
+
+
+@pytest.mark.parametrize("parallelism", list(Parallelism))
+def test_every_option_of_fabrics_own_strategy_is_taken_or_refused_with_what_to_use(parallelism):
+    """Checked against the installed Lightning and torch, so the list of foreign options cannot drift."""
+    ours = {o.name for o in OPTIONS if o.applies(parallelism)}
+    theirs = _fabric_and_torch_option_names(parallelism)
+    assert theirs - ours - set(FOREIGN_OPTIONS) == set()
+    cls = ThunderFSDPStrategy if parallelism is Parallelism.FSDP else ThunderDDPStrategy
+    for name in sorted(theirs - ours):
+        with pytest.raises(OptionError) as err:
+            cls(**{name: object()})
+        assert f"You set `{cls.__name__}({name}=...)`, an option of Lightning's" in str(err.value)
+        assert FOREIGN_OPTIONS[name] in str(err.value)
+
+
+def test_fabric_fsdp_spelling_of_activation_checkpointing_says_what_to_do():
+    from torch import nn
+
+    with pytest.raises(OptionError, match=r"activation_checkpointing_policy=.*torch.utils.checkpoint.checkpoint"):
+        ThunderFSDPStrategy(activation_checkpointing_policy={nn.Linear})
+
+
+def test_the_signature_and_docstring_are_the_option_table():
+    import inspect
+
+    for cls in (ThunderFSDPStrategy, ThunderDDPStrategy):
+        params = inspect.signature(cls).parameters
+        declared = [o for o in OPTIONS if o.applies(cls.parallelism)]
+        assert list(params)[:-1] == [o.name for o in declared] and "jit_kwargs" in params
+        for o in declared:
+            assert params[o.name].default == o.default_for(cls.parallelism)
+            if not o.fabric:
+                assert f"{o.name}: {o.help}" in inspect.getdoc(cls)
+    assert inspect.signature(ThunderDDPStrategy).parameters["state_dict_type"].default == "full"
+    assert "sharding_strategy" not in inspect.signature(ThunderDDPStrategy).parameters

@@ -10,7 +10,7 @@ writes one offline HTML report with the traces as graphs.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -75,8 +75,8 @@ def run_scenarios_on_rank(rank: int, world: int, scenarios: Sequence[Scenario]) 
         fabric.backward(loss)
         optimizer.step()
         traced = step_fn if step_fn is not None else strategy.thunder_modules[-1][1]
-        decision = strategy.decisions[-1].to_dict()
-        out["decisions"].append({**decision, "target": f"{sc.name} ({decision['target']})"})
+        decision = strategy.decisions[-1]
+        out["decisions"].append(replace(decision, target=f"{sc.name} ({decision.target})"))
         out["bundles"].append(bundle_to_dict(capture(traced, name=sc.name, rank=rank, stages=False)))
         out.setdefault("losses", []).append(float(fabric.all_reduce(loss.detach())))
     return out
@@ -120,8 +120,8 @@ def write_report(
         counts = ", ".join(f"{n} {k}" for k, n in sorted(ledgers[0].counts().items())) or "none"
         mismatches = find_mismatches(ledgers)
         problems += len(mismatches)
-        echo(f"\n[{sc.name}] {decision['case']} -> {decision['action']}")
-        echo(f"  why: {decision['reason']}")
+        echo(f"\n[{sc.name}] {decision.case} -> {decision.action}")
+        echo(f"  why: {decision.reason}")
         echo(f"  rank 0 collectives: {counts}; loss {per_rank[0]['losses'][i]:.4f}")
         echo("  ranks agree" if not mismatches else "  MISMATCH: " + "; ".join(m.message for m in mismatches))
     save(bundles, out / "traces.json")

@@ -58,10 +58,10 @@ def summarize(reports: dict[str, Any]) -> str:
     """The terminal story of the demo: per cell, what the strategy decided and which collectives rank 0 traced."""
     lines = []
     for name, report in reports.items():
-        strategy = (report.strategy or {}).get("kind", "?")
+        strategy = report.strategy.kind if report.strategy is not None else "?"
         lines.append(f"[{name}] {strategy} on {report.world_size} ranks ({report.backend})")
         for d in report.decisions:
-            lines.append(f"  {d.get('case')} -> {d.get('action')}: {d.get('reason')}")
+            lines.append(f"  {d.case} -> {d.action}: {d.reason}")
         for obj, ledgers in report.ledgers.items():
             counts = ", ".join(f"{n} {k}" for k, n in sorted(ledgers[min(ledgers)].counts().items())) or "none"
             agree = "ranks agree" if not report.mismatches.get(obj) else "MISMATCH across ranks"

@@ -20,8 +20,9 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, argument_group, magic_arguments, parse_argstring
 from traitlets import Bool
 
+from thunderviz.notebook.strategy_flags import flag_values, strategy_arguments
 from thunderviz.notebook.timeline_cell import STEPS_HELP, TIMELINE_HELP, steps_arg, timeline_options
-from thunderviz.parallel.decisions import BUCKETING_STRATEGIES, DEFAULT_BUCKETING_STRATEGY, SHARDING_STRATEGIES
+from thunderviz.parallel.options import Parallelism
 from thunderviz.ranks import (
     BACKENDS,
     DEFAULT_TIMEOUT_S,
@@ -56,11 +57,6 @@ def _release_traces(report: Any) -> None:
         f"traces released to bound memory: only the last {REPORT_HISTORY} reports keep them unless a variable "
         "names the report (use --name)"
     )
-
-
-#: The flags spell the FSDP choices in lower case (``--sharding zero3``); the strategy takes them upper case.
-SHARDING_CHOICES = [name.lower() for name in SHARDING_STRATEGIES]
-BUCKETING_CHOICES = [name.lower() for name in BUCKETING_STRATEGIES]
 
 
 def _nproc(text: str) -> int:
@@ -132,13 +128,6 @@ def _common_arguments(func: Any) -> Any:
             help="attach to the cluster of this controller connection file (ipcontroller-client.json; "
             "e.g. a hand-started `ipcontroller` + `ipengine`)",
         ),
-        argument_group("strategy"),
-        argument(
-            "--no-jit",
-            action="store_true",
-            help="do not thunder.jit what fabric.setup receives (case 2: you jit your own function)",
-        ),
-        argument("--executors", default=None, help="comma-separated thunder executors, e.g. torch,python"),
         argument_group("results"),
         argument("--name", type=_identifier, default=None, help="store the report in this variable"),
         argument(
@@ -270,19 +259,15 @@ class ThundervizMagics(Magics):
 
     # ----------------------------------------------------------------- running a cell
 
-    def _run(self, kind: str, options: dict[str, Any], args: argparse.Namespace, cell: str) -> Any:
+    def _run(self, kind: str, parallelism: Parallelism, args: argparse.Namespace, cell: str) -> Any:
         if not cell.strip():
             raise UsageError(f"%%{kind} needs code in the cell below the magic line.")
-        if not _attaching(args):
-            try:
+        try:
+            if not _attaching(args):
                 check_local_backend(args.backend, args.nproc or LOCAL_NPROC)
-            except RankUsageError as exc:
-                raise UsageError(str(exc)) from None
-        executors = [e.strip() for e in args.executors.split(",") if e.strip()] if args.executors else None
-        options = {"jit": not args.no_jit, **options}
-        if executors:
-            options["executors"] = executors
-        spec = StrategySpec(kind, options)
+            spec = StrategySpec(kind, flag_values(parallelism, args))  # checks every option, here in the kernel
+        except RankUsageError as exc:
+            raise UsageError(str(exc)) from None
         timeline = timeline_options(args)
         self._status = _LiveStatus(args.nproc or LOCAL_NPROC, label=f"%%{kind}")
         try:
@@ -339,18 +324,7 @@ class ThundervizMagics(Magics):
 
     @magic_arguments()
     @_common_arguments
-    @argument(
-        "--sharding",
-        choices=SHARDING_CHOICES,
-        default=SHARDING_CHOICES[0],
-        help=f"FSDP sharding (default {SHARDING_CHOICES[0]})",
-    )
-    @argument(
-        "--bucketing",
-        choices=BUCKETING_CHOICES,
-        default=DEFAULT_BUCKETING_STRATEGY.lower(),
-        help=f"FSDP collective bucketing (default {DEFAULT_BUCKETING_STRATEGY.lower()})",
-    )
+    @strategy_arguments(Parallelism.FSDP)
     @cell_magic
     def thunder_fsdp(self, line: str, cell: str) -> Any:
         """Run the cell on every rank with ``fabric`` set up for ``ThunderFSDPStrategy``; returns a RunReport.
@@ -360,11 +334,11 @@ class ThundervizMagics(Magics):
         fails the cell with that rank's traceback.
         """
         args = parse_argstring(self.thunder_fsdp, line)
-        options = {"sharding_strategy": args.sharding.upper(), "bucketing_strategy": args.bucketing.upper()}
-        return self._run("thunder_fsdp", options, args, cell)
+        return self._run("thunder_fsdp", Parallelism.FSDP, args, cell)
 
     @magic_arguments()
     @_common_arguments
+    @strategy_arguments(Parallelism.DDP)
     @cell_magic
     def thunder_ddp(self, line: str, cell: str) -> Any:
         """Run the cell on every rank with ``fabric`` set up for ``ThunderDDPStrategy``; returns a RunReport.
@@ -372,7 +346,7 @@ class ThundervizMagics(Magics):
         Same namespace, streaming and failure reporting as ``%%thunder_fsdp``.
         """
         args = parse_argstring(self.thunder_ddp, line)
-        return self._run("thunder_ddp", {}, args, cell)
+        return self._run("thunder_ddp", Parallelism.DDP, args, cell)
 
     @magic_arguments()
     @argument(

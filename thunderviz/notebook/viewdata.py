@@ -16,8 +16,9 @@ import os
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
+from thunderviz.parallel.decisions import Decision
 from thunderviz.render.graph import graph_view, short_op_name
 from thunderviz.trace.diff import TraceDiff, diff_traces
 from thunderviz.trace.file import bundle_from_dict, load
@@ -25,6 +26,11 @@ from thunderviz.trace.ledger import Ledger, find_mismatches, ledger_from_bundle
 from thunderviz.trace.model import TraceBundle, TraceSnapshot
 
 __all__ = [
+    "DecisionRow",
+    "LedgerPanel",
+    "PaneData",
+    "Panels",
+    "SearchHit",
     "Subject",
     "diff_marks",
     "memory_rows",
@@ -38,19 +44,90 @@ __all__ = [
 MAX_MATCHES = 200
 
 
+# -- what goes to the browser (the widgets' synced traits): JSON, typed here so both ends read one shape -----------
+
+
+class GroupRow(TypedDict):
+    id: str
+    name: str
+    n_ops: int
+    expanded: bool
+
+
+class PaneData(TypedDict):
+    """One graph pane (``pane_data``): the DOT, per-node details, groups and diff marks."""
+
+    title: str
+    prefix: str
+    dot: str
+    nodes: dict[str, dict[str, Any]]
+    groups: list[GroupRow]
+    marks: dict[str, dict[str, int]]
+    n_ops: int
+    n_collectives: int
+    n_waits: int
+
+
+class SearchHit(TypedDict):
+    index: int
+    node: str
+    group: str
+    op: str
+    label: str
+    kind: str
+
+
+class DecisionRow(TypedDict):
+    """``Decision.to_dict()``: a decision as the browser shows it."""
+
+    target: str
+    case: str
+    action: str
+    reason: str
+    clear_cache: bool
+    strategy: str
+
+
+class LedgerPanel(TypedDict):
+    """Every rank's collectives side by side (``ledger_table``)."""
+
+    ranks: list[int]
+    rows: list[list[dict[str, Any] | None]]
+    bad: list[int]
+    mismatches: list[str]
+    counts: dict[int, dict[str, int]]
+    bytes: dict[int, int]
+
+
+class DiffPanel(TypedDict):
+    rows: list[dict[str, str]]
+    total: int
+    delta: dict[str, int]
+    unchanged: int
+
+
+class Panels(TypedDict, total=False):
+    """The side panels: a trace view has ledger, decisions and memory; a comparison has diff and memory."""
+
+    ledger: LedgerPanel
+    decisions: list[DecisionRow]
+    memory: list[dict[str, Any]]
+    diff: DiffPanel
+
+
 @dataclass
 class Subject:
     """One jitted object as seen on every rank: what a trace view or one side of a comparison shows.
 
     ``bundles`` maps rank -> bundle (the lowest rank is drawn); ``ledgers`` rank -> collectives ledger;
-    ``decisions`` are the strategies' jit decisions (``{"target", "case", "action", "reason"}``) when known;
+    ``decisions`` are the strategies' jit decisions (``parallel.decisions.Decision``) when known;
     ``memory`` rank -> extra measured memory (the rank engine's RSS/CUDA numbers) when known.
     """
 
     title: str
     bundles: dict[int, TraceBundle]
     ledgers: dict[int, Ledger] = field(default_factory=dict)
-    decisions: list[dict[str, Any]] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
     memory: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     @property
@@ -118,12 +195,12 @@ def subject_of(obj: Any, name: str | None = None) -> Subject:
         raw_ledgers = (getattr(obj, "ledgers", None) or {}).get(chosen, {})
         ledgers = {int(r): (lg if isinstance(lg, Ledger) else Ledger.from_dict(lg)) for r, lg in raw_ledgers.items()}
         ledgers = ledgers or {b.rank: ledger_from_bundle(b)}
-        decisions = [dict(d) for d in (getattr(obj, "decisions", None) or [])]
+        decisions = list(getattr(obj, "decisions", None) or [])
         memory = {int(r): dict(m) for r, m in (getattr(obj, "memory", None) or {}).items()}
         return Subject(title=chosen, bundles={b.rank: b}, ledgers=ledgers, decisions=decisions, memory=memory)
     if isinstance(bundles, Sequence):  # render.html.Report
         subj = _from_bundles(list(bundles), name, what)
-        subj.decisions = [dict(d) for d in (getattr(obj, "decisions", None) or [])]
+        subj.decisions = list(getattr(obj, "decisions", None) or [])
         return subj
     raise TypeError(
         f"thunderviz widgets show traces; got {type(obj).__name__}. Pass a TraceBundle (thunderviz.thunder.capture."
@@ -171,7 +248,7 @@ def pane_data(
     title: str = "",
     id_prefix: str = "",
     marks: Mapping[int, str] | None = None,
-) -> dict[str, Any]:
+) -> PaneData:
     """Everything one graph pane needs, as JSON: DOT, per-node details (with ledger rows), groups, diff marks.
 
     ``expanded`` holds group *names* (not ids) so one list can open the same block in both panes of a
@@ -201,24 +278,22 @@ def pane_data(
         if nid is not None:
             counts = node_marks.setdefault(nid, {"+": 0, "-": 0, "~": 0})
             counts[tag] += 1
-    return {
-        "title": title or snapshot.label,
-        "prefix": id_prefix,
-        "dot": gv.dot,
-        "nodes": nodes,
-        "groups": [
-            {"id": g.id, "name": g.name, "n_ops": len(g.ops), "expanded": g.id in gv.expanded} for g in gv.groups
-        ],
-        "marks": node_marks,
-        "n_ops": len(snapshot.ops),
-        "n_collectives": sum(1 for op in snapshot.ops if op.is_collective),
-        "n_waits": sum(1 for op in snapshot.ops if op.is_wait),
-    }
+    return PaneData(
+        title=title or snapshot.label,
+        prefix=id_prefix,
+        dot=gv.dot,
+        nodes=nodes,
+        groups=[GroupRow(id=g.id, name=g.name, n_ops=len(g.ops), expanded=g.id in gv.expanded) for g in gv.groups],
+        marks=node_marks,
+        n_ops=len(snapshot.ops),
+        n_collectives=sum(1 for op in snapshot.ops if op.is_collective),
+        n_waits=sum(1 for op in snapshot.ops if op.is_wait),
+    )
 
 
 def search_ops(
     snapshot: TraceSnapshot, query: str, *, expanded: Iterable[str] = (), limit: int = MAX_MATCHES
-) -> tuple[list[dict[str, Any]], int]:
+) -> tuple[list[SearchHit], int]:
     """Ops whose name, tensor names (proxy or parameter names) or module contain ``query`` (case-insensitive).
 
     Returns up to ``limit`` hits (``{"index", "node", "group", "op", "label", "kind"}``; ``node`` is the drawn node
@@ -232,7 +307,7 @@ def search_ops(
     node_of = gv.node_of
     group_of = {op.index: g.name for g in gv.groups for op in g.ops}
     pn = snapshot.param_names
-    hits: list[dict[str, Any]] = []
+    hits: list[SearchHit] = []
     total = 0
     for op in snapshot.ops:
         if op.index not in node_of:
@@ -248,14 +323,14 @@ def search_ops(
         shown = next((pn[t] for t in tensors if t in pn), None) or (op.module or "")
         kind = "collective" if op.is_collective else "wait" if op.is_wait else "op"
         hits.append(
-            {
-                "index": op.index,
-                "node": node_of[op.index],
-                "group": group_of.get(op.index, ""),
-                "op": short_op_name(op.op),
-                "label": f"{short_op_name(op.op)} {shown}".strip(),
-                "kind": kind,
-            }
+            SearchHit(
+                index=op.index,
+                node=node_of[op.index],
+                group=group_of.get(op.index, ""),
+                op=short_op_name(op.op),
+                label=f"{short_op_name(op.op)} {shown}".strip(),
+                kind=kind,
+            )
         )
     return hits, total
 
@@ -283,7 +358,7 @@ def diff_for(a: Subject, b: Subject, label: str) -> TraceDiff:
     return diff_traces(snapshot_of(a.primary, label), snapshot_of(b.primary, label))
 
 
-def ledger_table(subject: Subject) -> dict[str, Any]:
+def ledger_table(subject: Subject) -> LedgerPanel:
     """Every rank's collectives (waits left out) side by side, and the mismatch messages."""
     ranks = sorted(subject.ledgers)
     per_rank = {r: subject.ledgers[r].collectives() for r in ranks}
@@ -298,14 +373,14 @@ def ledger_table(subject: Subject) -> dict[str, Any]:
     bad_positions = set()
     for m in find_mismatches(subject.ledgers) if len(ranks) > 1 else []:
         bad_positions.add(m.position)
-    return {
-        "ranks": ranks,
-        "rows": rows,
-        "bad": sorted(bad_positions),
-        "mismatches": subject.mismatches(),
-        "counts": {r: subject.ledgers[r].counts() for r in ranks},
-        "bytes": {r: subject.ledgers[r].total_bytes() for r in ranks},
-    }
+    return LedgerPanel(
+        ranks=ranks,
+        rows=rows,
+        bad=sorted(bad_positions),
+        mismatches=subject.mismatches(),
+        counts={r: subject.ledgers[r].counts() for r in ranks},
+        bytes={r: subject.ledgers[r].total_bytes() for r in ranks},
+    )
 
 
 def memory_rows(subject: Subject) -> list[dict[str, Any]]:

@@ -14,7 +14,7 @@ JupyterLab prefers the live widget view over it.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ import anywidget
 import traitlets as t
 
 from thunderviz.notebook import viewdata as vd
+from thunderviz.parallel.decisions import Decision
 from thunderviz.ranks import PHASES
 from thunderviz.render.graph import dot_available, to_svg
 from thunderviz.render.markup import decisions_table
@@ -164,6 +165,10 @@ class _GraphWidget(anywidget.AnyWidget):
     def node_ids(self, pane: int = 0) -> list[str]:
         return list(self.panes[pane]["nodes"])
 
+    def _decision_log(self) -> list[Decision]:
+        """The decisions the static picture lists (a comparison shows none)."""
+        return []
+
     # ------------------------------------------------------------------ display
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
@@ -182,7 +187,7 @@ class _GraphWidget(anywidget.AnyWidget):
                 f"{p['n_collectives']} collectives)</div>{_graph_html(p['dot'], use_svg)}</td>"
             )
         parts.append(f"<table><tr>{''.join(cells)}</tr></table>")
-        parts.append(_panels_html(self.panels))
+        parts.append(_panels_html(self.panels, self._decision_log()))
         parts.append(
             "<p style='color:#5b6b7c'>Static picture from when the cell ran; open the notebook in "
             "JupyterLab with a kernel for zoom, search, details and expanding blocks.</p></div>"
@@ -202,7 +207,7 @@ def _graph_html(dot: str, use_svg: bool) -> str:
     )
 
 
-def _panels_html(panels: dict[str, Any]) -> str:
+def _panels_html(panels: vd.Panels, decisions: Sequence[Decision]) -> str:
     out = []
     ledger = panels.get("ledger")
     if ledger:
@@ -213,8 +218,8 @@ def _panels_html(panels: dict[str, Any]) -> str:
             for r in ledger["ranks"]
         ]
         out.append("<h5>Collectives per rank</h5>" + _table(["rank", "collectives", "bytes sent"], rows))
-    if panels.get("decisions"):
-        out.append("<h5>Decisions</h5>" + decisions_table(panels["decisions"]))
+    if decisions:
+        out.append("<h5>Decisions</h5>" + decisions_table(decisions))
     if panels.get("memory"):
         keys = sorted({k for r in panels["memory"] for k in r} - {"rank"})
         out.append(
@@ -235,8 +240,8 @@ class TraceView(_GraphWidget):
             a ``render.html.Report`` or the rank engine's ``RunReport`` (see ``viewdata.subject_of``).
         name: which jitted object, when ``source`` holds several.
         trace: ``"forward"`` (default), ``"backward"`` or a stage label.
-        decisions: the strategy's decision log (``[d.to_dict() for d in strategy.decisions]``) when ``source``
-            does not carry it (saved trace files do not; the rank engine's report does).
+        decisions: the strategy's decision log (``strategy.decisions``) when ``source`` does not carry it (saved
+            trace files do not; the rank engine's report does).
     """
 
     def __init__(
@@ -245,12 +250,12 @@ class TraceView(_GraphWidget):
         *,
         name: str | None = None,
         trace: str = "forward",
-        decisions: Iterable[Mapping[str, Any]] | None = None,
+        decisions: Iterable[Decision] | None = None,
         **kwargs: Any,
     ) -> None:
         self._subject = vd.subject_of(source, name)
         if decisions is not None:
-            self._subject.decisions = [dict(d) for d in decisions]
+            self._subject.decisions = list(decisions)
         choices = vd.trace_choices(self._subject.primary)
         if trace not in choices:
             raise ValueError(f"TraceView(trace={trace!r}): {self._subject.title!r} has {choices!r}")
@@ -259,16 +264,19 @@ class TraceView(_GraphWidget):
         with self.hold_trait_notifications():
             self.title = f"{self._subject.title}: rank {b.rank} of {b.world_size}"
             self.traces = choices
-            self.panels = {
-                "ledger": vd.ledger_table(self._subject),
-                "decisions": self._subject.decisions,
-                "memory": vd.memory_rows(self._subject),
-            }
+            self.panels = vd.Panels(
+                ledger=vd.ledger_table(self._subject),
+                decisions=[vd.DecisionRow(**d.to_dict()) for d in self._subject.decisions],
+                memory=vd.memory_rows(self._subject),
+            )
         self.trace = trace
 
     @property
     def subject(self) -> vd.Subject:
         return self._subject
+
+    def _decision_log(self) -> list[Decision]:
+        return self._subject.decisions
 
     def _pane_specs(self) -> list[tuple[vd.Subject, dict[int, str] | None]]:
         return [(self._subject, None)]
@@ -330,10 +338,10 @@ class CompareView(_GraphWidget):
             for r in d.rows
             if r.tag != "="
         ]
-        self.panels = {
-            "diff": {"rows": rows[:500], "total": len(rows), "delta": d.collective_delta(), "unchanged": d.unchanged},
-            "memory": [{"side": s.title, **m} for s in (self._a, self._b) for m in vd.memory_rows(s)],
-        }
+        self.panels = vd.Panels(
+            diff=vd.DiffPanel(rows=rows[:500], total=len(rows), delta=d.collective_delta(), unchanged=d.unchanged),
+            memory=[{"side": s.title, **m} for s in (self._a, self._b) for m in vd.memory_rows(s)],
+        )
 
     def _pane_specs(self) -> list[tuple[vd.Subject, dict[int, str] | None]]:
         return [(self._a, self._marks[0]), (self._b, self._marks[1])]

@@ -26,13 +26,13 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from thunderviz.parallel.options import Bucketing, Parallelism
 from thunderviz.trace.buckets import ROOT_LABEL
 
 if TYPE_CHECKING:  # plain Python: the plan reads modules, it never needs torch's code
     from torch import nn
 
 __all__ = [
-    "BUCKETING_CHOICES",
     "CommConfig",
     "bucket_label",
     "find_blocks",
@@ -40,15 +40,14 @@ __all__ = [
     "size_capped",
 ]
 
-BUCKETING_CHOICES = ("NONE", "LAYER", "BLOCK")
-
 
 @dataclass(frozen=True)
 class CommConfig:
     """How one distributed parameter is communicated; attached to the parameter when a strategy sets it up.
 
     ``param_name`` is the qualified name inside the set-up module ``owner`` (``owner_id`` keeps two set-up modules'
-    buckets apart when one jitted function takes both). ``label`` names the FSDP bucket (see ``bucket_label``);
+    buckets apart when one jitted function takes both). ``label`` names the FSDP bucket (see ``bucket_label``) and
+    ``bucketing`` says how it was chosen (``None`` for DDP, whose buckets are size-capped at trace time);
     ``reshard_after_forward`` is ZERO3 for this parameter (backward gathers it again from its shard);
     ``bucket_cap_bytes`` is the DDP bucket size (``0``: one gradient per all_reduce), ``first_bucket_cap_bytes`` an
     optional smaller cap for the first one.
@@ -57,9 +56,9 @@ class CommConfig:
     param_name: str
     owner: str
     owner_id: int
-    parallelism: str  # "fsdp" or "ddp"
+    parallelism: Parallelism
     label: str = ROOT_LABEL
-    bucketing: str = "NONE"
+    bucketing: Bucketing | None = None
     reshard_after_forward: bool = False
     bucket_cap_bytes: int = 0
     first_bucket_cap_bytes: int = 0
@@ -90,20 +89,23 @@ def find_blocks(module: nn.Module) -> list[str]:
     return blocks
 
 
-def bucket_label(param_name: str, bucketing: str, blocks: Sequence[str] = ()) -> str:
+def bucket_label(param_name: str, bucketing: Bucketing | str, blocks: Sequence[str] = ()) -> str:
     """The FSDP bucket a parameter belongs to under ``bucketing``; parameters with equal labels share a bucket."""
-    if bucketing == "NONE":
+    try:
+        bucketing = Bucketing(bucketing)
+    except ValueError:
+        choices = ", ".join(b.value for b in Bucketing)
+        raise ValueError(f"bucketing must be one of {choices}, got {bucketing!r}") from None
+    if bucketing is Bucketing.NONE:
         return param_name
-    if bucketing == "LAYER":
+    if bucketing is Bucketing.LAYER:
         owner, _, _ = param_name.rpartition(".")
         return owner or ROOT_LABEL
-    if bucketing == "BLOCK":
-        best = ""
-        for block in blocks:
-            if param_name.startswith(block + ".") and len(block) > len(best):
-                best = block
-        return best or ROOT_LABEL
-    raise ValueError(f"bucketing must be one of {', '.join(BUCKETING_CHOICES)}, got {bucketing!r}")
+    best = ""
+    for block in blocks:
+        if param_name.startswith(block + ".") and len(block) > len(best):
+            best = block
+    return best or ROOT_LABEL
 
 
 def group_in_order(items: Iterable[tuple[Hashable, object]]) -> list[tuple[Hashable, list[object]]]:

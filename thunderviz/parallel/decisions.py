@@ -14,36 +14,31 @@ Cases, as the design names them:
 from __future__ import annotations
 
 import enum
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from thunderviz.errors import JitDecisionError
+from thunderviz.parallel.options import (
+    DEFAULT_BUCKETING,
+    FIRST_BUCKET_SIZE_IN_MB,
+    Bucketing,
+    Parallelism,
+    Sharding,
+    StrategyOptions,
+    TextEnum,
+)
 
 __all__ = [
-    "BUCKETING_STRATEGIES",
-    "DEFAULT_BUCKETING_STRATEGY",
-    "SHARDING_STRATEGIES",
     "Action",
+    "Case",
     "Decision",
     "ObjectFacts",
     "ObjectKind",
-    "StrategyOptions",
     "communication_plan",
     "decide",
-    "validate_options",
+    "impossible",
 ]
 
-
-#: The FSDP knobs' accepted names (thunder's ``FSDPType`` / ``FSDPBucketingStrategy`` members), here so the
-#: strategies and the notebook flags read one list without importing thunder.
-SHARDING_STRATEGIES = ("ZERO2", "ZERO3")
-BUCKETING_STRATEGIES = ("NONE", "LAYER", "BLOCK")
-
-#: FSDP's default bucketing, chosen by measurement (``bench/comm_overhead.py``): on a 4-block GPT (d=128, batch
-#: 8x64) on 2 CPU ranks with gloo, the CPU time a step spends beyond one-process ``thunder.jit`` was about 10-12 ms
-#: with BLOCK (5 all_gather + 5 reduce_scatter), 29 ms with LAYER (29 + 29) and 36-44 ms with NONE (53 + 53), and
-#: torch's FSDP2 (``fully_shard`` per block, then the root) spent 21-25 ms.
-DEFAULT_BUCKETING_STRATEGY = "BLOCK"
 _BLOCK_MEASURED = (
     "BLOCK is the default because it measured cheapest: on a 4-block GPT on 2 CPU ranks, about 10-12 ms of CPU per"
     " step beyond one-process thunder.jit, against 29 ms for LAYER, 36-44 ms for NONE and 21-25 ms for torch's FSDP2"
@@ -57,10 +52,21 @@ class ObjectKind(str, enum.Enum):
     OTHER = "other"
 
 
-class Action(str, enum.Enum):
+class Case(TextEnum):
+    """Which of the design's cases an object handed to ``fabric.setup`` is (see the module docstring)."""
+
+    RAW_MODULE = "case 1: raw module"
+    FUNCTION_JIT = "case 2: module used inside a jitted function"
+    USER_JITTED = "case 3: module already jitted by the user"
+    IMPOSSIBLE = "not possible"
+
+
+class Action(TextEnum):
     JIT_AND_DISTRIBUTE = "jit, then distribute"
     DISTRIBUTE_IN_PLACE = "distribute in place"
     DISTRIBUTE_FOR_FUNCTION_JIT = "distribute for a jitted function"
+    #: no correct choice exists; the strategy raised ``JitDecisionError`` (its message is the reason)
+    REFUSE = "error"
 
 
 @dataclass(frozen=True)
@@ -77,71 +83,50 @@ class ObjectFacts:
 
 
 @dataclass(frozen=True)
-class StrategyOptions:
-    """The strategy's knobs that the decision depends on."""
-
-    parallelism: str  # "fsdp" or "ddp"
-    jit: bool = True
-    executors: tuple[str, ...] | None = None
-    sharding_strategy: str = "ZERO2"
-    bucketing_strategy: str = DEFAULT_BUCKETING_STRATEGY
-    jit_kwargs: tuple[str, ...] = ()  # names of the keyword arguments meant for the strategy's thunder.jit call
-    bucket_size_in_mb: float = 25.0  # DDP's gradient buckets
-
-    @property
-    def strategy_name(self) -> str:
-        return "ThunderFSDPStrategy" if self.parallelism == "fsdp" else "ThunderDDPStrategy"
-
-
-@dataclass(frozen=True)
 class Decision:
-    """One row of the decision log: what was set up, which case it is, what we did, and why."""
+    """One row of the decision log: what was set up, which case it is, what we did, why, and with which options.
+
+    Crosses to the kernel as is (pickled); ``to_dict`` is its serialised form (plain strings) for files and HTML.
+    """
 
     target: str
-    case: str
-    action: str
+    case: Case
+    action: Action
     reason: str
     clear_cache: bool = False
+    options: StrategyOptions | None = None
+
+    @property
+    def strategy(self) -> str:
+        """``FSDP ZERO3 BLOCK``: the options the decision was made with, in one phrase (empty when unknown)."""
+        return self.options.summary() if self.options is not None else ""
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """Plain strings and a bool (Enums by value, the options as their ``summary()``)."""
+        return {
+            "target": self.target,
+            "case": str(self.case),
+            "action": str(self.action),
+            "reason": self.reason,
+            "clear_cache": self.clear_cache,
+            "strategy": self.strategy,
+        }
 
 
-def validate_options(options: StrategyOptions) -> list[str]:
-    """Reject contradictory knobs at construction time; return the notes to add to every decision's reason."""
-    if options.parallelism not in ("fsdp", "ddp"):
-        raise ValueError(f"parallelism must be 'fsdp' or 'ddp', got {options.parallelism!r}")
-    if not options.jit and options.executors is not None:
-        raise ValueError(
-            f"You set `{options.strategy_name}(jit=False, executors=...)`, but with `jit=False` the strategy never"
-            " calls `thunder.jit`, so the executors would be silently ignored. Pass them to your own"
-            " `thunder.jit(..., executors=...)` call, or set `jit=True`."
-        )
-    if not options.jit and options.jit_kwargs:
-        raise ValueError(
-            f"You set `{options.strategy_name}(jit=False, {_kwargs(options.jit_kwargs)})`, but with `jit=False` the"
-            " strategy never calls `thunder.jit`, so these thunder.jit arguments would be silently ignored. Pass"
-            " them to your own `thunder.jit(...)` call, or set `jit=True`."
-        )
-    if options.parallelism == "fsdp" and (
-        options.sharding_strategy not in SHARDING_STRATEGIES or options.bucketing_strategy not in BUCKETING_STRATEGIES
-    ):
-        raise ValueError(
-            f"sharding_strategy must be one of {SHARDING_STRATEGIES} and bucketing_strategy one of"
-            f" {BUCKETING_STRATEGIES}; got {options.sharding_strategy!r} and {options.bucketing_strategy!r}"
-        )
-    return []
+def impossible(target: str, error: JitDecisionError, options: StrategyOptions | None = None) -> Decision:
+    """The log row of a decision that could not be made (the strategy raises ``error`` right after logging it)."""
+    return Decision(target=target, case=Case.IMPOSSIBLE, action=Action.REFUSE, reason=str(error), options=options)
 
 
 def communication_plan(options: StrategyOptions, facts: ObjectFacts | None = None) -> str:
     """What the strategy does with the collectives (``thunder.comm_setup``), in the words of the decision log."""
-    if options.parallelism == "ddp":
+    if options.parallelism is Parallelism.DDP:
         if options.bucket_size_in_mb <= 0:
             return (
                 "communication: one all_reduce per gradient (bucket_size_in_mb=0), each issued as soon as its"
                 " gradient exists and waited for just before backward returns"
             )
-        first = min(options.bucket_size_in_mb, 1.0)
+        first = min(options.bucket_size_in_mb, FIRST_BUCKET_SIZE_IN_MB)
         return (
             f"communication: gradients packed, in the order backward produces them, into buckets of"
             f" {options.bucket_size_in_mb:g} MB (the first one {first:g} MB, as torch DDP does, so the first"
@@ -150,7 +135,7 @@ def communication_plan(options: StrategyOptions, facts: ObjectFacts | None = Non
         )
     blocks = facts.blocks if facts is not None else ()
     bucketing = options.bucketing_strategy
-    if bucketing == "BLOCK":
+    if bucketing is Bucketing.BLOCK:
         if blocks:
             span = blocks[0] if len(blocks) == 1 else f"{blocks[0]} ... {blocks[-1]}"
             what = (
@@ -162,18 +147,18 @@ def communication_plan(options: StrategyOptions, facts: ObjectFacts | None = Non
                 "one root bucket holding every parameter (no repeated ModuleList/Sequential of blocks was found;"
                 " LAYER gives one bucket per layer instead)"
             )
-    elif bucketing == "LAYER":
+    elif bucketing is Bucketing.LAYER:
         what = "one bucket per module that owns parameters (a Linear's weight and bias)"
     else:
         what = "one bucket per parameter"
-    if options.sharding_strategy == "ZERO3":
+    if options.sharding_strategy is Sharding.ZERO3:
         sharding = (
             "ZERO3: backward gathers each bucket again from its shards, so forward releases the unsharded weights"
             " after their last use and saves shards, not unsharded weights, for backward"
         )
     else:
         sharding = "ZERO2: the unsharded parameters gathered in forward are kept for backward"
-    default = f"; {_BLOCK_MEASURED}" if bucketing == DEFAULT_BUCKETING_STRATEGY else ""
+    default = f"; {_BLOCK_MEASURED}" if bucketing is DEFAULT_BUCKETING else ""
     return (
         f"communication: {bucketing} bucketing, {what}; one all_gather per bucket in forward, issued one bucket"
         " ahead of its first use and waited for right before it, and one reduce_scatter per bucket in backward,"
@@ -187,13 +172,15 @@ def _kwargs(names: tuple[str, ...]) -> str:
 
 
 def _verb(options: StrategyOptions) -> str:
-    return "shard its parameters (FSDP)" if options.parallelism == "fsdp" else "replicate its parameters (DDP)"
+    return (
+        "shard its parameters (FSDP)" if options.parallelism is Parallelism.FSDP else "replicate its parameters (DDP)"
+    )
 
 
-def decide(facts: ObjectFacts, options: StrategyOptions, notes: list[str] | None = None) -> Decision:
+def decide(facts: ObjectFacts, options: StrategyOptions) -> Decision:
     """The decision table. Raises ``JitDecisionError`` where no choice would be correct."""
     name = options.strategy_name
-    tail = "".join(f"; {n}" for n in [*(notes or []), communication_plan(options, facts)])
+    tail = f"; {communication_plan(options, facts)}"
 
     if facts.kind is ObjectKind.JITTED_FUNCTION:
         raise JitDecisionError(
@@ -222,20 +209,22 @@ def decide(facts: ObjectFacts, options: StrategyOptions, notes: list[str] | None
     if facts.kind is ObjectKind.MODULE:
         if options.jit:
             given = ([f"executors={list(options.executors)}"] if options.executors else []) + (
-                [_kwargs(options.jit_kwargs)] if options.jit_kwargs else []
+                [_kwargs(options.jit_keyword_names)] if options.jit_kwargs else []
             )
             executors = f" with {', '.join(given)}" if given else ""
             return Decision(
                 target=facts.type_name,
-                case="case 1: raw module",
-                action=Action.JIT_AND_DISTRIBUTE.value,
+                case=Case.RAW_MODULE,
+                action=Action.JIT_AND_DISTRIBUTE,
+                options=options,
                 reason=f"a plain nn.Module and jit=True: call thunder.jit{executors} once, then {_verb(options)} in"
                 f" place so model.parameters() are what the optimizer must update{tail}",
             )
         return Decision(
             target=facts.type_name,
-            case="case 2: module used inside a jitted function",
-            action=Action.DISTRIBUTE_FOR_FUNCTION_JIT.value,
+            case=Case.FUNCTION_JIT,
+            action=Action.DISTRIBUTE_FOR_FUNCTION_JIT,
+            options=options,
             reason=f"jit=False: the module is not jitted here; {_verb(options)} in place and tag them, so thunder"
             " inserts the collectives when the user's jitted function is traced; cached traces of jitted functions"
             f" that already ran are cleared so none runs without collectives{tail}",
@@ -251,7 +240,7 @@ def decide(facts: ObjectFacts, options: StrategyOptions, notes: list[str] | None
         )
     if options.jit_kwargs:
         raise JitDecisionError(
-            f"You passed thunder.jit arguments ({_kwargs(options.jit_kwargs)}) to {name}, but the"
+            f"You passed thunder.jit arguments ({_kwargs(options.jit_keyword_names)}) to {name}, but the"
             f" {facts.type_name} you set up is already jitted, so the strategy never calls `thunder.jit` and they"
             " would be silently ignored. Pass them to your own `thunder.jit(model, ...)` call, or hand"
             " `fabric.setup` the plain module."
@@ -260,8 +249,9 @@ def decide(facts: ObjectFacts, options: StrategyOptions, notes: list[str] | None
     if facts.has_run:
         return Decision(
             target=facts.type_name,
-            case="case 3: module already jitted by the user",
-            action=Action.DISTRIBUTE_IN_PLACE.value,
+            case=Case.USER_JITTED,
+            action=Action.DISTRIBUTE_IN_PLACE,
+            options=options,
             reason=f"already jitted (not jitting twice) and already run: {_verb(options)} in place and clear its"
             f" {facts.cached_traces} cached trace(s), which were made without collectives and could still pass"
             f" thunder's checks; the next call retraces{jit_note}{tail}",
@@ -269,8 +259,9 @@ def decide(facts: ObjectFacts, options: StrategyOptions, notes: list[str] | None
         )
     return Decision(
         target=facts.type_name,
-        case="case 3: module already jitted by the user",
-        action=Action.DISTRIBUTE_IN_PLACE.value,
+        case=Case.USER_JITTED,
+        action=Action.DISTRIBUTE_IN_PLACE,
+        options=options,
         reason=f"already jitted (not jitting twice): {_verb(options)} in place and return the user's own"
         f" ThunderModule, so no undistributed handle is left behind{jit_note}{tail}",
     )

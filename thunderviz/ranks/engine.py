@@ -350,7 +350,7 @@ class RankEngine:
             raise RankUsageError(f"output must be one of {', '.join(OUTPUT_MODES)}, got {output!r}")
         if not isinstance(source, str):
             raise RankUsageError(f"source must be a string of Python code, got {type(source).__name__}")
-        spec = strategy.to_dict() if strategy is not None else None
+        spec = strategy
         config = CellConfig(strategy=spec, collect=collect, timeline=bool(timeline), steps=steps)  # checks steps
         self._ensure_ready()
         self._shows_output = output_filter(output)
@@ -406,7 +406,12 @@ class RankEngine:
         return dict(missing_report(rank, "sent no report data (its output did not complete within 10 s)"))
 
     def _partial_report(
-        self, cell: dict[int, Any], outcome: Outcome, captured: dict[int, list[str]], spec: Any, elapsed: float
+        self,
+        cell: dict[int, Any],
+        outcome: Outcome,
+        captured: dict[int, list[str]],
+        spec: StrategySpec | None,
+        elapsed: float,
     ) -> Any:
         """A failed ``--timeline`` cell's report from the ranks that returned (a rank that raised still sends what
         it recorded before the error), the ranks that died or were killed named in its problems; None when no

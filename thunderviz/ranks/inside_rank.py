@@ -25,12 +25,12 @@ from typing import Any
 
 from thunderviz.ranks.failures import RankConnectionError
 from thunderviz.ranks.protocol import (
-    FABRIC_STRATEGY_KIND,
     PHASE_DATA_KEY,
     REPORT_DATA_KEY,
     CellConfig,
     RankSetup,
     ReportData,
+    StrategySpec,
 )
 from thunderviz.ranks.rendezvous import bind_listener, hostname_address, route_to, torchrun_environment
 
@@ -64,7 +64,7 @@ class RankState:
 
     setup: RankSetup | None = None
     fabric: Any = None
-    fabric_spec: dict[str, Any] | None = None
+    fabric_spec: StrategySpec | None = None
     collect: bool = True
     calls_before: dict[int, int] = field(default_factory=dict)
     decisions_before: int = 0
@@ -256,21 +256,17 @@ def set_up(setup: RankSetup) -> None:
     _install_report_hook()
 
 
-def _build_strategy(spec: dict[str, Any]) -> Any:
-    """The strategy object (or Fabric's name for one of its own) for a ``StrategySpec.to_dict()``."""
-    kind = spec["kind"]
-    options = dict(spec.get("options") or {})
-    if kind == FABRIC_STRATEGY_KIND:
+def _build_strategy(spec: StrategySpec) -> Any:
+    """The strategy object (or Fabric's name for one of its own) for a ``StrategySpec``."""
+    if spec.options is None:
         # One of Fabric's own registered strategies by name (e.g. "ddp"): used before ours exist, and in tests.
-        return options.get("name", "ddp")
+        return spec.fabric_name
     import thunderviz.strategies as strategies
-    from thunderviz.strategies.registry import STRATEGY_NAMES
 
-    class_name, init_params, _ = STRATEGY_NAMES[kind]
-    return getattr(strategies, class_name)(**{**init_params, **options})
+    return getattr(strategies, spec.options.strategy_name).from_options(spec.options)
 
 
-def configure_fabric(ns: dict[str, Any], spec: dict[str, Any] | None) -> None:
+def configure_fabric(ns: dict[str, Any], spec: StrategySpec | None) -> None:
     """Put a launched ``Fabric`` for ``spec`` in the namespace; keep the existing one when the spec is unchanged
     and ``fabric`` still names it, so objects set up in earlier cells stay attached to the same strategy."""
     if spec is None or (STATE.fabric_spec == spec and ns.get("fabric") is STATE.fabric):
@@ -426,11 +422,7 @@ def collect(
         "problems": [],
     }
     # only this cell's decisions: the log of a Fabric reused across cells keeps growing
-    for decision in list(getattr(_strategy(ns), "decisions", None) or [])[STATE.decisions_before :]:
-        try:
-            result["decisions"].append(decision.to_dict())
-        except Exception as exc:
-            result["problems"].append(f"decision {decision!r} has no usable to_dict(): {exc}")
+    result["decisions"].extend(list(getattr(_strategy(ns), "decisions", None) or [])[STATE.decisions_before :])
     try:
         targets = _targets(ns, calls_before)
     except Exception:

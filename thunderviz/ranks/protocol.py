@@ -27,11 +27,13 @@ rank's bookkeeping (set-up info, the strategy spec in use, call counts before th
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
 from typing import Any, TypedDict
 
+from thunderviz.parallel.decisions import Decision
+from thunderviz.parallel.options import REGISTERED_STRATEGIES, OptionError, StrategyOptions, parse_options
 from thunderviz.ranks.failures import RankUsageError
-from thunderviz.strategies.registry import STRATEGY_NAMES
 
 __all__ = [
     "DEFAULT_TIMELINE_STEPS",
@@ -40,6 +42,7 @@ __all__ = [
     "PHASE_DATA_KEY",
     "REPORT_DATA_KEY",
     "CellConfig",
+    "MemoryReading",
     "RankSetup",
     "ReportData",
     "StrategySpec",
@@ -52,25 +55,51 @@ NAMESPACE_NAMES = ("torch", "thunder", "rank", "local_rank", "world_size", "devi
 REPORT_DATA_KEY = "thunderviz_collected"
 #: Key of the phase a rank publishes while its hook runs (``"collecting"``: capturing traces for the report).
 PHASE_DATA_KEY = "thunderviz_phase"
-#: ``StrategySpec.kind`` for one of Fabric's own strategies by name (``options={"name": "ddp"}``).
+#: ``StrategySpec.kind`` for one of Fabric's own strategies by name (``StrategySpec("fabric", {"name": "ddp"})``).
 FABRIC_STRATEGY_KIND = "fabric"
 
 
-@dataclass
+@dataclass(frozen=True, init=False)
 class StrategySpec:
-    """Which Fabric strategy every rank builds: a thunderviz name (``strategies.registry.STRATEGY_NAMES``, e.g.
-    ``thunder_fsdp``) with keyword options, or ``fabric`` with ``options={"name": "ddp"}`` for one of Fabric's own."""
+    """Which Fabric strategy every rank builds: a thunderviz name (``parallel.options.REGISTERED_STRATEGIES``, e.g.
+    ``thunder_fsdp``) with its options parsed here, in the kernel, or ``fabric`` with ``{"name": "ddp"}`` for one
+    of Fabric's own strategies.
+
+    Parsing in the kernel is the point: a bad option fails before any rank is touched, and the rank receives
+    ``StrategyOptions`` it only has to hand to the strategy (``strategy_class.from_options``). Options from a spec
+    never go to ``thunder.jit``: in a notebook, jit your module yourself to pass thunder.jit keywords.
+    """
 
     kind: str
-    options: dict[str, Any] = field(default_factory=dict)
+    options: StrategyOptions | None
+    fabric_name: str | None
 
-    def __post_init__(self) -> None:
-        if self.kind != FABRIC_STRATEGY_KIND and self.kind not in STRATEGY_NAMES:
-            known = ", ".join([*STRATEGY_NAMES, FABRIC_STRATEGY_KIND])
-            raise RankUsageError(f"StrategySpec(kind={self.kind!r}): use one of {known}")
+    def __init__(self, kind: str, options: Mapping[str, Any] | StrategyOptions | None = None) -> None:
+        given = options or {}
+        if kind == FABRIC_STRATEGY_KIND:
+            parsed, fabric_name = None, str(dict(given).get("name", "ddp"))  # type: ignore[arg-type]
+        elif kind in REGISTERED_STRATEGIES:
+            entry = REGISTERED_STRATEGIES[kind]
+            if isinstance(given, StrategyOptions):
+                parsed = given
+            else:
+                try:
+                    parsed = parse_options(entry.parallelism, {**entry.preset, **given})
+                except OptionError as exc:
+                    raise RankUsageError(str(exc)) from None
+            fabric_name = None
+        else:
+            known = ", ".join([*REGISTERED_STRATEGIES, FABRIC_STRATEGY_KIND])
+            raise RankUsageError(f"StrategySpec(kind={kind!r}): use one of {known}")
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "options", parsed)
+        object.__setattr__(self, "fabric_name", fabric_name)
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, "options": dict(self.options)}
+    def describe(self) -> str:
+        """``thunder_fsdp (FSDP ZERO3 BLOCK)``, ``fabric ddp``: what the report's title says was run."""
+        if self.options is None:
+            return f"{self.kind} {self.fabric_name}"
+        return f"{self.kind} ({self.options.summary()})"
 
 
 @dataclass(frozen=True)
@@ -105,14 +134,14 @@ DEFAULT_TIMELINE_STEPS = 5
 
 @dataclass(frozen=True)
 class CellConfig:
-    """What a cell sends before its source when something changed: the strategy (``StrategySpec.to_dict()``, or
-    ``None`` to keep the current ``fabric``), whether the report data is collected after the cell, and whether each
-    cell is recorded as a timeline of ``steps`` training steps (``--timeline --steps N``).
+    """What a cell sends before its source when something changed: the strategy (``None`` to keep the current
+    ``fabric``), whether the report data is collected after the cell, and whether each cell is recorded as a
+    timeline of ``steps`` training steps (``--timeline --steps N``).
 
     The rank keeps the config until the next one arrives, so a warm cell with unchanged flags sends none.
     """
 
-    strategy: dict[str, Any] | None
+    strategy: StrategySpec | None
     collect: bool = True
     timeline: bool = False
     steps: int = DEFAULT_TIMELINE_STEPS
@@ -125,20 +154,27 @@ class CellConfig:
             )
 
 
-class ReportData(TypedDict, total=False):
-    """What one rank sends back after a user cell (plain picklable data; ``RunReport.from_ranks`` merges them).
+class MemoryReading(TypedDict, total=False):
+    """One rank's memory after a cell: process RSS always, CUDA's allocator statistics with NCCL."""
 
-    ``decisions``: this cell's entries of the strategy's decision log (``Decision.to_dict()``); ``bundles``: trace
-    bundles by object name; ``ledgers``: collectives ledgers by object name; ``memory``: ``rss_bytes`` (and CUDA
-    peaks with NCCL); ``problems``: what could not be gathered, in words. With ``--timeline``: ``timeline``, this
-    rank's ``timeline.model.RankTimeline`` (sent also when the cell raised: what ran before the error), and
-    ``timeline_problems``, why it is missing or partial.
+    rss_bytes: int
+    cuda_max_allocated_bytes: int
+    cuda_allocated_bytes: int
+
+
+class ReportData(TypedDict, total=False):
+    """What one rank sends back after a user cell (picklable; ``RunReport.from_ranks`` merges them).
+
+    ``decisions``: this cell's entries of the strategy's decision log; ``bundles``: trace bundles by object name;
+    ``ledgers``: collectives ledgers by object name; ``memory``: see ``MemoryReading``; ``problems``: what could not
+    be gathered, in words. With ``--timeline``: ``timeline``, this rank's ``timeline.model.RankTimeline`` (sent also
+    when the cell raised: what ran before the error), and ``timeline_problems``, why it is missing or partial.
     """
 
     rank: int | None
     host: str
-    memory: dict[str, Any]
-    decisions: list[dict[str, Any]]
+    memory: MemoryReading
+    decisions: list[Decision]
     bundles: dict[str, Any]
     ledgers: dict[str, Any]
     problems: list[str]

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from thunderviz.parallel.decisions import Decision
+from thunderviz.ranks.protocol import MemoryReading, ReportData, StrategySpec
 from thunderviz.trace.ledger import find_mismatches
 
 __all__ = ["RunReport"]
@@ -22,14 +24,14 @@ class RunReport:
 
     world_size: int
     backend: str
-    strategy: dict[str, Any] | None
+    strategy: StrategySpec | None
     seconds: float
-    decisions: list[dict[str, Any]] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
     bundles: dict[str, Any] = field(default_factory=dict)
     bundles_by_rank: dict[int, dict[str, Any]] = field(default_factory=dict)
     ledgers: dict[str, dict[int, Any]] = field(default_factory=dict)
     mismatches: dict[str, list[Any]] = field(default_factory=dict)
-    memory: dict[int, dict[str, Any]] = field(default_factory=dict)
+    memory: dict[int, MemoryReading] = field(default_factory=dict)
     outputs: dict[int, str] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     timeline_requested: bool = False
@@ -59,12 +61,12 @@ class RunReport:
     @classmethod
     def from_ranks(
         cls,
-        collected: dict[int, dict[str, Any]],
+        collected: dict[int, ReportData],
         *,
         outputs: dict[int, str],
         world_size: int,
         backend: str,
-        strategy: dict[str, Any] | None,
+        strategy: StrategySpec | None,
         seconds: float,
         timeline: bool = False,
         failed_ranks: dict[int, str] | None = None,
@@ -81,7 +83,7 @@ class RunReport:
         report.bundles = dict(rank0.get("bundles", {}))
         for rank in sorted(collected):
             data = collected[rank]
-            report.memory[rank] = dict(data.get("memory", {}))
+            report.memory[rank] = MemoryReading(**data.get("memory", {}))
             if data.get("bundles"):
                 report.bundles_by_rank[rank] = dict(data["bundles"])
             for name, ledger in data.get("ledgers", {}).items():
@@ -94,7 +96,7 @@ class RunReport:
     # ----------------------------------------------------------------- display
 
     def __repr__(self) -> str:
-        kind = (self.strategy or {}).get("kind", "no strategy")
+        kind = self.strategy.describe() if self.strategy is not None else "no strategy"
         return (
             f"<RunReport {kind} on {self.world_size} ranks ({self.backend}), {len(self.decisions)} decisions, "
             f"{len(self.bundles)} traced objects, "
@@ -111,10 +113,10 @@ class RunReport:
         return run_report_html(self, standalone=standalone)
 
 
-def _merge_timeline(report: RunReport, collected: dict[int, dict[str, Any]], failed: dict[int, str]) -> None:
+def _merge_timeline(report: RunReport, collected: dict[int, ReportData], failed: dict[int, str]) -> None:
     from thunderviz.ranks.timeline_rank import merge_rank_timelines
 
-    kind = (report.strategy or {}).get("kind", "")
+    kind = report.strategy.kind if report.strategy is not None else ""
     report.timeline_requested = True
     report.timeline_data, problems = merge_rank_timelines(
         collected, world_size=report.world_size, name=kind, failed=failed

@@ -17,7 +17,7 @@ import itertools
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from thunderviz.render.graph import Group, dot_available, format_bytes, graph_view, short_op_name, to_svg
 from thunderviz.render.markup import decisions_table
@@ -28,6 +28,9 @@ from thunderviz.timeline.model import Timeline
 from thunderviz.trace.diff import TraceDiff, diff_traces
 from thunderviz.trace.ledger import Ledger, find_mismatches, ledger_from_bundle
 from thunderviz.trace.model import TraceBundle, TraceSnapshot
+
+if TYPE_CHECKING:
+    from thunderviz.parallel.decisions import Decision
 
 __all__ = ["Report", "render_html", "render_report_body"]
 
@@ -68,7 +71,7 @@ class Report:
 
     Args:
         bundles: from ``capture`` or ``load`` (any mix of ranks and objects).
-        decisions: rows ``{"target", "case", "action", "reason"}`` (the strategies' jit decisions), optional.
+        decisions: the strategies' jit decisions (``parallel.decisions.Decision``), optional.
         title: page title.
         svg: inline SVG graphs (None: when the ``dot`` binary exists).
         diff: add the structural diff between consecutive jitted objects.
@@ -77,7 +80,7 @@ class Report:
     """
 
     bundles: Sequence[TraceBundle]
-    decisions: Sequence[Mapping[str, Any]] | None = None
+    decisions: Sequence[Decision] | None = None
     title: str = "thunderviz report"
     svg: bool | None = None
     diff: bool = True
@@ -107,7 +110,7 @@ class Report:
 def render_html(
     bundles: Sequence[TraceBundle],
     *,
-    decisions: Sequence[Mapping[str, Any]] | None = None,
+    decisions: Sequence[Decision] | None = None,
     title: str = "thunderviz report",
     svg: bool | None = None,
     diff: bool = True,
@@ -125,7 +128,7 @@ def _page(title: str, body: str) -> str:
 def render_report_body(
     bundles: Sequence[TraceBundle],
     *,
-    decisions: Sequence[Mapping[str, Any]] | None = None,
+    decisions: Sequence[Decision] | None = None,
     svg: bool | None = None,
     diff: bool = True,
     timeline: Any = None,

@@ -7,12 +7,15 @@ decisions table looks the same in the trace report, the run report, the widgets'
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # read by attribute; render never imports the decision table itself
+    from thunderviz.parallel.decisions import Decision
 
 __all__ = ["DECISION_COLUMNS", "decisions_table", "escape", "page", "table"]
 
-#: The columns of a strategy decision shown to people (``Decision.to_dict()`` keys).
+#: The columns of a strategy decision shown to people (``Decision`` fields).
 DECISION_COLUMNS = ("target", "case", "action", "reason")
 
 
@@ -28,9 +31,9 @@ def table(headers: Sequence[str], rows: Iterable[Iterable[Any]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def decisions_table(decisions: Sequence[Mapping[str, Any]]) -> str:
-    """The strategies' jit decisions, one row each (missing keys show as empty)."""
-    return table(DECISION_COLUMNS, ([d.get(c, "") for c in DECISION_COLUMNS] for d in decisions))
+def decisions_table(decisions: Sequence[Decision]) -> str:
+    """The strategies' jit decisions, one row each."""
+    return table(DECISION_COLUMNS, ([str(getattr(d, c)) for c in DECISION_COLUMNS] for d in decisions))
 
 
 def page(title: str, body: str, *, heading: str | None = None, style: str = "", script: str = "") -> str:

@@ -8,11 +8,15 @@ draws it, reusing the trace report (``render.html``) for the traces and ``render
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from thunderviz.render.html import Report
 from thunderviz.render.markup import decisions_table, escape, page, table
 from thunderviz.render.timeline_svg import timeline_html
+
+if TYPE_CHECKING:  # read by attribute; render imports neither the decision table nor the rank protocol
+    from thunderviz.parallel.decisions import Decision
+    from thunderviz.ranks.protocol import MemoryReading, StrategySpec
 
 __all__ = ["RunReportLike", "reports_page", "run_report_html", "run_report_title"]
 
@@ -22,12 +26,12 @@ class RunReportLike(Protocol):
 
     world_size: int
     backend: str
-    strategy: dict[str, Any] | None
+    strategy: StrategySpec | None
     seconds: float
-    decisions: list[dict[str, Any]]
+    decisions: list[Decision]
     bundles_by_rank: dict[int, dict[str, Any]]
     ledgers: dict[str, dict[int, Any]]
-    memory: dict[int, dict[str, Any]]
+    memory: dict[int, MemoryReading]
     problems: list[str]
     timeline_requested: bool
     timeline_data: Any
@@ -38,11 +42,9 @@ def _mib(n: int | None) -> str:
 
 
 def run_report_title(report: RunReportLike) -> str:
-    """``ThunderFSDPStrategy(sharding=zero2) on 2 ranks, gloo: 3.20 s``."""
-    spec = report.strategy or {}
-    options = ", ".join(f"{k}={v}" for k, v in sorted((spec.get("options") or {}).items()))
-    kind = spec.get("kind", "no strategy")
-    return f"{kind}({options}) on {report.world_size} ranks, {report.backend}: {report.seconds:.2f} s"
+    """``thunder_fsdp (FSDP ZERO2 BLOCK) on 2 ranks, gloo: 3.20 s``."""
+    what = report.strategy.describe() if report.strategy is not None else "no strategy"
+    return f"{what} on {report.world_size} ranks, {report.backend}: {report.seconds:.2f} s"
 
 
 def run_report_html(report: RunReportLike, *, standalone: bool = True) -> str:
@@ -79,13 +81,13 @@ def _timeline_html(timeline: Any) -> str:
     return timeline_html(timeline)
 
 
-def _decisions_html(decisions: Sequence[Mapping[str, Any]]) -> str:
+def _decisions_html(decisions: Sequence[Decision]) -> str:
     if not decisions:
         return "<h4>Decisions</h4><p>No decisions were recorded (no object went through a thunderviz strategy).</p>"
     return "<h4>Decisions</h4>" + decisions_table(decisions)
 
 
-def _memory_html(memory: Mapping[int, Mapping[str, Any]]) -> str:
+def _memory_html(memory: Mapping[int, MemoryReading]) -> str:
     if not memory:
         return ""
     rows = [
@@ -96,7 +98,7 @@ def _memory_html(memory: Mapping[int, Mapping[str, Any]]) -> str:
 
 
 def _traces_html(
-    bundles_by_rank: Mapping[int, Mapping[str, Any]], ledgers: Mapping[str, Any], decisions: Sequence[Mapping[str, Any]]
+    bundles_by_rank: Mapping[int, Mapping[str, Any]], ledgers: Mapping[str, Any], decisions: Sequence[Decision]
 ) -> str | None:
     """The trace section from ``render.html`` (graphs, per-rank ledgers, mismatches flagged)."""
     if not bundles_by_rank:

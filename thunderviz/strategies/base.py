@@ -9,12 +9,11 @@ written and read by ``strategies.checkpoint``.
 
 from __future__ import annotations
 
-import warnings
+import inspect
 from abc import abstractmethod
-from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
-from datetime import timedelta
-from typing import Any
+from collections.abc import Callable
+from contextlib import AbstractContextManager, ExitStack
+from typing import Any, ClassVar
 
 import torch
 import torch.distributed as tdist
@@ -23,89 +22,100 @@ from lightning.fabric.strategies.strategy import _BackwardSyncControl
 from lightning.fabric.utilities.distributed import _distributed_is_initialized
 from torch import nn
 from torch.optim import Optimizer
-from typing_extensions import override
+from typing_extensions import Self, override
 
 from thunderviz.errors import JitDecisionError
-from thunderviz.parallel.decisions import (
-    DEFAULT_BUCKETING_STRATEGY,
-    Action,
-    Decision,
-    StrategyOptions,
-    decide,
-    validate_options,
-)
+from thunderviz.parallel.decisions import Action, decide, impossible
+from thunderviz.parallel.options import Parallelism, StateDictType, StrategyOptions, options_for, parse_options
 from thunderviz.strategies import checkpoint, clipping
 from thunderviz.strategies.materialize import has_meta_tensors
 from thunderviz.thunder import hooks
 from thunderviz.thunder.comm_setup import configure_comm
 from thunderviz.thunder.facts import inspect_object
+from thunderviz.thunder.jit_keywords import jit_keywords
 
-__all__ = ["ThunderParallelStrategy"]
+__all__ = ["ThunderParallelStrategy", "options_signature"]
 
-_DEFAULT_TIMEOUT = timedelta(minutes=30)
-STATE_DICT_TYPES = ("full", "sharded")
+
+def options_signature(parallelism: Parallelism) -> inspect.Signature:
+    """The constructor signature ``inspect.signature`` / ``help()`` show: every option of ``parallelism`` with its
+    default, keyword-only, then ``**jit_kwargs`` (what ``thunder.jit`` reads)."""
+    params = [
+        inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, default=o.default_for(parallelism))
+        for o in options_for(parallelism)
+    ]
+    params.append(inspect.Parameter("jit_kwargs", inspect.Parameter.VAR_KEYWORD))
+    return inspect.Signature(params)
+
+
+def options_docstring(parallelism: Parallelism) -> str:
+    """The ``Args:`` section of a strategy's docstring, from the option table."""
+    lines = ["", "    Args:"]
+    for option in options_for(parallelism):
+        if not option.fabric:
+            lines.append(f"        {option.name}: {option.help}")
+    lines.append(
+        "        **kwargs: Lightning's DDPStrategy arguments (timeout, process_group_backend, start_method), and"
+        " keywords the installed thunder.jit reads (checked: anything else raises, naming the closest option)."
+    )
+    return "\n".join(lines) + "\n"
 
 
 class ThunderParallelStrategy(DDPStrategy):
-    """Base of ``ThunderFSDPStrategy`` and ``ThunderDDPStrategy``; not registered itself."""
+    """Base of ``ThunderFSDPStrategy`` and ``ThunderDDPStrategy``; not registered itself.
 
-    parallelism: str = ""
+    Every keyword is one of ``parallel.options.OPTIONS`` (parsed once into ``self.options``), a keyword
+    ``thunder.jit`` really reads, or an error.
+    """
 
-    def __init__(
-        self,
-        jit: bool = True,
-        executors: Iterable[Any] | None = None,
-        state_dict_type: str = "sharded",
-        *,
-        sharding_strategy: str = "ZERO2",
-        bucketing_strategy: str = DEFAULT_BUCKETING_STRATEGY,
-        bucket_size_in_mb: float = 25.0,
-        accelerator: Any = None,
-        parallel_devices: list[torch.device] | None = None,
-        cluster_environment: Any = None,
-        checkpoint_io: Any = None,
-        precision: Any = None,
-        process_group_backend: str | None = None,
-        timeout: timedelta | None = _DEFAULT_TIMEOUT,
-        start_method: str = "popen",
-        **jit_kwargs: Any,
-    ) -> None:
-        super().__init__(
-            accelerator=accelerator,
-            parallel_devices=parallel_devices,
-            cluster_environment=cluster_environment,
-            checkpoint_io=checkpoint_io,
-            precision=precision,
-            process_group_backend=process_group_backend,
-            timeout=timeout,
-            start_method=start_method,  # type: ignore[arg-type]
-        )
-        if state_dict_type not in STATE_DICT_TYPES:
-            raise ValueError(
-                f"You set `{type(self).__name__}(state_dict_type={state_dict_type!r})`; it must be 'full' (one"
-                " torch.save file with unsharded tensors, loadable anywhere) or 'sharded' (a PyTorch Distributed"
-                " Checkpoint directory, loadable at any world size)."
-            )
+    parallelism: ClassVar[Parallelism]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "parallelism" in cls.__dict__:
+            cls.__signature__ = options_signature(cls.parallelism)  # type: ignore[attr-defined]
+            cls.__doc__ = (cls.__doc__ or "") + options_docstring(cls.parallelism)
+
+    def __init__(self, **options: Any) -> None:
+        parsed = parse_options(self.parallelism, options, jit_keywords=jit_keywords)
+        self._init_from(parsed)
+
+    @classmethod
+    def from_options(cls, options: StrategyOptions) -> Self:
+        """The strategy for already parsed options (what a rank builds from the kernel's ``StrategySpec``)."""
+        if options.parallelism is not cls.parallelism:
+            raise ValueError(f"{cls.__name__}.from_options: these options are for {options.strategy_name}")
+        strategy = cls.__new__(cls)
+        strategy._init_from(options)
+        return strategy
+
+    def _init_from(self, options: StrategyOptions) -> None:
+        fabric = {o.name: o.default_for(self.parallelism) for o in options_for(self.parallelism) if o.fabric}
+        super().__init__(**{**fabric, **dict(options.fabric_kwargs)})
         hooks.ensure_supported_thunder()
-        self.jit = jit
-        self.executors = list(executors) if executors is not None else None
-        self.state_dict_type = state_dict_type
-        self.jit_kwargs = jit_kwargs
-        self.options = StrategyOptions(
-            parallelism=self.parallelism,
-            jit=jit,
-            executors=tuple(str(e) for e in self.executors) if self.executors is not None else None,
-            sharding_strategy=sharding_strategy,
-            bucketing_strategy=bucketing_strategy,
-            jit_kwargs=tuple(sorted(jit_kwargs)),
-            bucket_size_in_mb=float(bucket_size_in_mb),
-        )
-        self._notes = validate_options(self.options)
-        self._warn_for_notes()
-        self.decisions: list[Decision] = []
+        self.options = options
+        self.decisions: list[Any] = []
         self.thunder_modules: list[tuple[str, Any]] = []
         self._backward_sync_control = self._make_backward_sync_control()
-        self._bucket_size_in_mb = float(bucket_size_in_mb)
+
+    # -- the options, read back -------------------------------------------------------------------------------------
+
+    @property
+    def jit(self) -> bool:
+        return self.options.jit
+
+    @property
+    def executors(self) -> list[Any] | None:
+        return list(self.options.executors) if self.options.executors is not None else None
+
+    @property
+    def jit_kwargs(self) -> dict[str, Any]:
+        """The keywords for this strategy's own ``thunder.jit`` call."""
+        return dict(self.options.jit_kwargs)
+
+    @property
+    def state_dict_type(self) -> StateDictType:
+        return self.options.state_dict_type
 
     # -- what subclasses define ---------------------------------------------------------------------------------
 
@@ -158,24 +168,22 @@ class ThunderParallelStrategy(DDPStrategy):
     def _setup_module(self, module: nn.Module) -> tuple[nn.Module, dict[int, torch.Tensor]]:
         facts = inspect_object(module)
         try:
-            decision = decide(facts, self.options, self._notes)
+            decision = decide(facts, self.options)
         except JitDecisionError as err:
-            self.decisions.append(
-                Decision(target=facts.type_name, case="not possible", action="error", reason=str(err))
-            )
+            self.decisions.append(impossible(facts.type_name, err, self.options))
             raise
         if self.process_group is None:
             raise RuntimeError(
                 f"{type(self).__name__} needs a process group before `fabric.setup`: call `fabric.launch()` first."
             )
         self.decisions.append(decision)
-        if decision.action == Action.JIT_AND_DISTRIBUTE.value:
+        if decision.action is Action.JIT_AND_DISTRIBUTE:
             jitted = hooks.jit(module, executors=self.executors, **self.jit_kwargs)
             replaced = self._distribute_(module)
             hooks.rebind_module_tensors(jitted, replaced)
             self._register(decision.target, module, jitted)
             return jitted, replaced
-        if decision.action == Action.DISTRIBUTE_IN_PLACE.value:
+        if decision.action is Action.DISTRIBUTE_IN_PLACE:
             inner = hooks.original_module(module)
             replaced = self._distribute_(inner)
             hooks.rebind_module_tensors(module, replaced)
@@ -190,24 +198,15 @@ class ThunderParallelStrategy(DDPStrategy):
         return module, replaced
 
     def _register(self, name: str, inner: nn.Module, jitted: Any) -> None:
-        if self.parallelism == "ddp":
-            hooks.mark_module_ddp(inner, jitted, self.process_group, self._bucket_size_in_mb)
+        self._after_distribute(inner, jitted)
         # The communication plan rides on each distributed parameter into whatever thunder traces it
         # (thunder.comm_setup).
-        configure_comm(
-            inner,
-            sharding_strategy=self.options.sharding_strategy,
-            bucketing_strategy=self.options.bucketing_strategy,
-            bucket_size_in_mb=self._bucket_size_in_mb,
-        )
+        configure_comm(inner, self.options)
         if jitted is not None:
             self.thunder_modules.append((name, jitted))
 
-    def _warn_for_notes(self) -> None:
-        for note in self._notes:
-            if note not in _warned:
-                _warned.add(note)
-                warnings.warn(f"{type(self).__name__}: {note}.", UserWarning, stacklevel=4)
+    def _after_distribute(self, inner: nn.Module, jitted: Any) -> None:
+        """What a strategy adds once a module is distributed, before its communication plan is attached."""
 
     @override
     def setup_module_and_optimizers(
@@ -231,28 +230,10 @@ class ThunderParallelStrategy(DDPStrategy):
                     group["params"] = [replaced.get(id(p), p) for p in group["params"]]
         return module, optimizers, scheduler
 
-    @override
-    def backward(self, tensor: torch.Tensor, module: nn.Module | None, *args: Any, **kwargs: Any) -> None:
-        control = self._backward_sync_control
-        if (
-            isinstance(control, _ReplicatedBackwardSyncControl)
-            and control.pending
-            and not hooks.is_skipping_grad_sync()
-        ):
-            control.sync_pending()
-        super().backward(tensor, module, *args, **kwargs)
-
     # -- gradient clipping ---------------------------------------------------------------------------------------
 
     def _refuse_unsynced_gradients(self) -> None:
-        control = self._backward_sync_control
-        if isinstance(control, _ReplicatedBackwardSyncControl) and control.pending:
-            raise RuntimeError(
-                "`fabric.clip_gradients` was called while gradients accumulated under `fabric.no_backward_sync` are"
-                " not yet averaged across ranks, so each rank would clip by a different norm. Call it after the"
-                " backward that runs outside `no_backward_sync` (the last micro-batch), right before"
-                " `optimizer.step()`."
-            )
+        """Raise where clipping now would not be exact (DDP: gradients accumulated without sync are pending)."""
 
     @override
     def clip_gradients_norm(
@@ -280,7 +261,7 @@ class ThunderParallelStrategy(DDPStrategy):
 
     def _checkpoint_context(self) -> checkpoint.CheckpointContext:
         return checkpoint.CheckpointContext(
-            strategy=type(self).__name__, rank=self.global_rank, sharded=self.state_dict_type == "sharded"
+            strategy=type(self).__name__, rank=self.global_rank, sharded=self.state_dict_type is StateDictType.SHARDED
         )
 
     @override
@@ -311,7 +292,7 @@ class ThunderParallelStrategy(DDPStrategy):
     @override
     def get_module_state_dict(self, module: nn.Module) -> dict[str, Any]:
         """Full tensors with ``state_dict_type='full'`` (a collective), this rank's shards with ``'sharded'``."""
-        if self.state_dict_type == "full":
+        if self.state_dict_type is StateDictType.FULL:
             return checkpoint.full_module_state(module)
         return {k: v.detach().clone() for k, v in checkpoint.inner_module(module).state_dict(keep_vars=True).items()}
 
@@ -319,55 +300,3 @@ class ThunderParallelStrategy(DDPStrategy):
     def load_module_state_dict(self, module: nn.Module, state_dict: dict[str, Any], strict: bool = True) -> None:
         """Load a full (one-process) state dict into the model's local shards or replicas."""
         checkpoint.load_full_module(module, state_dict, strict=strict, what="load_module_state_dict(module, ...)")
-
-
-_warned: set[str] = set()
-
-
-def _inner(module: nn.Module) -> nn.Module:
-    """The user's nn.Module under a ThunderModule (whose parameters we distributed in place)."""
-    return checkpoint.inner_module(module)
-
-
-class _ReplicatedBackwardSyncControl(_BackwardSyncControl):
-    """DDP's ``no_backward_sync`` for thunder: skip the all-reduce in backward, average the local sum once later.
-
-    thunder's own ``ThunderModule.no_sync`` all-reduces on every exit, which with Fabric's usual pattern (one
-    ``no_backward_sync`` block per micro-batch) saves nothing. Here the gradients accumulated without sync are
-    averaged once, right before the next synchronized backward, so the result equals torch DDP's
-    ``AllReduce(sum of micro-batch gradients) / world_size`` and the collectives are paid once per window.
-    """
-
-    def __init__(self) -> None:
-        self.pending: dict[int, nn.Module] = {}
-
-    @override
-    def no_backward_sync(self, module: nn.Module, enabled: bool) -> AbstractContextManager:
-        if not enabled:
-            return nullcontext()
-        return self._skip(module)
-
-    @contextmanager
-    def _skip(self, module: nn.Module) -> Any:
-        with hooks.skip_grad_sync():
-            yield
-        self.pending[id(module)] = module
-
-    def sync_pending(self) -> None:
-        """One all_reduce per process group and dtype (not per gradient), as the bucketed backward does."""
-        buckets: dict[tuple[int, torch.dtype, torch.device], list[torch.Tensor]] = {}
-        groups: dict[int, tdist.ProcessGroup] = {}
-        for module in self.pending.values():
-            for p in _inner(module).parameters():
-                if p.grad is not None and hooks.sync_tag(p) == hooks.SyncKind.REPLICATED:
-                    group = hooks.param_group(p)
-                    groups[id(group)] = group
-                    buckets.setdefault((id(group), p.grad.dtype, p.grad.device), []).append(p.grad)
-        with torch.no_grad():
-            for (gid, _, _), grads in buckets.items():
-                group = groups[gid]
-                flat = torch.cat([g.reshape(-1) for g in grads]).div_(tdist.get_world_size(group))
-                tdist.all_reduce(flat, group=group)
-                pieces = flat.split([g.numel() for g in grads])
-                torch._foreach_copy_(grads, [piece.view_as(g) for piece, g in zip(pieces, grads, strict=True)])
-        self.pending.clear()

@@ -1,19 +1,28 @@
-"""``ThunderDDPStrategy``: data parallel for thunder-jitted models, decided by ``parallel.decisions``."""
+"""``ThunderDDPStrategy``: data parallel for thunder-jitted models, decided by ``parallel.decisions``.
+
+DDP-only mechanics live here, beside the strategy (as Lightning keeps ``_DDPBackwardSyncControl`` beside
+``DDPStrategy``): thunder's DDP attributes on the set-up module, and ``no_backward_sync``.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any
 
 import torch
+import torch.distributed as tdist
 from lightning.fabric.strategies.registry import _StrategyRegistry
 from lightning.fabric.strategies.strategy import _BackwardSyncControl
 from torch import nn
 from typing_extensions import override
 
-from thunderviz.strategies.base import ThunderParallelStrategy, _ReplicatedBackwardSyncControl
+from thunderviz.parallel.options import Parallelism
+from thunderviz.strategies.base import ThunderParallelStrategy
+from thunderviz.strategies.checkpoint import inner_module
 from thunderviz.strategies.materialize import has_meta_tensors, materialize_, rank0_generator_state
 from thunderviz.strategies.registry import register_strategy_names
-from thunderviz.thunder import distribute
+from thunderviz.thunder import distribute, hooks
 
 __all__ = ["ThunderDDPStrategy"]
 
@@ -21,64 +30,20 @@ __all__ = ["ThunderDDPStrategy"]
 class ThunderDDPStrategy(ThunderParallelStrategy):
     """Replicates every parameter (broadcast from rank 0); gradients are all-reduced in buckets during backward.
 
-    Args:
-        jit: ``True``: a plain module handed to ``fabric.setup`` is jitted here (case 1). ``False``: the module is
-            only replicated and tagged, for use inside a function the user jits (case 2). A module the user already
-            jitted is set up in place either way (case 3).
-        executors: thunder executors for the ``thunder.jit`` call this strategy makes (only with ``jit=True``).
-        state_dict_type: ``"full"`` (one ``torch.save`` file from rank 0, loadable anywhere) or ``"sharded"`` (a
-            PyTorch Distributed Checkpoint directory). See ``strategies.checkpoint``.
-        bucket_size_in_mb: gradients are packed, in the order backward produces them, into buckets of this many
-            megabytes (0: one all-reduce per gradient); each bucket's all-reduce is issued as soon as its last
-            gradient exists and waited for just before backward returns. Read back as ``strategy.bucket_size_in_mb``.
-        **kwargs: Fabric's DDP knobs (``timeout``, ``process_group_backend``, ``start_method``) and anything else,
-            passed to ``thunder.jit`` (an error where that call never happens: ``jit=False``, or an already jitted
-            module).
-
     A model built under ``fabric.init_module(empty_init=True)`` stays on the meta device until ``fabric.setup``,
     which materializes the whole model identically on every rank (each module's ``reset_parameters()``, drawing
     from rank 0's random generator on every rank) and then broadcasts rank 0's values as for any model, so even a
-    non-deterministic initialization ends up identical everywhere.
+    non-deterministic initialization ends up identical everywhere. ``fabric.no_backward_sync`` accumulates
+    gradients locally and averages them once, before the next synchronized backward
+    (``_ReplicatedBackwardSyncControl``). The options are ``parallel.options.OPTIONS``.
     """
 
-    parallelism = "ddp"
-
-    def __init__(
-        self,
-        jit: bool = True,
-        executors: Any = None,
-        state_dict_type: str = "full",
-        bucket_size_in_mb: float = 25.0,
-        **kwargs: Any,
-    ) -> None:
-        if (
-            isinstance(bucket_size_in_mb, bool)
-            or not isinstance(bucket_size_in_mb, (int, float))
-            or bucket_size_in_mb < 0
-        ):
-            raise ValueError(
-                f"You set `ThunderDDPStrategy(bucket_size_in_mb={bucket_size_in_mb!r})`; it must be a number >= 0"
-                " (megabytes of gradients per all-reduce; 0 means one all-reduce per parameter)."
-            )
-        for knob in ("sharding_strategy", "bucketing_strategy"):
-            if knob in kwargs:
-                raise ValueError(
-                    f"You set `ThunderDDPStrategy({knob}=...)`, but DDP replicates parameters: nothing is sharded or"
-                    " gathered. Its gradients are all-reduced in buckets of `bucket_size_in_mb` (default 25); for"
-                    f" `{knob}` use `ThunderFSDPStrategy`."
-                )
-        super().__init__(
-            jit=jit,
-            executors=executors,
-            state_dict_type=state_dict_type,
-            bucket_size_in_mb=float(bucket_size_in_mb),
-            **kwargs,
-        )
+    parallelism = Parallelism.DDP
 
     @property
     def bucket_size_in_mb(self) -> float:
         """Gradient all-reduce bucket size in megabytes, as ``thunder.distributed.ddp`` takes it."""
-        return self._bucket_size_in_mb
+        return self.options.bucket_size_in_mb
 
     @override
     def _make_backward_sync_control(self) -> _BackwardSyncControl | None:
@@ -94,7 +59,78 @@ class ThunderDDPStrategy(ThunderParallelStrategy):
         distribute.replicate_params_(module, group, device)
         return replaced
 
+    @override
+    def _after_distribute(self, inner: nn.Module, jitted: Any) -> None:
+        # thunder keys a DDP module's cache on no_sync and buckets its all-reduces when it sees these attributes
+        hooks.mark_module_ddp(inner, jitted, self.process_group, self.bucket_size_in_mb)
+
+    @override
+    def backward(self, tensor: torch.Tensor, module: nn.Module | None, *args: Any, **kwargs: Any) -> None:
+        control = self._backward_sync_control
+        if (
+            isinstance(control, _ReplicatedBackwardSyncControl)
+            and control.pending
+            and not hooks.is_skipping_grad_sync()
+        ):
+            control.sync_pending()
+        super().backward(tensor, module, *args, **kwargs)
+
+    @override
+    def _refuse_unsynced_gradients(self) -> None:
+        control = self._backward_sync_control
+        if isinstance(control, _ReplicatedBackwardSyncControl) and control.pending:
+            raise RuntimeError(
+                "`fabric.clip_gradients` was called while gradients accumulated under `fabric.no_backward_sync` are"
+                " not yet averaged across ranks, so each rank would clip by a different norm. Call it after the"
+                " backward that runs outside `no_backward_sync` (the last micro-batch), right before"
+                " `optimizer.step()`."
+            )
+
     @classmethod
     @override
     def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
-        register_strategy_names(strategy_registry, only_class="ThunderDDPStrategy")
+        register_strategy_names(strategy_registry, only=Parallelism.DDP)
+
+
+class _ReplicatedBackwardSyncControl(_BackwardSyncControl):
+    """DDP's ``no_backward_sync`` for thunder: skip the all-reduce in backward, average the local sum once later.
+
+    thunder's own ``ThunderModule.no_sync`` all-reduces on every exit, which with Fabric's usual pattern (one
+    ``no_backward_sync`` block per micro-batch) saves nothing. Here the gradients accumulated without sync are
+    averaged once, right before the next synchronized backward, so the result equals torch DDP's
+    ``AllReduce(sum of micro-batch gradients) / world_size`` and the collectives are paid once per window.
+    """
+
+    def __init__(self) -> None:
+        self.pending: dict[int, nn.Module] = {}
+
+    @override
+    def no_backward_sync(self, module: nn.Module, enabled: bool) -> AbstractContextManager:
+        if not enabled:
+            return nullcontext()
+        return self._skip(module)
+
+    @contextmanager
+    def _skip(self, module: nn.Module) -> Iterator[None]:
+        with hooks.skip_grad_sync():
+            yield
+        self.pending[id(module)] = module
+
+    def sync_pending(self) -> None:
+        """One all_reduce per process group and dtype (not per gradient), as the bucketed backward does."""
+        buckets: dict[tuple[int, torch.dtype, torch.device], list[torch.Tensor]] = {}
+        groups: dict[int, tdist.ProcessGroup] = {}
+        for module in self.pending.values():
+            for p in inner_module(module).parameters():
+                if p.grad is not None and hooks.sync_tag(p) == hooks.SyncKind.REPLICATED:
+                    group = hooks.param_group(p)
+                    groups[id(group)] = group
+                    buckets.setdefault((id(group), p.grad.dtype, p.grad.device), []).append(p.grad)
+        with torch.no_grad():
+            for (gid, _, _), grads in buckets.items():
+                group = groups[gid]
+                flat = torch.cat([g.reshape(-1) for g in grads]).div_(tdist.get_world_size(group))
+                tdist.all_reduce(flat, group=group)
+                pieces = flat.split([g.numel() for g in grads])
+                torch._foreach_copy_(grads, [piece.view_as(g) for piece, g in zip(pieces, grads, strict=True)])
+        self.pending.clear()

@@ -23,24 +23,17 @@ import sys
 from types import ModuleType
 from typing import Any
 
-__all__ = ["FABRIC_REGISTRY_MODULES", "STRATEGY_NAMES", "register_strategy_names", "register_when_lightning_loads"]
+from thunderviz.parallel.options import REGISTERED_STRATEGIES, Parallelism
 
-#: name -> (class name in thunderviz.strategies, constructor arguments, description)
-STRATEGY_NAMES: dict[str, tuple[str, dict[str, Any], str]] = {
-    "thunder_fsdp": ("ThunderFSDPStrategy", {}, "Lightning Thunder FSDP with thunderviz's jit decisions"),
-    "thunder_fsdp_zero3": (
-        "ThunderFSDPStrategy",
-        {"sharding_strategy": "ZERO3"},
-        "Lightning Thunder FSDP, ZERO3 (parameters gathered again in backward)",
-    ),
-    "thunder_ddp": ("ThunderDDPStrategy", {}, "Lightning Thunder DDP with thunderviz's jit decisions"),
-}
+__all__ = ["FABRIC_REGISTRY_MODULES", "register_strategy_names", "register_when_lightning_loads"]
 
 #: The modules that define a Fabric ``STRATEGY_REGISTRY`` (the unified package and the standalone one).
 FABRIC_REGISTRY_MODULES: tuple[str, ...] = ("lightning.fabric.strategies", "lightning_fabric.strategies")
 
 
-def _factory(class_name: str) -> Any:
+def _factory(parallelism: Parallelism) -> Any:
+    class_name = parallelism.strategy_name
+
     def make(**kwargs: Any) -> Any:
         import thunderviz.strategies as strategies
 
@@ -51,18 +44,20 @@ def _factory(class_name: str) -> Any:
     return make
 
 
-def register_strategy_names(registry: Any = None, only_class: str | None = None) -> list[str]:
-    """Register our names in Fabric's strategy registry (``override=True``: safe to call again); return them.
-
-    Without ``registry`` this imports lightning and uses ``lightning.fabric.strategies.STRATEGY_REGISTRY``.
+def register_strategy_names(registry: Any = None, only: Parallelism | None = None) -> list[str]:
+    """Register ``parallel.options.REGISTERED_STRATEGIES`` in Fabric's strategy registry (``override=True``: safe to
+    call again); return the names. Without ``registry`` this imports lightning and uses
+    ``lightning.fabric.strategies.STRATEGY_REGISTRY``.
     """
     if registry is None:
         from lightning.fabric.strategies import STRATEGY_REGISTRY as registry
     names = []
-    for name, (class_name, init_params, description) in STRATEGY_NAMES.items():
-        if only_class is not None and class_name != only_class:
+    for name, entry in REGISTERED_STRATEGIES.items():
+        if only is not None and entry.parallelism is not only:
             continue
-        registry.register(name, _factory(class_name), description=description, override=True, **init_params)
+        registry.register(
+            name, _factory(entry.parallelism), description=entry.description, override=True, **dict(entry.preset)
+        )
         names.append(name)
     return names
 

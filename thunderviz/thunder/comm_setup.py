@@ -12,7 +12,8 @@ from typing import Any
 
 from torch import nn
 
-from thunderviz.parallel.buckets import BUCKETING_CHOICES, CommConfig, bucket_label, find_blocks
+from thunderviz.parallel.buckets import CommConfig, bucket_label, find_blocks
+from thunderviz.parallel.options import FIRST_BUCKET_SIZE_IN_MB, Bucketing, Parallelism, StrategyOptions
 from thunderviz.thunder import hooks
 
 __all__ = ["configure_comm", "unwrap_module"]
@@ -26,70 +27,53 @@ def unwrap_module(module: Any) -> nn.Module:
     return inner._model if hooks.is_thunder_module(inner) else inner
 
 
-def configure_comm(
-    module: Any,
-    *,
-    sharding_strategy: str = "ZERO2",
-    bucketing_strategy: str = "NONE",
-    bucket_size_in_mb: float = 25.0,
-    first_bucket_size_in_mb: float = 1.0,
-) -> list[CommConfig]:
+def configure_comm(module: Any, options: StrategyOptions) -> list[CommConfig]:
     """Attach a ``CommConfig`` to every parameter of ``module`` that a thunderviz strategy distributed.
+
+    What each option means for the collectives is said once, in ``parallel.options.OPTIONS``: FSDP's
+    ``sharding_strategy`` (ZERO3 gathers every bucket again in backward, as FSDP2 with ``reshard_after_forward=True``
+    on every module, the root included) and ``bucketing_strategy`` (``parallel.buckets``); DDP's
+    ``bucket_size_in_mb``, with a first bucket capped at ``FIRST_BUCKET_SIZE_IN_MB`` so the first all_reduce starts
+    while most of backward is still to run (as torch DDP; on a 4-block GPT on 2 CPU ranks it took 7-10 ms off the
+    wall time of a step at the same CPU time, ``bench/comm_overhead.py``).
 
     Args:
         module: the set-up module (Fabric's wrapper, a ThunderModule or the plain module; its parameters must
             already be sharded or replicated).
-        sharding_strategy: FSDP only: ``"ZERO2"`` keeps the unsharded parameters from forward for backward;
-            ``"ZERO3"`` gathers every bucket again in backward from its shards (as FSDP2 with
-            ``reshard_after_forward=True`` on every module, the root included), so forward saves shards only.
-        bucketing_strategy: FSDP only: ``"NONE"``, ``"LAYER"`` or ``"BLOCK"`` (see ``parallel.buckets``).
-        bucket_size_in_mb: DDP only: gradients per all_reduce bucket; ``0`` gives one all_reduce per gradient.
-        first_bucket_size_in_mb: DDP only: a smaller cap for the first bucket, so the first all_reduce starts while
-            most of backward is still to run (1 MiB, as torch DDP); ``0`` uses ``bucket_size_in_mb`` for every
-            bucket. On a 4-block GPT on 2 CPU ranks it took 7-10 ms off the wall time of a step, at the same CPU
-            time (``bench/comm_overhead.py``).
+        options: the strategy's parsed options.
 
     Returns:
         The configs attached, in parameter order.
     """
-    if sharding_strategy not in ("ZERO2", "ZERO3"):
-        raise ValueError(f"configure_comm(sharding_strategy={sharding_strategy!r}): choose 'ZERO2' or 'ZERO3'.")
-    if bucketing_strategy not in BUCKETING_CHOICES:
-        raise ValueError(
-            f"configure_comm(bucketing_strategy={bucketing_strategy!r}): choose one of"
-            f" {', '.join(repr(c) for c in BUCKETING_CHOICES)}."
-        )
-    if bucket_size_in_mb < 0 or first_bucket_size_in_mb < 0:
-        raise ValueError("configure_comm: bucket sizes must be >= 0 (0 disables DDP bucketing).")
     inner = unwrap_module(module)
-    blocks = find_blocks(inner) if bucketing_strategy == "BLOCK" else []
+    blocks = find_blocks(inner) if options.bucketing_strategy is Bucketing.BLOCK else []
     owner = type(inner).__name__
+    cap = int(options.bucket_size_in_mb * _MIB)
+    first_cap = int(min(FIRST_BUCKET_SIZE_IN_MB, options.bucket_size_in_mb) * _MIB)
     configs = []
     for name, param in inner.named_parameters(remove_duplicate=True):
         kind = hooks.sync_tag(param)
         if kind is None:
             continue
         if kind == hooks.SyncKind.FULLY_SHARDED:
-            label = bucket_label(name, bucketing_strategy, blocks)
             config = CommConfig(
                 param_name=name,
                 owner=owner,
                 owner_id=id(inner),
-                parallelism="fsdp",
-                label=label,
-                bucketing=bucketing_strategy,
-                reshard_after_forward=sharding_strategy == "ZERO3",
+                parallelism=Parallelism.FSDP,
+                label=bucket_label(name, options.bucketing_strategy, blocks),
+                bucketing=options.bucketing_strategy,
+                reshard_after_forward=options.reshard_after_forward,
             )
         else:
             config = CommConfig(
                 param_name=name,
                 owner=owner,
                 owner_id=id(inner),
-                parallelism="ddp",
+                parallelism=Parallelism.DDP,
                 label="",
-                bucketing="SIZE",
-                bucket_cap_bytes=int(bucket_size_in_mb * _MIB),
-                first_bucket_cap_bytes=int(min(first_bucket_size_in_mb, bucket_size_in_mb) * _MIB),
+                bucket_cap_bytes=cap,
+                first_bucket_cap_bytes=first_cap,
             )
         hooks.set_comm_config(param, config)
         configs.append(config)
