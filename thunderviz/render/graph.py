@@ -24,6 +24,7 @@ from typing import Any
 from thunderviz.trace.attribution import top_group
 from thunderviz.trace.buckets import Bucket
 from thunderviz.trace.model import OpRecord, TraceSnapshot
+from thunderviz.trace.units import format_bytes
 
 __all__ = [
     "GraphView",
@@ -139,20 +140,6 @@ def _resolve_expand(groups: list[Group], expand: Collection[str] | None) -> froz
             f"to_dot(expand={sorted(unknown)!r}): no such group in this trace; pass group names or ids from: {names}"
         )
     return frozenset(g.id for g in groups if g.id in wanted or g.name in wanted)
-
-
-def format_bytes(n: int | None) -> str:
-    """``774.5 KiB``; ``n/a`` when unknown. Integer arithmetic, so no size from a file is too large to print."""
-    if n is None:
-        return "n/a"
-    if n < 1024:
-        return f"{n} B"
-    units = ("KiB", "MiB", "GiB", "TiB")
-    i, scale = 0, 1024
-    while i < len(units) - 1 and n >= scale * 1024:
-        i, scale = i + 1, scale * 1024
-    tenths = (n * 10 + scale // 2) // scale
-    return f"{tenths // 10}.{tenths % 10} {units[i]}"
 
 
 def _op_label(op: OpRecord, param_names: dict[str, str], bucket: Bucket | None = None) -> str:

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from thunderviz.render.html import Report
 from thunderviz.render.markup import decisions_table, escape, page, table
 from thunderviz.render.timeline_svg import timeline_html
+from thunderviz.trace.units import format_bytes
 
 __all__ = ["RunReportLike", "reports_page", "run_report_html", "run_report_title"]
 
@@ -31,10 +32,6 @@ class RunReportLike(Protocol):
     problems: list[str]
     timeline_requested: bool
     timeline_data: Any
-
-
-def _mib(n: int | None) -> str:
-    return "-" if n is None else f"{n / 2**20:,.1f} MiB"
 
 
 def run_report_title(report: RunReportLike) -> str:
@@ -85,11 +82,15 @@ def _decisions_html(decisions: Sequence[Mapping[str, Any]]) -> str:
     return "<h4>Decisions</h4>" + decisions_table(decisions)
 
 
+def _size(n: int | None) -> str:
+    return format_bytes(n, unknown="-")  # a table cell: "-" where a rank had no CUDA
+
+
 def _memory_html(memory: Mapping[int, Mapping[str, Any]]) -> str:
     if not memory:
         return ""
     rows = [
-        [str(rank), _mib(m.get("rss_bytes")), _mib(m.get("cuda_max_allocated_bytes"))]
+        [str(rank), _size(m.get("rss_bytes")), _size(m.get("cuda_max_allocated_bytes"))]
         for rank, m in sorted(memory.items())
     ]
     return "<h4>Memory per rank</h4>" + table(["rank", "process RSS", "CUDA peak allocated"], rows)
