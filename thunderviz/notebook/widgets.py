@@ -161,9 +161,6 @@ class _GraphWidget(anywidget.AnyWidget):
             return {}
         return self.panes[sel["pane"]]["nodes"].get(sel["node"], {})
 
-    def node_ids(self, pane: int = 0) -> list[str]:
-        return list(self.panes[pane]["nodes"])
-
     # ------------------------------------------------------------------ display
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
