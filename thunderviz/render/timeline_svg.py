@@ -16,7 +16,7 @@ import html
 import re
 from typing import Any
 
-from thunderviz.timeline.analysis import close_gaps, union
+from thunderviz.timeline.analysis import TimelineAnalysis, close_gaps, union
 from thunderviz.timeline.model import RankTimeline, Timeline
 
 __all__ = ["COLOURS", "graph_colours", "timeline_html", "timeline_svg"]
@@ -217,7 +217,6 @@ def _nice_step(ms: float) -> float:
 def timeline_html(timeline: Timeline, *, width: int = 960, worst: int = 8) -> str:
     """The static picture with its reading: the SVG, a legend, the per-rank breakdown, the straggler and the
     worst collectives, and what could not be recorded. No script; for nbconvert, GitHub and the HTML report."""
-    c = COLOURS
     a = timeline.analysis()
     name = f": {_e(timeline.name)}" if timeline.name else ""
     parts = [
@@ -230,42 +229,59 @@ def timeline_html(timeline: Timeline, *, width: int = 960, worst: int = 8) -> st
         parts.append("<p>No step was recorded.</p>")
     else:
         parts.append(f"<div style='overflow-x:auto'>{timeline_svg(timeline, width=width)}</div>")
-        legend = [
-            ("forward", c["forward"]),
-            ("backward", c["backward"]),
-            ("optimizer", c["optimizer"]),
-            ("main thread busy", c["op"]),
-            ("blocked by a collective", c["wait"]),
-            ("collective in flight", c["collective"]),
-        ]
-        parts.append(
-            "<p style='font-size:12px'>"
-            + " ".join(
-                f"<span style='display:inline-block;width:10px;height:10px;background:{col};border:1px solid #8aa1b8'>"
-                f"</span> {_e(name)}&nbsp;&nbsp;"
-                for name, col in legend
-            )
-            + "</p>"
-        )
-        for line in a.summary():
-            parts.append(f"<p><b>{_e(line)}</b></p>")
-        rows = [b.row() for b in a.breakdown()]
-        heads = ["rank", "steps", "step_time", "compute", "communication", "exposed", "overlapped", "idle"]
-        parts.append(
-            "<table><thead><tr>"
-            + "".join(f"<th>{_e(h)}{' (ms)' if h not in ('rank', 'steps') else ''}</th>" for h in heads)
-            + "</tr></thead><tbody>"
-        )
-        for r in rows:
-            parts.append("<tr>" + "".join(f"<td>{_e(r[h])}</td>" for h in heads) + "</tr>")
-        parts.append("</tbody></table>")
-        waits = [w for w in a.collectives() if w.worst_wait > 0][:worst]
-        if waits:
-            parts.append("<h5>Collectives that made ranks wait, worst first</h5><ol>")
-            parts.extend(f"<li>{_e(w.message)}</li>" for w in waits)
-            parts.append("</ol>")
+        parts.append(_legend_html())
+        parts.extend(f"<p><b>{_e(line)}</b></p>" for line in a.summary())
+        parts += _breakdown_html(a)
+        parts += _waits_html(a, worst)
     notes = list(timeline.problems) + [f"rank {r}: {n}" for r, t in sorted(timeline.ranks.items()) for n in t.notes]
     if notes:
         parts.append("<h5>Notes</h5><ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
     parts.append("</div>")
     return "\n".join(parts)
+
+
+def _legend_html() -> str:
+    c = COLOURS
+    legend = [
+        ("forward", c["forward"]),
+        ("backward", c["backward"]),
+        ("optimizer", c["optimizer"]),
+        ("main thread busy", c["op"]),
+        ("blocked by a collective", c["wait"]),
+        ("collective in flight", c["collective"]),
+    ]
+    return (
+        "<p style='font-size:12px'>"
+        + " ".join(
+            f"<span style='display:inline-block;width:10px;height:10px;background:{col};border:1px solid #8aa1b8'>"
+            f"</span> {_e(name)}&nbsp;&nbsp;"
+            for name, col in legend
+        )
+        + "</p>"
+    )
+
+
+def _breakdown_html(a: TimelineAnalysis) -> list[str]:
+    """The per-rank breakdown table: a head, one row per rank, a foot."""
+    heads = ["rank", "steps", "step_time", "compute", "communication", "exposed", "overlapped", "idle"]
+    parts = [
+        "<table><thead><tr>"
+        + "".join(f"<th>{_e(h)}{' (ms)' if h not in ('rank', 'steps') else ''}</th>" for h in heads)
+        + "</tr></thead><tbody>"
+    ]
+    for r in (b.row() for b in a.breakdown()):
+        parts.append("<tr>" + "".join(f"<td>{_e(r[h])}</td>" for h in heads) + "</tr>")
+    parts.append("</tbody></table>")
+    return parts
+
+
+def _waits_html(a: TimelineAnalysis, worst: int) -> list[str]:
+    """The ``worst`` collectives that made a rank wait, worst first (nothing when none did)."""
+    waits = [w for w in a.collectives() if w.worst_wait > 0][:worst]
+    if not waits:
+        return []
+    return [
+        "<h5>Collectives that made ranks wait, worst first</h5><ol>",
+        *(f"<li>{_e(w.message)}</li>" for w in waits),
+        "</ol>",
+    ]
