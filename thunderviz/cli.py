@@ -50,6 +50,7 @@ def _run_render(args: argparse.Namespace) -> int:
     # Only the trace model, its file format and the renderer: no torch, lightning or thunder (bench/cli_start.py).
     from thunderviz.render.html import render_html
     from thunderviz.trace.file import load
+    from thunderviz.trace.units import format_bytes
 
     if not args.traces and not args.timeline:
         print("thunderviz render: give trace files, --timeline files (one per rank), or both", file=sys.stderr)
@@ -66,7 +67,7 @@ def _run_render(args: argparse.Namespace) -> int:
     page = render_html(bundles, title=title, svg=args.svg, diff=args.diff, timeline=timeline)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(page, encoding="utf-8")
-    print(f"wrote {args.out} ({len(bundles)} traces, {len(page) // 1024} KiB)")
+    print(f"wrote {args.out} ({len(bundles)} traces, {format_bytes(args.out.stat().st_size)})")
     return 0
 
 

@@ -162,9 +162,6 @@ class _GraphWidget(anywidget.AnyWidget):
             return {}
         return self.panes[sel["pane"]]["nodes"].get(sel["node"], {})
 
-    def node_ids(self, pane: int = 0) -> list[str]:
-        return list(self.panes[pane]["nodes"])
-
     def _decision_log(self) -> list[Decision]:
         """The decisions the static picture lists (a comparison shows none)."""
         return []

@@ -24,6 +24,7 @@ from typing import Any
 from thunderviz.trace.attribution import top_group
 from thunderviz.trace.buckets import Bucket
 from thunderviz.trace.model import OpRecord, TraceSnapshot
+from thunderviz.trace.units import format_bytes
 
 __all__ = [
     "GraphView",
@@ -141,20 +142,6 @@ def _resolve_expand(groups: list[Group], expand: Collection[str] | None) -> froz
     return frozenset(g.id for g in groups if g.id in wanted or g.name in wanted)
 
 
-def format_bytes(n: int | None) -> str:
-    """``774.5 KiB``; ``n/a`` when unknown. Integer arithmetic, so no size from a file is too large to print."""
-    if n is None:
-        return "n/a"
-    if n < 1024:
-        return f"{n} B"
-    units = ("KiB", "MiB", "GiB", "TiB")
-    i, scale = 0, 1024
-    while i < len(units) - 1 and n >= scale * 1024:
-        i, scale = i + 1, scale * 1024
-    tenths = (n * 10 + scale // 2) // scale
-    return f"{tenths // 10}.{tenths % 10} {units[i]}"
-
-
 def _op_label(op: OpRecord, param_names: dict[str, str], bucket: Bucket | None = None) -> str:
     out = op.outputs[0].short() if op.outputs else ""
     more = f" +{len(op.outputs) - 1}" if len(op.outputs) > 1 else ""
@@ -227,10 +214,19 @@ def graph_view(
     """
     groups = group_ops(snapshot, include_bookkeeping=include_bookkeeping)
     opened = _resolve_expand(groups, expand)
-    pn = snapshot.param_names
-    buckets = {b.issue_index: b for b in snapshot.buckets}
-    # Which node draws each op: its own node when its group is open, else the group's (or the group's
-    # collective node, so communication stays visible when collapsed).
+    node_of = _node_of(groups, opened)
+    draw = _Drawing(snapshot, id_prefix)
+    lines = _header(snapshot, title)
+    for g in groups:
+        lines += draw.open_group(g) if g.id in opened else draw.collapsed_group(g)
+    lines += _edges(snapshot, node_of)
+    lines.append("}")
+    return GraphView(dot="\n".join(lines) + "\n", nodes=draw.nodes, groups=groups, expanded=opened, node_of=node_of)
+
+
+def _node_of(groups: list[Group], opened: frozenset[str]) -> dict[int, str]:
+    """Which node draws each op: its own node when its group is open, else the group's (or the group's
+    collective node, so communication stays visible when collapsed)."""
     node_of: dict[int, str] = {}
     for g in groups:
         for op in g.ops:
@@ -240,72 +236,95 @@ def graph_view(
                 node_of[op.index] = f"{g.id}c"
             else:
                 node_of[op.index] = g.id
+    return node_of
 
-    lines = [
+
+def _header(snapshot: TraceSnapshot, title: str | None) -> list[str]:
+    return [
         "digraph trace {",
         '  graph [rankdir=TB, nodesep=0.25, ranksep=0.35, fontname="Helvetica", fontsize=11, '
         f'labelloc=t, label="{dot_escape(_clip(title or snapshot.label, 80))}"];',
         '  node [fontname="Helvetica", fontsize=10, margin="0.08,0.03", height=0.3];',
         '  edge [color="#7f8c99", arrowsize=0.6];',
     ]
-    nodes: dict[str, dict[str, Any]] = {}
-    for g in groups:
-        if g.id in opened:
-            lines.append(f"  subgraph cluster_{g.id} {{")
+
+
+class _Drawing:
+    """The node lines of one graph, and ``nodes`` (node id -> metadata) filled in as they are drawn."""
+
+    def __init__(self, snapshot: TraceSnapshot, id_prefix: str) -> None:
+        self.snapshot = snapshot
+        self.prefix = id_prefix
+        self.pn = snapshot.param_names
+        self.buckets = {b.issue_index: b for b in snapshot.buckets}
+        self.nodes: dict[str, dict[str, Any]] = {}
+
+    def open_group(self, g: Group) -> list[str]:
+        """An expanded group: a cluster with one node per op."""
+        lines = [
+            f"  subgraph cluster_{g.id} {{",
+            f'    label="{dot_escape(_clip(g.name))}"; style="rounded,filled"; fillcolor="#f3f7fb"; '
+            f'color="#3d6e9e"; id="{self.prefix}{g.id}"; tooltip="{dot_escape(g.name)}";',
+        ]
+        for op in g.ops:
+            style = _COLLECTIVE_STYLE if op.is_collective else _WAIT_STYLE if op.is_wait else _OP_STYLE
+            nid = f"op{op.index}"
+            label = _op_label(op, self.pn, self.buckets.get(op.index))
             lines.append(
-                f'    label="{dot_escape(_clip(g.name))}"; style="rounded,filled"; fillcolor="#f3f7fb"; '
-                f'color="#3d6e9e"; id="{id_prefix}{g.id}"; tooltip="{dot_escape(g.name)}";'
+                f'    {nid} [id="{self.prefix}{nid}", label="{dot_escape(label)}", '
+                f'tooltip="{dot_escape(_op_tooltip(op))}", {style}];'
             )
-            for op in g.ops:
-                style = _COLLECTIVE_STYLE if op.is_collective else _WAIT_STYLE if op.is_wait else _OP_STYLE
-                nid = f"op{op.index}"
-                label = _op_label(op, pn, buckets.get(op.index))
-                lines.append(
-                    f'    {nid} [id="{id_prefix}{nid}", label="{dot_escape(label)}", '
-                    f'tooltip="{dot_escape(_op_tooltip(op))}", {style}];'
-                )
-                nodes[nid] = _op_meta(op, g, pn, buckets.get(op.index))
-            lines.append("  }")
-            continue
+            self.nodes[nid] = _op_meta(op, g, self.pn, self.buckets.get(op.index))
+        lines.append("  }")
+        return lines
+
+    def collapsed_group(self, g: Group) -> list[str]:
+        """A collapsed group: one node for its compute (op count, commonest ops) and one for its collectives."""
         compute = g.compute
         label = f"{_clip(g.name)}\n{len(compute)} ops"
         top = Counter(short_op_name(op.op) for op in compute).most_common(3)
         if top:
             label += "\n" + ", ".join(f"{n} {k}" for k, n in top)
-        lines.append(
-            f'  {g.id} [id="{id_prefix}{g.id}", label="{dot_escape(label)}", tooltip="{dot_escape(g.name)}: '
+        lines = [
+            f'  {g.id} [id="{self.prefix}{g.id}", label="{dot_escape(label)}", tooltip="{dot_escape(g.name)}: '
             f'click to expand", {_GROUP_STYLE}];'
-        )
-        nodes[g.id] = _group_meta(g, snapshot)
+        ]
+        self.nodes[g.id] = _group_meta(g, self.snapshot)
         if g.collectives or g.waits:
-            text, nbytes = _coll_summary(g, buckets)
-            if nbytes:
-                text += f"\n{format_bytes(nbytes)}"
-            cid = f"{g.id}c"
-            lines.append(
-                f'  {cid} [id="{id_prefix}{cid}", label="{dot_escape(text)}", '
-                f'tooltip="{dot_escape(_bucket_tooltip(g, buckets))}", {_COLLECTIVE_STYLE}];'
-            )
-            nodes[cid] = {
-                "kind": "collectives",
-                "group": g.name,
-                "group_id": g.id,
-                "ops": [_op_meta(op, g, pn, buckets.get(op.index)) for op in g.ops if op.collective is not None],
-            }
+            lines.append(self._collectives_node(g))
+        return lines
 
-    # Edges between drawn nodes, merged: two collapsed groups get one edge however many tensors cross.
+    def _collectives_node(self, g: Group) -> str:
+        text, nbytes = _coll_summary(g, self.buckets)
+        if nbytes:
+            text += f"\n{format_bytes(nbytes)}"
+        cid = f"{g.id}c"
+        self.nodes[cid] = {
+            "kind": "collectives",
+            "group": g.name,
+            "group_id": g.id,
+            "ops": [_op_meta(op, g, self.pn, self.buckets.get(op.index)) for op in g.ops if op.collective is not None],
+        }
+        return (
+            f'  {cid} [id="{self.prefix}{cid}", label="{dot_escape(text)}", '
+            f'tooltip="{dot_escape(_bucket_tooltip(g, self.buckets))}", {_COLLECTIVE_STYLE}];'
+        )
+
+
+def _edges(snapshot: TraceSnapshot, node_of: dict[int, str]) -> list[str]:
+    """Edges between drawn nodes, merged: two collapsed groups get one edge however many tensors cross."""
     edge_count: Counter[tuple[str, str]] = Counter()
     for src, dst, _name in snapshot.edges:
         a, b = node_of.get(src), node_of.get(dst)
         if a is None or b is None or a == b:
             continue
         edge_count[(a, b)] += 1
+    lines = []
     for (a, b), n in edge_count.items():
         width = 1.0 if n == 1 else min(4.0, 1.0 + n / 8)
         tip = f"{n} tensor{'s' if n != 1 else ''}"
         lines.append(f'  {a} -> {b} [penwidth={width:.1f}, tooltip="{tip}"];')
-    lines.append("}")
-    return GraphView(dot="\n".join(lines) + "\n", nodes=nodes, groups=groups, expanded=opened, node_of=node_of)
+    return lines
 
 
 def _tensor_meta(t: Any, pn: dict[str, str]) -> dict[str, Any]:

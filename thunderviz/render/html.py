@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from thunderviz.render.graph import Group, dot_available, format_bytes, graph_view, short_op_name, to_svg
+from thunderviz.render.graph import Group, dot_available, graph_view, short_op_name, to_svg
 from thunderviz.render.markup import decisions_table
 from thunderviz.render.markup import escape as _e
 from thunderviz.render.markup import page as _markup_page
@@ -28,6 +28,7 @@ from thunderviz.timeline.model import Timeline
 from thunderviz.trace.diff import TraceDiff, diff_traces
 from thunderviz.trace.ledger import Ledger, find_mismatches, ledger_from_bundle
 from thunderviz.trace.model import TraceBundle, TraceSnapshot
+from thunderviz.trace.units import format_bytes
 
 if TYPE_CHECKING:
     from thunderviz.parallel.decisions import Decision

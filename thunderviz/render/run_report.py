@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from thunderviz.render.html import Report
 from thunderviz.render.markup import decisions_table, escape, page, table
 from thunderviz.render.timeline_svg import timeline_html
+from thunderviz.trace.units import format_bytes
 
 if TYPE_CHECKING:  # read by attribute; render imports neither the decision table nor the rank protocol
     from thunderviz.parallel.decisions import Decision
@@ -35,10 +36,6 @@ class RunReportLike(Protocol):
     problems: list[str]
     timeline_requested: bool
     timeline_data: Any
-
-
-def _mib(n: int | None) -> str:
-    return "-" if n is None else f"{n / 2**20:,.1f} MiB"
 
 
 def run_report_title(report: RunReportLike) -> str:
@@ -87,11 +84,15 @@ def _decisions_html(decisions: Sequence[Decision]) -> str:
     return "<h4>Decisions</h4>" + decisions_table(decisions)
 
 
+def _size(n: int | None) -> str:
+    return format_bytes(n, unknown="-")  # a table cell: "-" where a rank had no CUDA
+
+
 def _memory_html(memory: Mapping[int, MemoryReading]) -> str:
     if not memory:
         return ""
     rows = [
-        [str(rank), _mib(m.get("rss_bytes")), _mib(m.get("cuda_max_allocated_bytes"))]
+        [str(rank), _size(m.get("rss_bytes")), _size(m.get("cuda_max_allocated_bytes"))]
         for rank, m in sorted(memory.items())
     ]
     return "<h4>Memory per rank</h4>" + table(["rank", "process RSS", "CUDA peak allocated"], rows)

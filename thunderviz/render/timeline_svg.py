@@ -16,8 +16,8 @@ import html
 import re
 from typing import Any
 
-from thunderviz.timeline.analysis import close_gaps, union
-from thunderviz.timeline.model import Timeline
+from thunderviz.timeline.analysis import TimelineAnalysis, close_gaps, union
+from thunderviz.timeline.model import RankTimeline, Timeline
 
 __all__ = ["COLOURS", "graph_colours", "timeline_html", "timeline_svg"]
 
@@ -60,6 +60,7 @@ COLOURS: dict[str, str] = {
 
 _LABEL_W = 70
 _ROW_H = 14
+_RANK_H = 3 * _ROW_H + 6  # three rows and a margin
 _GAP = 10
 
 
@@ -77,31 +78,10 @@ def _ms(us: float) -> str:
 
 def timeline_svg(timeline: Timeline, *, width: int = 960, t0: float | None = None, t1: float | None = None) -> str:
     """SVG text for ``timeline`` between ``t0`` and ``t1`` microseconds (default: all recorded steps)."""
-    c = COLOURS
     lo = 0.0 if t0 is None else t0
     hi = (timeline.duration or 1.0) if t1 is None else t1
-    span = max(hi - lo, 1e-9)
-    plot_w = width - _LABEL_W - 10
-    rank_h = 3 * _ROW_H + 6
-    height = 28 + len(timeline.ranks) * (rank_h + _GAP) + 6
-    res = span / plot_w  # microseconds per pixel
-
-    def x(t: float) -> float:
-        return _LABEL_W + (min(max(t, lo), hi) - lo) / span * plot_w
-
-    def rect(
-        a: float, b: float, y: float, h: float, fill: str, stroke: str = "none", title: str = "", extra: str = ""
-    ) -> str:
-        if b < lo or a > hi:
-            return ""
-        xa, xb = x(a), x(b)
-        w = max(xb - xa, 0.6)
-        t = f"<title>{_e(title)}</title>" if title else ""
-        return (
-            f'<rect x="{xa:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" fill="{fill}" stroke="{stroke}" '
-            f'stroke-width="0.5"{extra}>{t}</rect>'
-        )
-
+    height = 28 + len(timeline.ranks) * (_RANK_H + _GAP) + 6
+    plot = _Plot(lo, hi, width - _LABEL_W - 10)
     parts = [
         (
             f'<svg xmlns="http://www.w3.org/2000/svg" class="thunderviz-timeline" width="{width}" height="{height}" '
@@ -109,76 +89,122 @@ def timeline_svg(timeline: Timeline, *, width: int = 960, t0: float | None = Non
         ),
         f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>',
     ]
-    # axis
-    step_ms = _nice_step(span / 1000 / 8)
-    tick = (lo // (step_ms * 1000) + 1) * step_ms * 1000 if lo > 0 else 0.0
-    while tick <= hi:
-        xt = x(tick)
-        parts.append(f'<line x1="{xt:.1f}" y1="14" x2="{xt:.1f}" y2="{height - 4}" stroke="#e3e8ee" stroke-width="1"/>')
-        parts.append(f'<text x="{xt:.1f}" y="11" text-anchor="middle" fill="{c["muted"]}">{tick / 1000:g} ms</text>')
-        tick += step_ms * 1000
+    parts += _axis(plot, height)
     y = 22.0
+    first_rank = min(timeline.ranks, default=0)
     for rank, t in sorted(timeline.ranks.items()):
-        unc = t.clock.uncertainty
-        clock = "" if rank == min(timeline.ranks) else f"clock +/- {_ms(unc)}" if unc != float("inf") else "clock ?"
-        parts.append(f'<g class="rank" data-rank="{rank}">')
-        parts.append(f'<text x="4" y="{y + _ROW_H + 4:.1f}" font-weight="bold" fill="{c["text"]}">rank {rank}</text>')
-        if clock:
-            parts.append(
-                f'<text x="4" y="{y + 2 * _ROW_H + 4:.1f}" font-size="8" fill="{c["muted"]}">{_e(clock)}</text>'
-            )
-        for s in t.steps:
-            parts.append(
-                rect(s.start, s.end, y, rank_h - 6, "none", c["step"], f"rank {rank} step {s.step}: {_ms(s.duration)}")
-            )
-        for r in t.regions:
-            title = f"rank {rank} step {r.step} {r.kind}{' ' + r.name if r.name else ''}: {_ms(r.duration)}"
-            parts.append(rect(r.start, r.end, y + 1, _ROW_H - 2, c.get(r.kind, c["group"]), c["group_border"], title))
-        # main thread: busy (merged at this resolution), collective blocking on top
-        row = y + _ROW_H
-        busy = close_gaps(union(t.ops.intervals(0)), res)
-        for a, b in busy:
-            parts.append(rect(a, b, row + 2, _ROW_H - 4, c["op"]))
-        for col in t.collectives:
-            for a, b in col.blocked_intervals():
-                if b - a >= res / 2:
-                    parts.append(
-                        rect(
-                            a,
-                            b,
-                            row + 1,
-                            _ROW_H - 2,
-                            c["wait"],
-                            c["wait_border"],
-                            f"rank {rank} blocked by {col.label} (step {col.step}): {_ms(b - a)}",
-                        )
-                    )
-        # communication work: where any was in flight (merged at this resolution, as the busy row), and on top
-        # each collective wide enough to point at, with its name; the longest first, so a short one is never
-        # hidden under a long one. (A 20-step GPT has thousands of sub-pixel collectives: one rectangle and one
-        # title each made a 1 MB picture.)
-        row = y + 2 * _ROW_H
-        spans = [(k.start, k.end) for k in t.collectives if k.start is not None and k.end is not None]
-        for a, b in close_gaps(union(spans), res):
-            parts.append(rect(a, b, row + 3, _ROW_H - 6, c["collective"]))
-        wide = [k for k in t.collectives if k.start is not None and k.end is not None and k.end - k.start >= 2 * res]
-        for col in sorted(wide, key=lambda k: -(k.end - k.start)):
-            parts.append(
-                rect(
-                    col.start,
-                    col.end,
-                    row + 1,
-                    _ROW_H - 2,
-                    c["collective"],
-                    c["collective_border"],
-                    f"rank {rank} {col.label} (step {col.step}): {_ms(col.end - col.start)}",
-                    f' data-step="{col.step}" data-index="{col.index}"',
-                )
-            )
-        parts.append("</g>")
-        y += rank_h + _GAP
+        parts += _rank_lane(plot, rank, t, y, first=rank == first_rank)
+        y += _RANK_H + _GAP
     parts.append("</svg>")
     return "".join(p for p in parts if p)
+
+
+class _Plot:
+    """The time axis of one picture: microseconds ``lo..hi`` drawn over ``plot_w`` pixels right of the labels."""
+
+    def __init__(self, lo: float, hi: float, plot_w: int) -> None:
+        self.lo, self.hi, self.plot_w = lo, hi, plot_w
+        self.span = max(hi - lo, 1e-9)
+        self.res = self.span / plot_w  # microseconds per pixel
+
+    def x(self, t: float) -> float:
+        return _LABEL_W + (min(max(t, self.lo), self.hi) - self.lo) / self.span * self.plot_w
+
+    def rect(
+        self, a: float, b: float, y: float, h: float, fill: str, stroke: str = "none", title: str = "", extra: str = ""
+    ) -> str:
+        """A rectangle for ``a..b`` (at least 0.6 px wide, so nothing vanishes); ``""`` when it is out of view."""
+        if b < self.lo or a > self.hi:
+            return ""
+        xa, xb = self.x(a), self.x(b)
+        w = max(xb - xa, 0.6)
+        t = f"<title>{_e(title)}</title>" if title else ""
+        return (
+            f'<rect x="{xa:.1f}" y="{y:.1f}" width="{w:.1f}" height="{h:.1f}" fill="{fill}" stroke="{stroke}" '
+            f'stroke-width="0.5"{extra}>{t}</rect>'
+        )
+
+
+# ------------------------------------------------------------------------------------------------------- axis
+
+
+def _axis(plot: _Plot, height: int) -> list[str]:
+    """A grid line and a millisecond label every ``_nice_step``."""
+    parts = []
+    step_ms = _nice_step(plot.span / 1000 / 8)
+    tick = (plot.lo // (step_ms * 1000) + 1) * step_ms * 1000 if plot.lo > 0 else 0.0
+    while tick <= plot.hi:
+        xt = plot.x(tick)
+        parts.append(f'<line x1="{xt:.1f}" y1="14" x2="{xt:.1f}" y2="{height - 4}" stroke="#e3e8ee" stroke-width="1"/>')
+        parts.append(
+            f'<text x="{xt:.1f}" y="11" text-anchor="middle" fill="{COLOURS["muted"]}">{tick / 1000:g} ms</text>'
+        )
+        tick += step_ms * 1000
+    return parts
+
+
+# ------------------------------------------------------------------------------------------------- rank lanes
+
+
+def _rank_lane(plot: _Plot, rank: int, t: RankTimeline, y: float, *, first: bool) -> list[str]:
+    """One rank's ``<g>``: its label (and clock bound, except on the first rank, whose clock the others are
+    aligned to), then its three rows."""
+    c = COLOURS
+    unc = t.clock.uncertainty
+    clock = "" if first else f"clock +/- {_ms(unc)}" if unc != float("inf") else "clock ?"
+    parts = [f'<g class="rank" data-rank="{rank}">']
+    parts.append(f'<text x="4" y="{y + _ROW_H + 4:.1f}" font-weight="bold" fill="{c["text"]}">rank {rank}</text>')
+    if clock:
+        parts.append(f'<text x="4" y="{y + 2 * _ROW_H + 4:.1f}" font-size="8" fill="{c["muted"]}">{_e(clock)}</text>')
+    parts += _region_row(plot, rank, t, y)
+    parts += _main_thread_row(plot, rank, t, y + _ROW_H)
+    parts += _communication_row(plot, rank, t, y + 2 * _ROW_H)
+    parts.append("</g>")
+    return parts
+
+
+def _region_row(plot: _Plot, rank: int, t: RankTimeline, y: float) -> list[str]:
+    """The step outlines (over the whole lane) and the forward/backward/optimizer regions."""
+    c = COLOURS
+    parts = [
+        plot.rect(s.start, s.end, y, _RANK_H - 6, "none", c["step"], f"rank {rank} step {s.step}: {_ms(s.duration)}")
+        for s in t.steps
+    ]
+    for r in t.regions:
+        title = f"rank {rank} step {r.step} {r.kind}{' ' + r.name if r.name else ''}: {_ms(r.duration)}"
+        parts.append(plot.rect(r.start, r.end, y + 1, _ROW_H - 2, c.get(r.kind, c["group"]), c["group_border"], title))
+    return parts
+
+
+def _main_thread_row(plot: _Plot, rank: int, t: RankTimeline, row: float) -> list[str]:
+    """The main thread: busy (merged at this resolution), collective blocking on top."""
+    c = COLOURS
+    busy = close_gaps(union(t.ops.intervals(0)), plot.res)
+    parts = [plot.rect(a, b, row + 2, _ROW_H - 4, c["op"]) for a, b in busy]
+    for col in t.collectives:
+        for a, b in col.blocked_intervals():
+            if b - a >= plot.res / 2:
+                title = f"rank {rank} blocked by {col.label} (step {col.step}): {_ms(b - a)}"
+                parts.append(plot.rect(a, b, row + 1, _ROW_H - 2, c["wait"], c["wait_border"], title))
+    return parts
+
+
+def _communication_row(plot: _Plot, rank: int, t: RankTimeline, row: float) -> list[str]:
+    """Communication work: where any was in flight (merged at this resolution, as the busy row), and on top each
+    collective wide enough to point at, with its name; the longest first, so a short one is never hidden under a
+    long one. (A 20-step GPT has thousands of sub-pixel collectives: one rectangle and one title each made a 1 MB
+    picture.)"""
+    c = COLOURS
+    spans = [(k.start, k.end) for k in t.collectives if k.start is not None and k.end is not None]
+    parts = [plot.rect(a, b, row + 3, _ROW_H - 6, c["collective"]) for a, b in close_gaps(union(spans), plot.res)]
+    wide = [k for k in t.collectives if k.start is not None and k.end is not None and k.end - k.start >= 2 * plot.res]
+    for col in sorted(wide, key=lambda k: -(k.end - k.start)):
+        title = f"rank {rank} {col.label} (step {col.step}): {_ms(col.end - col.start)}"
+        extra = f' data-step="{col.step}" data-index="{col.index}"'
+        parts.append(
+            plot.rect(col.start, col.end, row + 1, _ROW_H - 2, c["collective"], c["collective_border"], title, extra)
+        )
+    return parts
 
 
 def _nice_step(ms: float) -> float:
@@ -191,7 +217,6 @@ def _nice_step(ms: float) -> float:
 def timeline_html(timeline: Timeline, *, width: int = 960, worst: int = 8) -> str:
     """The static picture with its reading: the SVG, a legend, the per-rank breakdown, the straggler and the
     worst collectives, and what could not be recorded. No script; for nbconvert, GitHub and the HTML report."""
-    c = COLOURS
     a = timeline.analysis()
     name = f": {_e(timeline.name)}" if timeline.name else ""
     parts = [
@@ -204,42 +229,59 @@ def timeline_html(timeline: Timeline, *, width: int = 960, worst: int = 8) -> st
         parts.append("<p>No step was recorded.</p>")
     else:
         parts.append(f"<div style='overflow-x:auto'>{timeline_svg(timeline, width=width)}</div>")
-        legend = [
-            ("forward", c["forward"]),
-            ("backward", c["backward"]),
-            ("optimizer", c["optimizer"]),
-            ("main thread busy", c["op"]),
-            ("blocked by a collective", c["wait"]),
-            ("collective in flight", c["collective"]),
-        ]
-        parts.append(
-            "<p style='font-size:12px'>"
-            + " ".join(
-                f"<span style='display:inline-block;width:10px;height:10px;background:{col};border:1px solid #8aa1b8'>"
-                f"</span> {_e(name)}&nbsp;&nbsp;"
-                for name, col in legend
-            )
-            + "</p>"
-        )
-        for line in a.summary():
-            parts.append(f"<p><b>{_e(line)}</b></p>")
-        rows = [b.row() for b in a.breakdown()]
-        heads = ["rank", "steps", "step_time", "compute", "communication", "exposed", "overlapped", "idle"]
-        parts.append(
-            "<table><thead><tr>"
-            + "".join(f"<th>{_e(h)}{' (ms)' if h not in ('rank', 'steps') else ''}</th>" for h in heads)
-            + "</tr></thead><tbody>"
-        )
-        for r in rows:
-            parts.append("<tr>" + "".join(f"<td>{_e(r[h])}</td>" for h in heads) + "</tr>")
-        parts.append("</tbody></table>")
-        waits = [w for w in a.collectives() if w.worst_wait > 0][:worst]
-        if waits:
-            parts.append("<h5>Collectives that made ranks wait, worst first</h5><ol>")
-            parts.extend(f"<li>{_e(w.message)}</li>" for w in waits)
-            parts.append("</ol>")
+        parts.append(_legend_html())
+        parts.extend(f"<p><b>{_e(line)}</b></p>" for line in a.summary())
+        parts += _breakdown_html(a)
+        parts += _waits_html(a, worst)
     notes = list(timeline.problems) + [f"rank {r}: {n}" for r, t in sorted(timeline.ranks.items()) for n in t.notes]
     if notes:
         parts.append("<h5>Notes</h5><ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes) + "</ul>")
     parts.append("</div>")
     return "\n".join(parts)
+
+
+def _legend_html() -> str:
+    c = COLOURS
+    legend = [
+        ("forward", c["forward"]),
+        ("backward", c["backward"]),
+        ("optimizer", c["optimizer"]),
+        ("main thread busy", c["op"]),
+        ("blocked by a collective", c["wait"]),
+        ("collective in flight", c["collective"]),
+    ]
+    return (
+        "<p style='font-size:12px'>"
+        + " ".join(
+            f"<span style='display:inline-block;width:10px;height:10px;background:{col};border:1px solid #8aa1b8'>"
+            f"</span> {_e(name)}&nbsp;&nbsp;"
+            for name, col in legend
+        )
+        + "</p>"
+    )
+
+
+def _breakdown_html(a: TimelineAnalysis) -> list[str]:
+    """The per-rank breakdown table: a head, one row per rank, a foot."""
+    heads = ["rank", "steps", "step_time", "compute", "communication", "exposed", "overlapped", "idle"]
+    parts = [
+        "<table><thead><tr>"
+        + "".join(f"<th>{_e(h)}{' (ms)' if h not in ('rank', 'steps') else ''}</th>" for h in heads)
+        + "</tr></thead><tbody>"
+    ]
+    for r in (b.row() for b in a.breakdown()):
+        parts.append("<tr>" + "".join(f"<td>{_e(r[h])}</td>" for h in heads) + "</tr>")
+    parts.append("</tbody></table>")
+    return parts
+
+
+def _waits_html(a: TimelineAnalysis, worst: int) -> list[str]:
+    """The ``worst`` collectives that made a rank wait, worst first (nothing when none did)."""
+    waits = [w for w in a.collectives() if w.worst_wait > 0][:worst]
+    if not waits:
+        return []
+    return [
+        "<h5>Collectives that made ranks wait, worst first</h5><ol>",
+        *(f"<li>{_e(w.message)}</li>" for w in waits),
+        "</ol>",
+    ]

@@ -113,23 +113,85 @@ def build_rank_timeline(
     device: str = "cpu",
     backend: str = "",
 ) -> RankTimeline:
-    """Interpret one rank's events (see the module docstring for the rules)."""
-    notes: list[str] = []
-    marks: list[tuple[str, int | None, RawEvent]] = []
-    others: list[RawEvent] = []
-    for e in events:
-        m = _MARK_RE.match(e.name)
-        if m:
-            marks.append((m.group(1), None if m.group(2) is None else int(m.group(2)), e))
-        else:
-            others.append(e)
-    tids = Counter(e.tid for _k, _n, e in marks)
-    main_tid = tids.most_common(1)[0][0] if tids else _busiest_cpu_thread(others)
+    """Interpret one rank's events (see the module docstring for the rules).
 
-    # ---------------------------------------------------------------- steps
+    Each rule has its own function below, in the order the module docstring gives them; ``notes`` collects what
+    each one could not do, in that order.
+    """
+    notes: list[str] = []
+    marks = _Marks.split(events)
+    kept = _steps(marks, closed_steps, end, steps, notes)
+    regions, fwd_module = _regions(marks, kept.regions, modules)
+    events_out = _collectives(marks, collectives, regions, kept.regions, notes)
+    segments = _names_and_segments(regions, events_out, fwd_module, modules, notes)
+    ops = _op_table(marks, kept.regions)
+    if not kept.regions:
+        notes.append(
+            "the recording holds no training step: no optimizer step(), no timeline.step() and no call of "
+            "a jitted module ran while recording"
+        )
+    return RankTimeline(
+        rank=rank,
+        world_size=world_size,
+        steps=kept.regions,
+        regions=regions,
+        collectives=events_out,
+        segments=segments,
+        ops=ops,
+        clock_samples=list(clock_samples),
+        host=host,
+        pid=pid,
+        device=device,
+        backend=backend,
+        step_rule=kept.rule,
+        warmup_included=kept.warmup_included,
+        notes=notes,
+    )
+
+
+@dataclass
+class _Marks:
+    """The events split into our markers (kind, number, event) and the rest, and the thread the markers ran on
+    (the busiest CPU thread when there are none)."""
+
+    marks: list[tuple[str, int | None, RawEvent]]
+    others: list[RawEvent]
+    main_tid: int
+
+    @classmethod
+    def split(cls, events: Sequence[RawEvent]) -> _Marks:
+        marks: list[tuple[str, int | None, RawEvent]] = []
+        others: list[RawEvent] = []
+        for e in events:
+            m = _MARK_RE.match(e.name)
+            if m:
+                marks.append((m.group(1), None if m.group(2) is None else int(m.group(2)), e))
+            else:
+                others.append(e)
+        tids = Counter(e.tid for _k, _n, e in marks)
+        main_tid = tids.most_common(1)[0][0] if tids else _busiest_cpu_thread(others)
+        return cls(marks, others, main_tid)
+
+    def of(self, kind: str) -> list[tuple[int | None, RawEvent]]:
+        """The ``(number, event)`` of every marker of ``kind``, in recording order."""
+        return [(n, e) for k, n, e in self.marks if k == kind]
+
+
+# -------------------------------------------------------------------------------------------------------- steps
+
+
+@dataclass
+class _Steps:
+    regions: list[Region]
+    rule: str
+    warmup_included: bool
+
+
+def _steps(marks: _Marks, closed_steps: Sequence[int], end: float, steps: int, notes: list[str]) -> _Steps:
+    """The kept steps: closed ``step#`` markers, else one per watched-module call; the first dropped when more ran."""
     closed = set(closed_steps)
-    step_marks = sorted(((n, e) for k, n, e in marks if k == "step" and n in closed), key=lambda x: x[1].start)
-    forwards = sorted(((n, e) for k, n, e in marks if k == "forward"), key=lambda x: x[1].start)
+    step_marks = sorted(((n, e) for n, e in marks.of("step") if n in closed), key=lambda x: x[1].start)
+    forwards = _forwards(marks)
     if step_marks:
         windows = [(e.start, e.end) for _n, e in step_marks]
         rule = "a step ends when an optimizer's step() returns or timeline.step() is called"
@@ -148,93 +210,151 @@ def build_rank_timeline(
     elif len(windows) == 1:
         warmup_included = True
         notes.append("only one step ran, so the timeline shows it even though thunder compiles on the first step")
-    step_regions = [Region("step", a, b, first + i) for i, (a, b) in enumerate(windows)]
+    return _Steps([Region("step", a, b, first + i) for i, (a, b) in enumerate(windows)], rule, warmup_included)
 
-    def step_of(t: float) -> int | None:
-        for s in step_regions:
-            if s.start <= t < s.end or (t == s.end == s.start):
-                return s.step
-        return None
 
-    # ---------------------------------------------------------------- regions
+def _forwards(marks: _Marks) -> list[tuple[int | None, RawEvent]]:
+    return sorted(marks.of("forward"), key=lambda x: x[1].start)
+
+
+def _step_of(step_regions: Sequence[Region], t: float) -> int | None:
+    """The number of the kept step running at time ``t``, or None outside them."""
+    for s in step_regions:
+        if s.start <= t < s.end or (t == s.end == s.start):
+            return s.step
+    return None
+
+
+# ------------------------------------------------------------------------------------------------------ regions
+
+
+def _regions(
+    marks: _Marks, step_regions: Sequence[Region], modules: Mapping[int, ModuleInfo]
+) -> tuple[list[Region], dict[int, int]]:
+    """Forward, backward and optimizer regions inside the kept steps, by start, and ``id(forward Region)`` ->
+    module number. A backward without a marker spans the step's autograd events; it is named after the step's
+    last forward before it."""
     regions: list[Region] = []
     fwd_module: dict[int, int] = {}  # id(forward Region) -> module number
-    for n, e in forwards:
-        st = step_of(e.start)
+    for n, e in _forwards(marks):
+        st = _step_of(step_regions, e.start)
         if st is not None and n is not None:
             reg = Region("forward", e.start, e.end, st, modules.get(n, ModuleInfo(f"module {n}")).name)
             fwd_module[id(reg)] = n
             regions.append(reg)
-    backward_marks = [e for k, _n, e in marks if k == "backward"]
+    backward_marks = [e for _n, e in marks.of("backward")]
     for e in backward_marks:
-        st = step_of(e.start)
+        st = _step_of(step_regions, e.start)
         if st is not None:
             regions.append(Region("backward", e.start, e.end, st))
     if not backward_marks:
-        regions.extend(_autograd_regions(others, main_tid, step_regions))
-    for k, _n, e in marks:
-        if k == "optimizer":
-            st = step_of(e.start)
-            if st is not None:
-                regions.append(Region("optimizer", e.start, e.end, st))
+        regions.extend(_autograd_regions(marks.others, marks.main_tid, step_regions))
+    for _n, e in marks.of("optimizer"):
+        st = _step_of(step_regions, e.start)
+        if st is not None:
+            regions.append(Region("optimizer", e.start, e.end, st))
     regions.sort(key=lambda r: (r.start, r.kind))
     for r in regions:
         if r.kind == "backward" and not r.name:
             prev = [f for f in regions if f.kind == "forward" and f.step == r.step and f.start <= r.start]
             r.name = prev[-1].name if prev else ""
+    return regions, fwd_module
 
-    # ---------------------------------------------------------------- collectives and their work
-    issue_marks = {n: e for k, n, e in marks if k == "collective" and n is not None}
-    wait_marks = {n: e for k, n, e in marks if k == "wait" and n is not None}
-    issues: list[tuple[float, int | None, RawEvent, CollectiveMeta]] = []
-    for n, e in issue_marks.items():
-        meta = collectives.get(n) or CollectiveMeta(kind="collective", sync=True)
-        issues.append((e.start, n, e, meta))
-    marked_spans = sorted((e.start, e.end) for e in issue_marks.values())
-    for e in others:
-        if e.tid == main_tid and e.name.startswith("c10d::") and not _inside(e, marked_spans):
-            kind = _C10D_KINDS.get(e.name[len("c10d::") :], e.name[len("c10d::") :])
-            issues.append((e.start, None, e, CollectiveMeta(kind=kind, sync=True)))
-    issues.sort(key=lambda x: x[0])
-    work = sorted((e for e in others if _is_comm_work(e, main_tid)), key=lambda e: e.start)
+
+# ------------------------------------------------------------------------------------ collectives and their work
+
+
+def _collectives(
+    marks: _Marks,
+    collectives: Mapping[int, CollectiveMeta],
+    regions: Sequence[Region],
+    step_regions: Sequence[Region],
+    notes: list[str],
+) -> list[CollectiveEvent]:
+    """Every collective issued inside the kept steps, with the backend's k-th work item as the k-th issued one's
+    start and end, and its ``wait()`` when one was marked."""
+    issues = _issues(marks, collectives)
+    work = sorted((e for e in marks.others if _is_comm_work(e, marks.main_tid)), key=lambda e: e.start)
     if work and len(work) != len(issues):
         notes.append(
             f"{len(issues)} collectives issued but the backend ran {len(work)} work items in the recording; "
             f"start/end are given for the first {min(len(work), len(issues))} in issue order"
         )
-
+    wait_marks = {n: e for n, e in marks.of("wait") if n is not None}
     events_out: list[CollectiveEvent] = []
     per_step_count: Counter[int] = Counter()
     for i, (_t, n, e, meta) in enumerate(issues):
-        st = step_of(e.start)
+        st = _step_of(step_regions, e.start)
         if st is None:
             continue
         per_step_count[st] += 1
         w = work[i] if i < len(work) else None
         wm = wait_marks.get(n) if n is not None else None
         region = _region_at(regions, e.start, st)
-        events_out.append(
-            CollectiveEvent(
-                step=st,
-                index=per_step_count[st],
-                kind=meta.kind,
-                tensor=_shape_text(meta),
-                issue_start=e.start,
-                issue_end=e.end,
-                start=None if w is None else max(w.start, e.start),
-                end=None if w is None else w.end,
-                wait_start=None if wm is None else wm.start,
-                wait_end=None if wm is None else wm.end,
-                sync=meta.sync,
-                shape=meta.shape,
-                dtype=meta.dtype,
-                bytes=meta.bytes,
-                group_size=meta.group_size,
-                region="" if region is None else region.kind,
-            )
-        )
+        events_out.append(_collective_event(st, per_step_count[st], e, meta, w, wm, region))
+    return events_out
 
-    # ---------------------------------------------------------------- names and compute attribution
+
+def _issues(
+    marks: _Marks, collectives: Mapping[int, CollectiveMeta]
+) -> list[tuple[float, int | None, RawEvent, CollectiveMeta]]:
+    """``(start, number, issue event, meta)`` in issue order: our ``collective#`` markers, plus the ``c10d::`` calls
+    on the main thread outside them (collectives issued without our wrappers)."""
+    issue_marks = {n: e for n, e in marks.of("collective") if n is not None}
+    issues: list[tuple[float, int | None, RawEvent, CollectiveMeta]] = []
+    for n, e in issue_marks.items():
+        meta = collectives.get(n) or CollectiveMeta(kind="collective", sync=True)
+        issues.append((e.start, n, e, meta))
+    marked_spans = sorted((e.start, e.end) for e in issue_marks.values())
+    for e in marks.others:
+        if e.tid == marks.main_tid and e.name.startswith("c10d::") and not _inside(e, marked_spans):
+            kind = _C10D_KINDS.get(e.name[len("c10d::") :], e.name[len("c10d::") :])
+            issues.append((e.start, None, e, CollectiveMeta(kind=kind, sync=True)))
+    issues.sort(key=lambda x: x[0])
+    return issues
+
+
+def _collective_event(
+    step: int,
+    index: int,
+    issue: RawEvent,
+    meta: CollectiveMeta,
+    work: RawEvent | None,
+    wait: RawEvent | None,
+    region: Region | None,
+) -> CollectiveEvent:
+    return CollectiveEvent(
+        step=step,
+        index=index,
+        kind=meta.kind,
+        tensor=_shape_text(meta),
+        issue_start=issue.start,
+        issue_end=issue.end,
+        start=None if work is None else max(work.start, issue.start),
+        end=None if work is None else work.end,
+        wait_start=None if wait is None else wait.start,
+        wait_end=None if wait is None else wait.end,
+        sync=meta.sync,
+        shape=meta.shape,
+        dtype=meta.dtype,
+        bytes=meta.bytes,
+        group_size=meta.group_size,
+        region="" if region is None else region.kind,
+    )
+
+
+# ---------------------------------------------------------------------------------- names and compute attribution
+
+
+def _names_and_segments(
+    regions: Sequence[Region],
+    events_out: Sequence[CollectiveEvent],
+    fwd_module: Mapping[int, int],
+    modules: Mapping[int, ModuleInfo],
+    notes: list[str],
+) -> list[Segment]:
+    """Name each forward/backward region's collectives from its module's ledger and, where they line up, attribute
+    the compute between them to module groups."""
     segments: list[Segment] = []
     for ri, r in enumerate(regions):
         if r.kind not in ("forward", "backward"):
@@ -254,41 +374,28 @@ def build_rank_timeline(
         matched = _match_ledger(inside, mod, r.kind, notes)
         if matched:
             segments.extend(_segments(r, inside, mod.op_groups.get(r.kind, [])))
+    return segments
 
-    # ---------------------------------------------------------------- top-level ops in the kept steps
+
+# ------------------------------------------------------------------------------ top-level ops in the kept steps
+
+
+def _op_table(marks: _Marks, step_regions: Sequence[Region]) -> OpTable:
+    """The main thread's top-level CPU ops (row 0) and every device event (row 1) that overlap the kept steps."""
     ops = OpTable()
     ids: dict[str, int] = {}
     lo = step_regions[0].start if step_regions else 0.0
     hi = step_regions[-1].end if step_regions else -1.0
-    for e in _top_level([x for x in others if x.tid == main_tid and x.device == "cpu"]):
+    for e in _top_level([x for x in marks.others if x.tid == marks.main_tid and x.device == "cpu"]):
         if e.end > lo and e.start < hi:
             ops.add(e.name, e.start, e.end - e.start, 0, ids)
-    for e in others:
+    for e in marks.others:
         if e.device != "cpu" and e.end > lo and e.start < hi:
             ops.add(e.name, e.start, e.end - e.start, 1, ids)
+    return ops
 
-    if not step_regions:
-        notes.append(
-            "the recording holds no training step: no optimizer step(), no timeline.step() and no call of "
-            "a jitted module ran while recording"
-        )
-    return RankTimeline(
-        rank=rank,
-        world_size=world_size,
-        steps=step_regions,
-        regions=regions,
-        collectives=events_out,
-        segments=segments,
-        ops=ops,
-        clock_samples=list(clock_samples),
-        host=host,
-        pid=pid,
-        device=device,
-        backend=backend,
-        step_rule=rule,
-        warmup_included=warmup_included,
-        notes=notes,
-    )
+
+# ------------------------------------------------------------------------------------------------------ helpers
 
 
 def _busiest_cpu_thread(events: Sequence[RawEvent]) -> int:

@@ -156,7 +156,7 @@ class TimelineRecorder:
         self._boundaries = 0
         self._forward_calls = 0
         self._optimizer_seen = False
-        self._undo: list[Callable[[], None]] = []
+        self._installed: list[_Instrumentation] = []  # what _teardown undoes, last first
         self._samples: list[tuple[float, float]] = []
         self._prof: Any = None
         self._marker_offsets: list[float] = []
@@ -288,131 +288,51 @@ class TimelineRecorder:
     # ------------------------------------------------------------------ hooks and wrappers
 
     def _install(self) -> None:
-        import torch.distributed as dist
-        import torch.optim.optimizer as optim
+        """Put every instrumentation in place; each is listed before it installs, so ``_teardown`` undoes also
+        what one did before it raised."""
+        for instrumentation in self._instrumentations():
+            self._installed.append(instrumentation)
+            instrumentation.install()
 
-        def enter_forward(m: Any) -> bool:
-            if not self.recording or "forward" in self._open:
-                return False
-            n = self._module_numbers.get(id(m))
-            if n is None:
-                n = self._module_numbers[id(m)] = len(self._modules)
-                self._modules[n] = m
-            self._forward_calls += 1
-            self._open_mark("forward", f"{MARK}forward#{n}")
-            return True
-
-        def exit_forward() -> None:
-            self._close_mark("forward")
-            if self.recording and not self._optimizer_seen and self._forward_calls >= 8 * (self.steps + 1):
-                self._stop_recording()  # no optimizer step after many calls: bound the recording
-
-        if self._explicit_modules is not None:
-            # Hooks on the modules themselves: run by nn.Module.__call__, outside any jitted code.
-            for m in self._explicit_modules:
-
-                def pre(mod: Any, _args: Any, _m: Any = m) -> None:
-                    mod._thunderviz_marked = enter_forward(mod)
-
-                def post(mod: Any, _args: Any, _out: Any) -> None:
-                    if getattr(mod, "_thunderviz_marked", False):
-                        mod._thunderviz_marked = False
-                        exit_forward()
-
-                h1 = m.register_forward_pre_hook(pre)
-                h2 = m.register_forward_hook(post, always_call=True)
-                self._undo.extend([h1.remove, h2.remove])
-        else:
-            # Not global module hooks: thunder would trace them into every submodule call of the model it
-            # compiles (slow to compile, and its cache would depend on our state). ThunderModule.forward runs
-            # the compiled function and is never traced itself.
-            for cls in _thunder_module_types():
-                orig_forward = cls.forward
-
-                def forward(mod: Any, *args: Any, _orig: Any = orig_forward, **kwargs: Any) -> Any:
-                    if not enter_forward(mod):
-                        return _orig(mod, *args, **kwargs)
-                    try:
-                        return _orig(mod, *args, **kwargs)
-                    finally:
-                        exit_forward()
-
-                cls.forward = forward
-                self._undo.append(lambda c=cls, f=orig_forward: setattr(c, "forward", f))
-
-        def opt_pre(_opt: Any, _args: Any, _kwargs: Any) -> None:
-            if self.recording and "optimizer" not in self._open:
-                self._open_mark("optimizer", f"{MARK}optimizer")
-
-        def opt_post(_opt: Any, _args: Any, _kwargs: Any) -> None:
-            self._optimizer_seen = True
-            self._close_mark("optimizer")
-            self._boundary()
-
-        handles = [
-            optim.register_optimizer_step_pre_hook(opt_pre),
-            optim.register_optimizer_step_post_hook(opt_post),
-        ]
-        self._undo.extend(h.remove for h in handles)
-
-        if dist.is_available():
-            for fname, kind in WRAPPED_COLLECTIVES.items():
-                orig = getattr(dist, fname, None)
-                if orig is None:
-                    continue
-                setattr(dist, fname, self._wrap_collective(orig, kind))
-                self._undo.append(lambda f=fname, o=orig: setattr(dist, f, o))
-
-        fabric = self._fabric
-        if fabric is not None and hasattr(fabric, "backward"):
-            orig_backward = fabric.backward
-            had_attr = "backward" in vars(fabric)
-
-            def backward(*args: Any, **kwargs: Any) -> Any:
-                if not self.recording or "backward" in self._open:
-                    return orig_backward(*args, **kwargs)
-                self._open_mark("backward", f"{MARK}backward")
-                try:
-                    return orig_backward(*args, **kwargs)
-                finally:
-                    self._close_mark("backward")
-
-            fabric.backward = backward
-
-            def restore() -> None:
-                if had_attr:
-                    fabric.backward = orig_backward
-                else:
-                    vars(fabric).pop("backward", None)
-
-            self._undo.append(restore)
-
-    def _wrap_collective(self, fn: Callable[..., Any], kind: str) -> Callable[..., Any]:
-        recorder = self
-        async_at = _async_op_position(fn)  # once per function: inspect.signature costs ~20 us a call
-
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if not recorder.recording:
-                return fn(*args, **kwargs)
-            number = next(recorder._counter)
-            positional = async_at is not None and async_at < len(args) and bool(args[async_at])
-            is_async = bool(kwargs.get("async_op", positional))
-            recorder._collectives[number] = _sketch(kind, not is_async, args, kwargs, recorder._world)
-            with recorder._rf(f"{MARK}collective#{number}"):
-                out = fn(*args, **kwargs)
-            if is_async and out is not None and hasattr(out, "wait"):
-                return _TimedWork(out, number, recorder)
-            return out
-
-        wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
-        wrapper.__name__ = getattr(fn, "__name__", kind)
-        return wrapper
+    def _instrumentations(self) -> list[_Instrumentation]:
+        forward: _Instrumentation = (
+            _ThunderForward(self) if self._explicit_modules is None else _ModuleHooks(self, self._explicit_modules)
+        )
+        out = [forward, _OptimizerHooks(self), _CollectiveWrappers(self)]
+        if self._fabric is not None and hasattr(self._fabric, "backward"):
+            out.append(_FabricBackward(self, self._fabric))
+        return out
 
     def _teardown(self) -> None:
-        while self._undo:
-            undo = self._undo.pop()
-            with contextlib.suppress(Exception):  # undo the rest regardless
-                undo()
+        while self._installed:
+            self._installed.pop().uninstall()
+
+    def _enter_forward(self, m: Any) -> bool:
+        """Open ``forward#M`` for a call of watched module ``m`` (numbered on first sight); False when it is not
+        recorded (not recording, or inside another watched call)."""
+        if not self.recording or "forward" in self._open:
+            return False
+        n = self._module_numbers.get(id(m))
+        if n is None:
+            n = self._module_numbers[id(m)] = len(self._modules)
+            self._modules[n] = m
+        self._forward_calls += 1
+        self._open_mark("forward", f"{MARK}forward#{n}")
+        return True
+
+    def _exit_forward(self) -> None:
+        self._close_mark("forward")
+        if self.recording and not self._optimizer_seen and self._forward_calls >= 8 * (self.steps + 1):
+            self._stop_recording()  # no optimizer step after many calls: bound the recording
+
+    def _enter_optimizer(self) -> None:
+        if self.recording and "optimizer" not in self._open:
+            self._open_mark("optimizer", f"{MARK}optimizer")
+
+    def _exit_optimizer(self) -> None:
+        self._optimizer_seen = True
+        self._close_mark("optimizer")
+        self._boundary()
 
     # ------------------------------------------------------------------ clock
 
@@ -518,6 +438,167 @@ class TimelineRecorder:
                 info.problem = f"{type(e).__name__}: {e}"
             out[n] = info
         return out
+
+
+# ---------------------------------------------------------------------------------------------- instrumentations
+
+
+class _Instrumentation:
+    """One thing the recorder changes while it records (hooks on modules, a patched function).
+
+    ``install`` notes how to undo each change as it makes it, so ``uninstall`` undoes exactly what was done, also
+    after an ``install`` that raised half way.
+    """
+
+    def __init__(self, recorder: TimelineRecorder) -> None:
+        self.recorder = recorder
+        self._undo: list[Callable[[], None]] = []
+
+    def install(self) -> None:
+        raise NotImplementedError
+
+    def uninstall(self) -> None:
+        while self._undo:
+            undo = self._undo.pop()
+            with contextlib.suppress(Exception):  # undo the rest regardless
+                undo()
+
+
+class _ModuleHooks(_Instrumentation):
+    """``forward#M`` around each call of the modules passed as ``modules=``: hooks on the modules themselves, run
+    by ``nn.Module.__call__``, outside any jitted code."""
+
+    def __init__(self, recorder: TimelineRecorder, modules: list[Any]) -> None:
+        super().__init__(recorder)
+        self.modules = modules
+
+    def install(self) -> None:
+        rec = self.recorder
+
+        def pre(mod: Any, _args: Any) -> None:
+            mod._thunderviz_marked = rec._enter_forward(mod)
+
+        def post(mod: Any, _args: Any, _out: Any) -> None:
+            if getattr(mod, "_thunderviz_marked", False):
+                mod._thunderviz_marked = False
+                rec._exit_forward()
+
+        for m in self.modules:
+            self._undo.append(m.register_forward_pre_hook(pre).remove)
+            self._undo.append(m.register_forward_hook(post, always_call=True).remove)
+
+
+class _ThunderForward(_Instrumentation):
+    """``forward#M`` around each call of any ``ThunderModule`` (the default, without ``modules=``).
+
+    Not global module hooks: thunder would trace them into every submodule call of the model it compiles (slow to
+    compile, and its cache would depend on our state). ``ThunderModule.forward`` runs the compiled function and is
+    never traced itself.
+    """
+
+    def install(self) -> None:
+        rec = self.recorder
+        for cls in _thunder_module_types():
+            orig_forward = cls.forward
+
+            def forward(mod: Any, *args: Any, _orig: Any = orig_forward, **kwargs: Any) -> Any:
+                if not rec._enter_forward(mod):
+                    return _orig(mod, *args, **kwargs)
+                try:
+                    return _orig(mod, *args, **kwargs)
+                finally:
+                    rec._exit_forward()
+
+            cls.forward = forward
+            self._undo.append(lambda c=cls, f=orig_forward: setattr(c, "forward", f))
+
+
+class _OptimizerHooks(_Instrumentation):
+    """``optimizer`` around every ``torch.optim`` optimizer's ``step()`` (global hooks), which also ends a step."""
+
+    def install(self) -> None:
+        import torch.optim.optimizer as optim
+
+        rec = self.recorder
+
+        def opt_pre(_opt: Any, _args: Any, _kwargs: Any) -> None:
+            rec._enter_optimizer()
+
+        def opt_post(_opt: Any, _args: Any, _kwargs: Any) -> None:
+            rec._exit_optimizer()
+
+        self._undo.append(optim.register_optimizer_step_pre_hook(opt_pre).remove)
+        self._undo.append(optim.register_optimizer_step_post_hook(opt_post).remove)
+
+
+class _CollectiveWrappers(_Instrumentation):
+    """The ``torch.distributed`` functions of ``WRAPPED_COLLECTIVES`` replaced by wrappers that label each call
+    ``collective#K`` (and its async work's ``wait()`` ``wait#K``) and note what it sends."""
+
+    def install(self) -> None:
+        import torch.distributed as dist
+
+        if not dist.is_available():
+            return
+        for fname, kind in WRAPPED_COLLECTIVES.items():
+            orig = getattr(dist, fname, None)
+            if orig is None:
+                continue
+            setattr(dist, fname, self._wrap(orig, kind))
+            self._undo.append(lambda f=fname, o=orig: setattr(dist, f, o))
+
+    def _wrap(self, fn: Callable[..., Any], kind: str) -> Callable[..., Any]:
+        recorder = self.recorder
+        async_at = _async_op_position(fn)  # once per function: inspect.signature costs ~20 us a call
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            if not recorder.recording:
+                return fn(*args, **kwargs)
+            number = next(recorder._counter)
+            positional = async_at is not None and async_at < len(args) and bool(args[async_at])
+            is_async = bool(kwargs.get("async_op", positional))
+            recorder._collectives[number] = _sketch(kind, not is_async, args, kwargs, recorder._world)
+            with recorder._rf(f"{MARK}collective#{number}"):
+                out = fn(*args, **kwargs)
+            if is_async and out is not None and hasattr(out, "wait"):
+                return _TimedWork(out, number, recorder)
+            return out
+
+        wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
+        wrapper.__name__ = getattr(fn, "__name__", kind)
+        return wrapper
+
+
+class _FabricBackward(_Instrumentation):
+    """``backward`` around each ``fabric.backward`` call (an instance attribute, removed again on uninstall)."""
+
+    def __init__(self, recorder: TimelineRecorder, fabric: Any) -> None:
+        super().__init__(recorder)
+        self.fabric = fabric
+
+    def install(self) -> None:
+        rec, fabric = self.recorder, self.fabric
+        orig_backward = fabric.backward
+        had_attr = "backward" in vars(fabric)
+
+        def backward(*args: Any, **kwargs: Any) -> Any:
+            if not rec.recording or "backward" in rec._open:
+                return orig_backward(*args, **kwargs)
+            rec._open_mark("backward", f"{MARK}backward")
+            try:
+                return orig_backward(*args, **kwargs)
+            finally:
+                rec._close_mark("backward")
+
+        fabric.backward = backward
+
+        def restore() -> None:
+            if had_attr:
+                fabric.backward = orig_backward
+            else:
+                vars(fabric).pop("backward", None)
+
+        self._undo.append(restore)
 
 
 def _given_bundle(module: Any, bundles: Mapping[int, Any]) -> Any:

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from thunderviz.trace.model import COLLECTIVE_KINDS, OpRecord, TraceBundle, TraceSnapshot
+from thunderviz.trace.units import format_bytes
 
 __all__ = ["DiffRow", "TraceDiff", "canonical_names", "collective_changes", "diff_traces"]
 
@@ -191,14 +192,5 @@ def collective_changes(a: TraceBundle, b: TraceBundle) -> str:
     line = ", ".join(parts) or "the same collectives"
     saved_a, saved_b = a.saved_for_backward, b.saved_for_backward
     if saved_a["tensors"] or saved_b["tensors"]:
-        line += f"; saved for backward {_size(saved_a['bytes'])} -> {_size(saved_b['bytes'])}"
+        line += f"; saved for backward {format_bytes(saved_a['bytes'])} -> {format_bytes(saved_b['bytes'])}"
     return line
-
-
-def _size(n: int) -> str:
-    """``192 B``, ``218.1 KiB``, ``37.7 MiB``: small models save kilobytes, large ones mebibytes."""
-    if n < 1024:
-        return f"{n} B"
-    if n < 2**20:
-        return f"{n / 1024:.1f} KiB"
-    return f"{n / 2**20:.1f} MiB"

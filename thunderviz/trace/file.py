@@ -45,6 +45,7 @@ from thunderviz.trace.model import (
     TraceSnapshot,
 )
 from thunderviz.trace.validate import (
+    MAX_FILE_BYTES,
     Invalid,
     Limits,
     Node,
@@ -69,8 +70,8 @@ __all__ = [
 FORMAT_NAME = "thunderviz.traces"
 FORMAT_VERSION = 1
 
-#: Default size cap of a trace file (a 4-block GPT's FSDP capture is about 1 MB, 2 MB with every stage).
-MAX_FILE_BYTES = 128 * 2**20
+# A trace file's size cap is MAX_FILE_BYTES (from trace.validate, re-exported): the cap of every file thunderviz reads.
+
 #: Environment variable that raises (or lowers) the size cap for every ``load`` that does not pass ``max_bytes``.
 MAX_FILE_BYTES_ENV = "THUNDERVIZ_MAX_TRACE_FILE_BYTES"
 #: Most ops in one file, over all bundles and traces (the 4-block GPT's FSDP backward has 1,451).

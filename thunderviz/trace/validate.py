@@ -30,6 +30,7 @@ from typing import Any, NoReturn
 
 __all__ = [
     "DEFAULT_LIMITS",
+    "MAX_FILE_BYTES",
     "Invalid",
     "Limits",
     "Node",
@@ -40,6 +41,11 @@ __all__ = [
     "parse_json",
     "read_json_file",
 ]
+
+
+#: Default size cap of every file thunderviz reads, trace and timeline files alike (a 4-block GPT's FSDP capture is
+#: about 1 MB, 2 MB with every stage).
+MAX_FILE_BYTES = 128 * 2**20
 
 
 @dataclass(frozen=True)
@@ -54,7 +60,7 @@ class Limits:
         max_values: most JSON values (numbers, strings, lists, objects...) in one document.
     """
 
-    max_bytes: int = 128 * 2**20
+    max_bytes: int = MAX_FILE_BYTES
     max_depth: int = 32
     max_str: int = 2**20
     max_int: int = 2**62

@@ -1,0 +1,28 @@
+"""Byte counts as people read them: the one formatter for every size thunderviz prints (graphs, reports, diffs).
+
+Here, in the plain-data layer, so trace, timeline, render and notebook code all reach it without importing each
+other. (The widgets' JavaScript formats the sizes it draws itself.)
+"""
+
+from __future__ import annotations
+
+__all__ = ["format_bytes"]
+
+_UNITS = ("KiB", "MiB", "GiB", "TiB")
+
+
+def format_bytes(n: int | None, *, unknown: str = "n/a") -> str:
+    """``192 B``, ``774.5 KiB``, ``3.0 GiB``: binary units, one decimal; ``unknown`` when ``n`` is None.
+
+    Integer arithmetic (halves round up), so no size from a file is too large to print or printed wrong by float
+    rounding.
+    """
+    if n is None:
+        return unknown
+    if n < 1024:
+        return f"{n} B"
+    i, scale = 0, 1024
+    while i < len(_UNITS) - 1 and n >= scale * 1024:
+        i, scale = i + 1, scale * 1024
+    tenths = (n * 10 + scale // 2) // scale
+    return f"{tenths // 10}.{tenths % 10} {_UNITS[i]}"
