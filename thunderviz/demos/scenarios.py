@@ -14,25 +14,28 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from thunderviz.parallel.options import DEFAULT_SHARDING, Parallelism, Sharding
+
 __all__ = ["SEED_SCENARIOS", "Scenario", "run_scenarios", "run_scenarios_on_rank", "write_report"]
 
 
 @dataclass(frozen=True)
 class Scenario:
     name: str
-    strategy: str  # "fsdp" or "ddp"
+    strategy: Parallelism
     how: str  # "raw", "jitted", "jitted_ran", "function"
-    sharding: str = "ZERO2"
+    sharding: Sharding = DEFAULT_SHARDING
 
 
+FSDP, DDP = Parallelism.FSDP, Parallelism.DDP
 SEED_SCENARIOS: tuple[Scenario, ...] = (
-    Scenario("fsdp-raw-module", "fsdp", "raw"),
-    Scenario("fsdp-user-jitted-module", "fsdp", "jitted"),
-    Scenario("fsdp-jitted-module-already-ran", "fsdp", "jitted_ran"),
-    Scenario("fsdp-user-jitted-function", "fsdp", "function"),
-    Scenario("fsdp-zero3-raw-module", "fsdp", "raw", "ZERO3"),
-    Scenario("ddp-raw-module", "ddp", "raw"),
-    Scenario("ddp-user-jitted-function", "ddp", "function"),
+    Scenario("fsdp-raw-module", FSDP, "raw"),
+    Scenario("fsdp-user-jitted-module", FSDP, "jitted"),
+    Scenario("fsdp-jitted-module-already-ran", FSDP, "jitted_ran"),
+    Scenario("fsdp-user-jitted-function", FSDP, "function"),
+    Scenario("fsdp-zero3-raw-module", FSDP, "raw", Sharding.ZERO3),
+    Scenario("ddp-raw-module", DDP, "raw"),
+    Scenario("ddp-user-jitted-function", DDP, "function"),
 )
 
 
@@ -53,7 +56,7 @@ def run_scenarios_on_rank(rank: int, world: int, scenarios: Sequence[Scenario]) 
     out: dict[str, Any] = {"decisions": [], "bundles": []}
     for sc in scenarios:
         jit = sc.how != "function"
-        if sc.strategy == "fsdp":
+        if sc.strategy is Parallelism.FSDP:
             strategy = ThunderFSDPStrategy(jit=jit, sharding_strategy=sc.sharding)
         else:
             strategy = ThunderDDPStrategy(jit=jit)
