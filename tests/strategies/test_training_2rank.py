@@ -219,4 +219,5 @@ def test_jit_keywords_for_an_already_jitted_module_are_refused_and_logged(featur
             "action": "error",
             "reason": message,
             "clear_cache": False,
+            "strategy": "FSDP ZERO2 BLOCK" if kind == "fsdp" else "DDP 25 MB buckets",
         }
