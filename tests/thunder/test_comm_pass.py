@@ -160,6 +160,7 @@ class Traced(Pass):
     """One model traced by thunder, the pass included: also the traces the pass was given, and its records."""
 
     model: nn.Module
+    jitted: Any
     records: dict[str, ParamRecord]  # shard proxy name -> record
     forward_in: Any
     backward_in: Any
@@ -192,6 +193,7 @@ def _trace_without_communicating(
         buckets=dict(transform.buckets),
         zero3=transform.zero3,
         model=model,
+        jitted=jitted,
         records=dict(transform.current),
         forward_in=recorder.forward,
         backward_in=recorder.backward,

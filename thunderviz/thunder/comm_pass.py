@@ -41,7 +41,9 @@ from thunder.core.trace import TraceTag, from_trace
 from thunder.core.transform_common import Transform
 
 from thunderviz.parallel.buckets import CommConfig, group_in_order, size_capped
+from thunderviz.thunder.collectives import executed_collective_ids
 from thunderviz.thunder.compat import ensure_supported_thunder
+from thunderviz.thunder.snapshot import dtype_name
 from thunderviz.trace.buckets import Bucket
 
 ensure_supported_thunder()  # everything below reads thunder 0.2.6's trace format
@@ -174,17 +176,6 @@ class _Ops:
 # -- reading traces ------------------------------------------------------------------------------------------------
 
 
-def _ids() -> dict[str, str]:
-    from thunder.executors import torchex
-
-    return {
-        "all_gather": torchex.all_gather_prim_impl.id,
-        "reduce_scatter": torchex.reduce_scatter_prim_impl.id,
-        "all_reduce": torchex.all_reduce_prim_impl.id,
-        "wait": torchex.wait_prim_impl.id,
-    }
-
-
 def _strip_dels(bsyms: Sequence[Any]) -> list[Any]:
     """The trace without ``del`` / collection clearing: they are recomputed after the rewrite."""
     from thunder.core import prims
@@ -273,11 +264,6 @@ def _gather_key(m: _Member) -> tuple:
     return (id(m.record.group), str(m.send.dtype), str(m.send.device), c.owner_id, c.label)
 
 
-def _dtype_name(p: Any) -> str:
-    """``float32``, ``bfloat16``: thunder's dtype without its module prefix."""
-    return str(p.dtype).rpartition(".")[2]
-
-
 def _label(members: Sequence[_Member], fallback: str) -> str:
     labels = {m.record.config.label for m in members}
     return labels.pop() if len(labels) == 1 else fallback
@@ -314,7 +300,7 @@ def rewrite_gathers(
 
 def _find_gathers(bsyms: list[Any], records: dict[str, ParamRecord]) -> list[_Member]:
     """The dim-0 ``all_gather``s of recorded shards whose only consumer is their wait."""
-    ids = _ids()
+    ids = executed_collective_ids()
     idx = _Index(bsyms)
     members: list[_Member] = []
     for i, b in enumerate(bsyms):
@@ -409,7 +395,7 @@ def _gather_code(trace: Any, k: int, g: list[_Member], trace_name: str) -> _Buck
         label,
         list(names),
         sum(m.send.numel * m.send.dtype.bytes for m in g),
-        _dtype_name(g[0].send),
+        dtype_name(g[0].send.dtype),
         sends=[m.send.name for m in g],
         results=[m.result.name for m in g],
         reshard_after_forward=all(m.record.config.reshard_after_forward for m in g),
@@ -469,7 +455,7 @@ def _is_division_by(b: Any, world: int) -> bool:
 
 def _find_reductions(bsyms: list[Any], idx: _Index, grad_records: dict[str, ParamRecord]) -> list[_Member]:
     """The gradient reductions whose waited result is a recorded gradient, each with the division it may fold."""
-    ids = _ids()
+    ids = executed_collective_ids()
     members: list[_Member] = []
     for i, b in enumerate(bsyms):
         if b.sym.id not in (ids["reduce_scatter"], ids["all_reduce"]):
@@ -545,7 +531,7 @@ def _reduction_code(trace: Any, k: int, g: list[_Member], idx: _Index, trace_nam
         label,
         list(names),
         sum(s.numel * s.dtype.bytes for s in sends),
-        _dtype_name(sends[0]),
+        dtype_name(sends[0].dtype),
         sends=[s.name for s in sends],
         results=[m.result.name for m in g],
         future=fut.name,
@@ -798,7 +784,7 @@ def _finish(new_trace: Any, bsyms: list[Any], *, backward: bool, buckets: list[B
     # Positions in the final trace (``del``s included), where captures and ledgers will look for them.
     issued: dict[str, int] = {}
     waited: dict[str, int] = {}
-    wait_id = _ids()["wait"]
+    wait_id = executed_collective_ids()["wait"]
     for i, b in enumerate(done.bound_symbols):
         for p in b.flat_proxy_outs:
             issued.setdefault(p.name, i)

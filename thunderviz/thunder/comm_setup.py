@@ -14,16 +14,14 @@ from torch import nn
 
 from thunderviz.parallel.buckets import BUCKETING_CHOICES, CommConfig, bucket_label, find_blocks
 from thunderviz.thunder import hooks
+from thunderviz.thunder.modules import user_module
 
 __all__ = ["configure_comm", "unwrap_module"]
 
 _MIB = 1024 * 1024
 
-
-def unwrap_module(module: Any) -> nn.Module:
-    """The user's ``nn.Module`` under Fabric's wrapper and/or a ThunderModule (whose parameters were distributed)."""
-    inner = getattr(module, "_forward_module", module)
-    return inner._model if hooks.is_thunder_module(inner) else inner
+#: The name tests/strategies know (``thunder.modules.user_module`` is the one implementation).
+unwrap_module = user_module
 
 
 def configure_comm(
@@ -61,7 +59,7 @@ def configure_comm(
         )
     if bucket_size_in_mb < 0 or first_bucket_size_in_mb < 0:
         raise ValueError("configure_comm: bucket sizes must be >= 0 (0 disables DDP bucketing).")
-    inner = unwrap_module(module)
+    inner: nn.Module = user_module(module)
     blocks = find_blocks(inner) if bucketing_strategy == "BLOCK" else []
     owner = type(inner).__name__
     configs = []
