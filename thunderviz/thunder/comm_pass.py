@@ -41,7 +41,9 @@ from thunder.core.trace import TraceTag, from_trace
 from thunder.core.transform_common import Transform
 
 from thunderviz.parallel.buckets import CommConfig, group_in_order, size_capped
+from thunderviz.thunder.collectives import executed_collective_ids
 from thunderviz.thunder.compat import ensure_supported_thunder
+from thunderviz.thunder.snapshot import dtype_name
 from thunderviz.trace.buckets import Bucket
 
 ensure_supported_thunder()  # everything below reads thunder 0.2.6's trace format
@@ -174,17 +176,6 @@ class _Ops:
 # -- reading traces ------------------------------------------------------------------------------------------------
 
 
-def _ids() -> dict[str, str]:
-    from thunder.executors import torchex
-
-    return {
-        "all_gather": torchex.all_gather_prim_impl.id,
-        "reduce_scatter": torchex.reduce_scatter_prim_impl.id,
-        "all_reduce": torchex.all_reduce_prim_impl.id,
-        "wait": torchex.wait_prim_impl.id,
-    }
-
-
 def _strip_dels(bsyms: Sequence[Any]) -> list[Any]:
     """The trace without ``del`` / collection clearing: they are recomputed after the rewrite."""
     from thunder.core import prims
@@ -243,12 +234,13 @@ def _record_new(trace: Any, fn: Any, *args: Any) -> tuple[Any, list[Any]]:
     return out, made
 
 
-# -- the pass ------------------------------------------------------------------------------------------------------
+# -- the pass: what every bucket shares --------------------------------------------------------------------------
 
 
 @dataclass
 class _Member:
     record: ParamRecord
+    kind: str  # "all_gather", "reduce_scatter" or "all_reduce"
     collective: Any  # the original collective bound symbol
     wait: Any  # its wait
     send: Any  # proxy the collective sends (shard, or pre-averaged gradient)
@@ -258,14 +250,18 @@ class _Member:
     removed: list[int] = field(default_factory=list)
 
 
+@dataclass
+class _BucketCode:
+    """One bucket's new bound symbols: those that pack and issue its collective, and those that wait and unpack."""
+
+    bucket: Bucket
+    issue: list[Any]
+    wait: list[Any]
+
+
 def _gather_key(m: _Member) -> tuple:
     c = m.record.config
     return (id(m.record.group), str(m.send.dtype), str(m.send.device), c.owner_id, c.label)
-
-
-def _dtype_name(p: Any) -> str:
-    """``float32``, ``bfloat16``: thunder's dtype without its module prefix."""
-    return str(p.dtype).rpartition(".")[2]
 
 
 def _label(members: Sequence[_Member], fallback: str) -> str:
@@ -273,11 +269,38 @@ def _label(members: Sequence[_Member], fallback: str) -> str:
     return labels.pop() if len(labels) == 1 else fallback
 
 
+def _removed(members: Sequence[_Member]) -> set[int]:
+    """Positions of the bound symbols the buckets replace (collectives, waits, folded divisions)."""
+    return {i for m in members for i in m.removed}
+
+
+def _torchex(name: str) -> Any:
+    from thunder.executors import torchex
+
+    return getattr(torchex, name)
+
+
+# -- the pass: all_gather buckets, issued one bucket ahead of first use ---------------------------------------------
+
+
 def rewrite_gathers(
     trace: Any, bsyms: list[Any], records: dict[str, ParamRecord], trace_name: str
 ) -> tuple[list[Any], list[Bucket]]:
     """Bucket the ``all_gather``s of recorded shards and issue each bucket one bucket ahead of its first use."""
-    ids = _ids()
+    members = _find_gathers(bsyms, records)
+    if not members:
+        return bsyms, []
+    members, bsyms, idx = _dedupe_gathers(members, bsyms)
+    groups = [g for _, g in group_in_order((_gather_key(m), m) for m in members)]
+    groups.sort(key=lambda g: _first_use(g, idx))
+    issue_at, wait_at = _prefetch_schedule(groups, idx, _first_compute_index(bsyms))
+    codes = [_gather_code(trace, k, g, trace_name) for k, g in enumerate(groups)]
+    return _emit_gathers(bsyms, _removed(members), codes, issue_at, wait_at), [c.bucket for c in codes]
+
+
+def _find_gathers(bsyms: list[Any], records: dict[str, ParamRecord]) -> list[_Member]:
+    """The dim-0 ``all_gather``s of recorded shards whose only consumer is their wait."""
+    ids = executed_collective_ids()
     idx = _Index(bsyms)
     members: list[_Member] = []
     for i, b in enumerate(bsyms):
@@ -293,6 +316,7 @@ def rewrite_gathers(
         members.append(
             _Member(
                 records[b.flat_proxy_args[0].name],
+                "all_gather",
                 b,
                 wait,
                 b.flat_proxy_args[0],
@@ -300,74 +324,7 @@ def rewrite_gathers(
                 removed=[i, w],
             )
         )
-    if not members:
-        return bsyms, []
-    members, bsyms, idx = _dedupe_gathers(members, bsyms)
-
-    ops = _Ops.get()
-    start = _first_compute_index(bsyms)
-    groups = [g for _, g in group_in_order((_gather_key(m), m) for m in members)]
-
-    def first_use(g: list[_Member]) -> int:
-        uses = [u for m in g for u in idx.consumers.get(m.result.name, [])]
-        return min(uses) if uses else min(m.removed[1] for m in g)
-
-    groups.sort(key=first_use)
-    issue_at: dict[int, list[int]] = {}
-    wait_at: dict[int, list[int]] = {}
-    for k, g in enumerate(groups):
-        ready = max([start] + [idx.producer.get(m.send.name, -1) + 1 for m in g])
-        at = max(ready, first_use(groups[k - 1])) if k else ready
-        issue_at.setdefault(at, []).append(k)
-        wait_at.setdefault(first_use(g), []).append(k)
-
-    issue_code: dict[int, list[Any]] = {}
-    wait_code: dict[int, list[Any]] = {}
-    buckets: list[Bucket] = []
-    for k, g in enumerate(groups):
-        rec = g[0].record
-        label = _label(g, f"#{k}")
-        names = tuple(m.record.config.param_name for m in g)
-        if len(g) == 1:
-            issue_code[k] = [g[0].collective]
-            wait_code[k] = [g[0].wait]
-            fut = g[0].collective.flat_proxy_outs[0]
-        else:
-            buf, made = _record_new(trace, ops.pack_gather, [m.send for m in g], label, names)
-            fut, made_ag = _record_new(trace, _torchex("all_gather_prim_impl"), buf, rec.group, True, None)
-            gathered, made_w = _record_new(trace, _torchex("wait_prim_impl"), fut)
-            shapes = tuple(tuple(m.result.shape) for m in g)
-            unpack = ops.unpack_gather.bind(gathered, shapes, rec.world, label, output=[m.result for m in g])
-            issue_code[k] = made + made_ag
-            wait_code[k] = [*made_w, unpack]
-        nbytes = sum(m.send.numel * m.send.dtype.bytes for m in g)
-        buckets.append(
-            Bucket(
-                "all_gather",
-                trace_name,
-                label,
-                list(names),
-                nbytes,
-                _dtype_name(g[0].send),
-                sends=[m.send.name for m in g],
-                results=[m.result.name for m in g],
-                reshard_after_forward=all(m.record.config.reshard_after_forward for m in g),
-                future=fut.name,
-            )
-        )
-
-    removed = {i for m in members for i in m.removed}
-    out: list[Any] = []
-    for i, b in enumerate(bsyms):
-        for k in issue_at.get(i, ()):
-            buckets[k].issue_index = len(out)
-            out.extend(issue_code[k])
-        for k in wait_at.get(i, ()):
-            buckets[k].wait_index = len(out)
-            out.extend(wait_code[k])
-        if i not in removed:
-            out.append(b)
-    return out, buckets
+    return members
 
 
 def _dedupe_gathers(members: list[_Member], bsyms: list[Any]) -> tuple[list[_Member], list[Any], _Index]:
@@ -395,14 +352,79 @@ def _dedupe_gathers(members: list[_Member], bsyms: list[Any]) -> tuple[list[_Mem
     return unique, new_bsyms, _Index(new_bsyms)
 
 
-def _torchex(name: str) -> Any:
-    from thunder.executors import torchex
+def _first_use(g: list[_Member], idx: _Index) -> int:
+    """Where the trace first needs a parameter of the bucket (its old wait when nothing uses it)."""
+    uses = [u for m in g for u in idx.consumers.get(m.result.name, [])]
+    return min(uses) if uses else min(m.removed[1] for m in g)
 
-    return getattr(torchex, name)
+
+def _prefetch_schedule(
+    groups: list[list[_Member]], idx: _Index, start: int
+) -> tuple[dict[int, list[int]], dict[int, list[int]]]:
+    """Positions -> buckets to issue / wait for there: bucket k+1 issued where bucket k is first used (or once its
+    shards exist), bucket k waited for right there."""
+    issue_at: dict[int, list[int]] = {}
+    wait_at: dict[int, list[int]] = {}
+    for k, g in enumerate(groups):
+        ready = max([start] + [idx.producer.get(m.send.name, -1) + 1 for m in g])
+        at = max(ready, _first_use(groups[k - 1], idx)) if k else ready
+        issue_at.setdefault(at, []).append(k)
+        wait_at.setdefault(_first_use(g, idx), []).append(k)
+    return issue_at, wait_at
 
 
-def _is_division_by(b: Any, world: int) -> bool:
-    return b.sym.name in ("true_divide", "div") and len(b.args) == 2 and b.args[1] == world
+def _gather_code(trace: Any, k: int, g: list[_Member], trace_name: str) -> _BucketCode:
+    """Pack the shards, gather once, unpack into the unsharded tensors the trace already uses (one member: as is)."""
+    rec = g[0].record
+    label = _label(g, f"#{k}")
+    names = tuple(m.record.config.param_name for m in g)
+    ops = _Ops.get()
+    if len(g) == 1:
+        issue, wait = [g[0].collective], [g[0].wait]
+        fut = g[0].collective.flat_proxy_outs[0]
+    else:
+        buf, made = _record_new(trace, ops.pack_gather, [m.send for m in g], label, names)
+        fut, made_ag = _record_new(trace, _torchex("all_gather_prim_impl"), buf, rec.group, True, None)
+        gathered, made_w = _record_new(trace, _torchex("wait_prim_impl"), fut)
+        shapes = tuple(tuple(m.result.shape) for m in g)
+        unpack = ops.unpack_gather.bind(gathered, shapes, rec.world, label, output=[m.result for m in g])
+        issue, wait = made + made_ag, [*made_w, unpack]
+    bucket = Bucket(
+        "all_gather",
+        trace_name,
+        label,
+        list(names),
+        sum(m.send.numel * m.send.dtype.bytes for m in g),
+        dtype_name(g[0].send.dtype),
+        sends=[m.send.name for m in g],
+        results=[m.result.name for m in g],
+        reshard_after_forward=all(m.record.config.reshard_after_forward for m in g),
+        future=fut.name,
+    )
+    return _BucketCode(bucket, issue, wait)
+
+
+def _emit_gathers(
+    bsyms: list[Any],
+    removed: set[int],
+    codes: list[_BucketCode],
+    issue_at: dict[int, list[int]],
+    wait_at: dict[int, list[int]],
+) -> list[Any]:
+    out: list[Any] = []
+    for i, b in enumerate(bsyms):
+        for k in issue_at.get(i, ()):
+            codes[k].bucket.issue_index = len(out)
+            out.extend(codes[k].issue)
+        for k in wait_at.get(i, ()):
+            codes[k].bucket.wait_index = len(out)
+            out.extend(codes[k].wait)
+        if i not in removed:
+            out.append(b)
+    return out
+
+
+# -- the pass: gradient buckets, issued as their last gradient appears, waited for at the return --------------------
 
 
 def rewrite_reductions(
@@ -413,12 +435,28 @@ def rewrite_reductions(
     ``grad_records`` maps the name of each *returned* reduced gradient to its parameter. Each bucket is issued right
     after its last gradient is produced and waited for just before the return.
     """
-    from thunder.core import prims
-
-    ids = _ids()
     idx = _Index(bsyms)
+    members = _find_reductions(bsyms, idx, grad_records)
+    if not members:
+        return bsyms, []
+    groups = _reduction_groups(members)
+    issue_after: dict[int, list[int]] = {}
+    codes: list[_BucketCode] = []
+    for k, g in enumerate(groups):
+        code, ready = _reduction_code(trace, k, g, idx, trace_name)
+        issue_after.setdefault(ready, []).append(k)
+        codes.append(code)
+    return _emit_reductions(bsyms, _removed(members), codes, issue_after), [c.bucket for c in codes]
+
+
+def _is_division_by(b: Any, world: int) -> bool:
+    return b.sym.name in ("true_divide", "div") and len(b.args) == 2 and b.args[1] == world
+
+
+def _find_reductions(bsyms: list[Any], idx: _Index, grad_records: dict[str, ParamRecord]) -> list[_Member]:
+    """The gradient reductions whose waited result is a recorded gradient, each with the division it may fold."""
+    ids = executed_collective_ids()
     members: list[_Member] = []
-    kinds: dict[int, str] = {}
     for i, b in enumerate(bsyms):
         if b.sym.id not in (ids["reduce_scatter"], ids["all_reduce"]):
             continue
@@ -433,7 +471,8 @@ def rewrite_reductions(
         if b.sym.id == ids["reduce_scatter"] and len(b.args) > 4 and b.args[4] is not None:
             continue
         send = b.flat_proxy_args[0]
-        m = _Member(rec, b, bsyms[w], send, result, removed=[i, w])
+        kind = "reduce_scatter" if b.sym.id == ids["reduce_scatter"] else "all_reduce"
+        m = _Member(rec, kind, b, bsyms[w], send, result, removed=[i, w])
         p = idx.producer.get(send.name)
         if p is not None and _is_division_by(bsyms[p], rec.world) and idx.only_consumer(send.name) == i:
             m.undivided = bsyms[p].flat_proxy_args[0]
@@ -442,16 +481,14 @@ def rewrite_reductions(
         else:
             m.ready = p if p is not None else _first_compute_index(bsyms)
         members.append(m)
-        kinds[id(m)] = "reduce_scatter" if b.sym.id == ids["reduce_scatter"] else "all_reduce"
-    if not members:
-        return bsyms, []
+    return members
 
-    ops = _Ops.get()
-    groups: list[list[_Member]] = []
-    fsdp = [m for m in members if kinds[id(m)] == "reduce_scatter"]
-    ddp = [m for m in members if kinds[id(m)] == "all_reduce"]
-    groups += [g for _, g in group_in_order((_gather_key(m), m) for m in sorted(fsdp, key=lambda m: m.ready))]
-    ddp.sort(key=lambda m: m.ready)
+
+def _reduction_groups(members: list[_Member]) -> list[list[_Member]]:
+    """FSDP: by bucket label, in gradient-ready order; DDP: size-capped buckets in gradient-ready order."""
+    fsdp = sorted((m for m in members if m.kind == "reduce_scatter"), key=lambda m: m.ready)
+    groups = [g for _, g in group_in_order((_gather_key(m), m) for m in fsdp)]
+    ddp = sorted((m for m in members if m.kind == "all_reduce"), key=lambda m: m.ready)
     for _, same in group_in_order(
         ((id(m.record.group), str(m.send.dtype), str(m.send.device), m.record.config.owner_id), m) for m in ddp
     ):
@@ -459,65 +496,69 @@ def rewrite_reductions(
         sizes = [(0, m.send.numel * m.send.dtype.bytes) for m in same]
         for bucket in size_capped(sizes, cfg.bucket_cap_bytes, cfg.first_bucket_cap_bytes or None):
             groups.append([same[j] for j in bucket])
+    return groups
 
-    issue_after: dict[int, list[int]] = {}
-    codes: list[tuple[list[Any], list[Any]]] = []
-    buckets: list[Bucket] = []
-    for k, g in enumerate(groups):
-        rec = g[0].record
-        kind = kinds[id(g[0])]
-        divide = all(m.undivided is not None for m in g)
-        sends = [m.undivided if divide else m.send for m in g]
-        names = tuple(m.record.config.param_name for m in g)
-        label = _label(g, f"#{k}") if kind == "reduce_scatter" else f"#{k}"
-        ready = max(idx.producer.get(s.name, m.ready) for s, m in zip(sends, g, strict=True))
-        if not divide:
-            # Keep the per-gradient divisions we could not fold (e.g. fused by nvFuser): they stay where they were.
-            for m in g:
-                if m.undivided is not None:
-                    m.removed.remove(idx.producer[m.send.name])
-            ready = max(idx.producer.get(m.send.name, m.ready) for m in g)
-        pack = ops.pack_scatter if kind == "reduce_scatter" else ops.pack_flat
-        buf, made = _record_new(trace, pack, sends, rec.world, divide, label, names)
-        if kind == "reduce_scatter":
-            fut, made_c = _record_new(
-                trace, _torchex("reduce_scatter_prim_impl"), buf, _sum_op(), rec.group, True, None
-            )
-        else:
-            fut, made_c = _record_new(trace, _torchex("all_reduce_prim_impl"), buf, _sum_op(), rec.group, True, True)
-        reduced, made_w = _record_new(trace, _torchex("wait_prim_impl"), fut)
-        shapes = tuple(tuple(m.result.shape) for m in g)
-        unpack = ops.unpack_views.bind(reduced, shapes, label, output=[m.result for m in g])
-        issue_after.setdefault(ready, []).append(k)
-        codes.append((made + made_c, [*made_w, unpack]))
-        nbytes = sum(s.numel * s.dtype.bytes for s in sends)
-        buckets.append(
-            Bucket(
-                kind,
-                trace_name,
-                label,
-                list(names),
-                nbytes,
-                _dtype_name(sends[0]),
-                sends=[s.name for s in sends],
-                results=[m.result.name for m in g],
-                future=fut.name,
-            )
-        )
 
-    removed = {i for m in members for i in m.removed}
+def _reduction_code(trace: Any, k: int, g: list[_Member], idx: _Index, trace_name: str) -> tuple[_BucketCode, int]:
+    """Pack the gradients (divided by the world size once, when every member's division could be folded), reduce
+    once, unpack views of the result; and the position after which all of them exist."""
+    ops = _Ops.get()
+    rec = g[0].record
+    kind = g[0].kind
+    divide = all(m.undivided is not None for m in g)
+    sends = [m.undivided if divide else m.send for m in g]
+    names = tuple(m.record.config.param_name for m in g)
+    label = _label(g, f"#{k}") if kind == "reduce_scatter" else f"#{k}"
+    ready = max(idx.producer.get(s.name, m.ready) for s, m in zip(sends, g, strict=True))
+    if not divide:
+        # Keep the per-gradient divisions we could not fold (e.g. fused by nvFuser): they stay where they were.
+        for m in g:
+            if m.undivided is not None:
+                m.removed.remove(idx.producer[m.send.name])
+        ready = max(idx.producer.get(m.send.name, m.ready) for m in g)
+    pack = ops.pack_scatter if kind == "reduce_scatter" else ops.pack_flat
+    buf, made = _record_new(trace, pack, sends, rec.world, divide, label, names)
+    if kind == "reduce_scatter":
+        fut, made_c = _record_new(trace, _torchex("reduce_scatter_prim_impl"), buf, _sum_op(), rec.group, True, None)
+    else:
+        fut, made_c = _record_new(trace, _torchex("all_reduce_prim_impl"), buf, _sum_op(), rec.group, True, True)
+    reduced, made_w = _record_new(trace, _torchex("wait_prim_impl"), fut)
+    shapes = tuple(tuple(m.result.shape) for m in g)
+    unpack = ops.unpack_views.bind(reduced, shapes, label, output=[m.result for m in g])
+    bucket = Bucket(
+        kind,
+        trace_name,
+        label,
+        list(names),
+        sum(s.numel * s.dtype.bytes for s in sends),
+        dtype_name(sends[0].dtype),
+        sends=[s.name for s in sends],
+        results=[m.result.name for m in g],
+        future=fut.name,
+    )
+    return _BucketCode(bucket, made + made_c, [*made_w, unpack]), ready
+
+
+def _emit_reductions(
+    bsyms: list[Any], removed: set[int], codes: list[_BucketCode], issue_after: dict[int, list[int]]
+) -> list[Any]:
+    from thunder.core import prims
+
     out: list[Any] = []
     for i, b in enumerate(bsyms):
         if b.sym.id == prims.PrimIDs.RETURN:
-            for k in sorted(range(len(groups)), key=lambda k: buckets[k].issue_index):
-                buckets[k].wait_index = len(out)
-                out.extend(codes[k][1])
+            for code in sorted(codes, key=lambda c: c.bucket.issue_index):
+                code.bucket.wait_index = len(out)
+                out.extend(code.wait)
         if i not in removed:
             out.append(b)
         for k in issue_after.get(i, ()):
-            buckets[k].issue_index = len(out)
-            out.extend(codes[k][0])
-    return out, buckets
+            codes[k].bucket.issue_index = len(out)
+            out.extend(codes[k].issue)
+    return out
+
+
+# -- the pass: ZERO3, forward saves shards and backward recomputes from them ----------------------------------------
 
 
 @dataclass
@@ -743,7 +784,7 @@ def _finish(new_trace: Any, bsyms: list[Any], *, backward: bool, buckets: list[B
     # Positions in the final trace (``del``s included), where captures and ledgers will look for them.
     issued: dict[str, int] = {}
     waited: dict[str, int] = {}
-    wait_id = _ids()["wait"]
+    wait_id = executed_collective_ids()["wait"]
     for i, b in enumerate(done.bound_symbols):
         for p in b.flat_proxy_outs:
             issued.setdefault(p.name, i)

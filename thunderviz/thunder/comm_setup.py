@@ -15,16 +15,14 @@ from torch import nn
 from thunderviz.parallel.buckets import CommConfig, bucket_label, find_blocks
 from thunderviz.parallel.options import FIRST_BUCKET_SIZE_IN_MB, Bucketing, Parallelism, StrategyOptions
 from thunderviz.thunder import hooks
+from thunderviz.thunder.modules import user_module
 
 __all__ = ["configure_comm", "unwrap_module"]
 
 _MIB = 1024 * 1024
 
-
-def unwrap_module(module: Any) -> nn.Module:
-    """The user's ``nn.Module`` under Fabric's wrapper and/or a ThunderModule (whose parameters were distributed)."""
-    inner = getattr(module, "_forward_module", module)
-    return inner._model if hooks.is_thunder_module(inner) else inner
+#: The name tests/strategies know (``thunder.modules.user_module`` is the one implementation).
+unwrap_module = user_module
 
 
 def configure_comm(module: Any, options: StrategyOptions) -> list[CommConfig]:
@@ -45,7 +43,7 @@ def configure_comm(module: Any, options: StrategyOptions) -> list[CommConfig]:
     Returns:
         The configs attached, in parameter order.
     """
-    inner = unwrap_module(module)
+    inner: nn.Module = user_module(module)
     blocks = find_blocks(inner) if options.bucketing_strategy is Bucketing.BLOCK else []
     owner = type(inner).__name__
     cap = int(options.bucket_size_in_mb * _MIB)

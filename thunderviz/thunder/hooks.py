@@ -33,6 +33,7 @@ import torch
 import torch.distributed as tdist
 
 from thunderviz.thunder.compat import SUPPORTED_THUNDER_VERSIONS, ensure_supported_thunder
+from thunderviz.thunder.snapshot import dtype_name
 
 __all__ = [
     "SUPPORTED_THUNDER_VERSIONS",
@@ -165,7 +166,7 @@ def saved_tensors(forward_trace: Any) -> list[Any]:
 def saved_for_backward(forward_trace: Any) -> list[tuple[str, tuple[int, ...], str, int]]:
     """``saved_tensors`` as plain data: ``(name, shape, dtype, bytes)`` each (dtype like ``float32``)."""
     return [
-        (t.name, tuple(int(d) for d in t.shape), str(t.dtype).rpartition(".")[2], int(t.numel * t.dtype.bytes))
+        (t.name, tuple(int(d) for d in t.shape), dtype_name(t.dtype), int(t.numel * t.dtype.bytes))
         for t in saved_tensors(forward_trace)
     ]
 

@@ -1,0 +1,179 @@
+"""One thunder trace frozen into the trace model: ``snapshot_trace`` (a ``TraceCtx`` -> ``TraceSnapshot``).
+
+It reads thunder's objects (``trace.bound_symbols``, ``bsym.sym``, ``flat_proxy_args/outs``,
+``thunder.core.utils.producers``), never printed Python, so a change in thunder's printer cannot silently change what
+we show. Thunder is imported inside the functions: importing this module costs nothing.
+"""
+
+from __future__ import annotations
+
+import linecache
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from thunderviz.thunder.collectives import collective_kinds
+from thunderviz.trace.model import COLLECTIVE_KINDS, OpRecord, SourceRef, TensorRef, TraceSnapshot
+
+__all__ = ["dtype_name", "flat_proxies", "snapshot_trace", "stage_label", "tensor_ref"]
+
+
+def snapshot_trace(
+    trace: Any, label: str = "", *, param_names: Mapping[str, str] | None = None, memory: bool = True
+) -> TraceSnapshot:
+    """Freeze one thunder ``TraceCtx`` into a ``TraceSnapshot``."""
+    from thunder.core.utils import producers as thunder_producers
+
+    bsyms = list(trace.bound_symbols)
+    kinds = collective_kinds()
+    # flat_proxy_args flattens the arguments on every access: read it once per op.
+    ins = [_unique(b.flat_proxy_args) for b in bsyms]
+    ops = [_op_record(i, b, kinds, ins[i]) for i, b in enumerate(bsyms)]
+
+    # Producers by op index (thunder's map), so edges need no id() bookkeeping.
+    prod = thunder_producers(trace, _map_to_numbers=True)
+    edges: list[tuple[int, int, str]] = []
+    for j in range(len(bsyms)):
+        for p in ins[j]:
+            i = prod.get(p, None)
+            if i is not None and i != j:
+                edges.append((i, j, p.name))
+
+    arg_names = [p.name for p in flat_proxies(getattr(trace, "args", ()) or ())]
+    return_names: list[str | None] = []
+    for b in bsyms:
+        if b.sym.name == "python_return":
+            return_names = _flat_names_keep_none(b.args)
+    peak = _peak_memory(trace) if memory else None
+    args = set(arg_names)
+    pn = {k: v for k, v in (param_names or {}).items() if k in args}
+    return TraceSnapshot(
+        label=label,
+        ops=ops,
+        edges=edges,
+        arg_names=arg_names,
+        return_names=return_names,
+        param_names=pn,
+        peak_memory_bytes=peak,
+    )
+
+
+def tensor_ref(p: Any) -> TensorRef:
+    """A proxy as the trace model's ``TensorRef`` (tensor, future, collection, number or other)."""
+    from thunder.core.proxies import CollectionProxy, FutureTensorProxy, NumberProxy, TensorProxy
+
+    if isinstance(p, (TensorProxy, FutureTensorProxy)):
+        kind = "future" if isinstance(p, FutureTensorProxy) else "tensor"
+        device = p.device.device_str() if hasattr(p.device, "device_str") else str(p.device)
+        return TensorRef(
+            name=p.name, kind=kind, shape=tuple(int(d) for d in p.shape), dtype=dtype_name(p.dtype), device=device
+        )
+    if isinstance(p, CollectionProxy):
+        return TensorRef(name=p.name, kind="collection")
+    if isinstance(p, NumberProxy):
+        return TensorRef(name=p.name, kind="number")
+    return TensorRef(name=p.name, kind="other")
+
+
+def dtype_name(dtype: Any) -> str:
+    """``thunder.dtypes.float32_`` and ``torch.float32`` -> ``float32`` (thunder spells weak dtypes with ``_``)."""
+    return str(dtype).rsplit(".", 1)[-1].rstrip("_")
+
+
+def stage_label(trace: Any, i: int) -> str:
+    """The name of the ``i``-th stage of ``thunder.last_traces``: the pass that made it, without its timing."""
+    prov = trace.get_provenance() if hasattr(trace, "get_provenance") else None
+    if prov is None:
+        return "computation" if i == 0 else f"stage {i}"
+    text = str(prov).strip().removeprefix("# Constructed by ").strip()
+    return re.sub(r"\s*\(took \d+ milliseconds\)", "", text)
+
+
+def flat_proxies(x: Any) -> list[Any]:
+    """The proxies in a nest of lists, tuples and dicts (a trace's ``args``), in order."""
+    from thunder.core.proxies import Proxy
+
+    return [p for p in _flatten(x) if isinstance(p, Proxy)]
+
+
+def _op_record(index: int, bsym: Any, kinds: Mapping[Any, str], inputs: list[Any]) -> OpRecord:
+    collective = kinds.get(bsym.sym.id)
+    if collective is None and bsym.sym.name in COLLECTIVE_KINDS:
+        # Distributed prims before the torch executor claims them (earlier stages) have the same names.
+        collective = bsym.sym.name
+    group_size = _group_size(bsym.args) if collective and collective != "wait" else None
+    try:
+        python = "\n".join(bsym.python(indent=0, print_depth=1))
+    except Exception:
+        python = ""
+    return OpRecord(
+        index=index,
+        op=str(bsym.sym.name),
+        symbol_id=str(bsym.sym.id),
+        inputs=tuple(tensor_ref(p) for p in inputs),
+        outputs=tuple(tensor_ref(p) for p in _unique(bsym.flat_proxy_outs)),
+        source=_source_ref(bsym),
+        python=python,
+        collective=collective,
+        group_size=group_size,
+    )
+
+
+def _unique(proxies: Iterable[Any]) -> list[Any]:
+    seen: set[str] = set()
+    out = []
+    for p in proxies:
+        if p.name not in seen:
+            seen.add(p.name)
+            out.append(p)
+    return out
+
+
+def _source_ref(bsym: Any) -> SourceRef | None:
+    fname = getattr(bsym, "source_filename", None)
+    pos = getattr(bsym, "source_positions", None)
+    if not fname or pos is None or getattr(pos, "lineno", None) is None:
+        return None
+    return SourceRef(file=str(fname), line=int(pos.lineno), code=linecache.getline(fname, pos.lineno).strip())
+
+
+def _group_size(args: Any) -> int | None:
+    try:
+        from torch.distributed import ProcessGroup
+    except Exception:
+        return None
+    for a in _flatten(args):
+        if isinstance(a, ProcessGroup):
+            try:
+                return int(a.size())
+            except Exception:
+                return None
+    return None
+
+
+def _flatten(x: Any) -> Iterable[Any]:
+    stack = [x]
+    while stack:
+        y = stack.pop()
+        if isinstance(y, (list, tuple)):
+            stack.extend(reversed(y))
+        elif isinstance(y, dict):
+            stack.extend(reversed(list(y.values())))
+        else:
+            yield y
+
+
+def _flat_names_keep_none(x: Any) -> list[str | None]:
+    from thunder.core.proxies import Proxy
+
+    return [p.name if isinstance(p, Proxy) else None for p in _flatten(x)]
+
+
+def _peak_memory(trace: Any) -> int | None:
+    try:
+        from thunder.examine.memory_calculation import get_alloc_memory
+
+        peak, _per_tensor = get_alloc_memory(trace)
+        return int(peak)
+    except Exception:
+        return None
