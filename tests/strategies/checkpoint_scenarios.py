@@ -70,9 +70,9 @@ def _step(fabric: Any, model: Any, optimizer: Any, step: int, rank: int) -> None
 
 
 def _inner(model: Any) -> nn.Module:
-    from thunderviz.strategies.checkpoint import inner_module
+    from thunderviz.thunder.modules import user_module
 
-    return inner_module(model._forward_module)
+    return user_module(model)
 
 
 def full_params(model: Any) -> dict[str, torch.Tensor]:

@@ -87,10 +87,10 @@ def _fit(fabric: Any, state: dict[str, Any], until: int, log: dict[str, list]) -
 
 
 def _full_params(model: Any) -> dict[str, torch.Tensor]:
-    from thunderviz.strategies.checkpoint import inner_module
     from thunderviz.thunder import distribute
+    from thunderviz.thunder.modules import user_module
 
-    return {n: distribute.gather_full(p.detach(), p) for n, p in inner_module(model._forward_module).named_parameters()}
+    return {n: distribute.gather_full(p.detach(), p) for n, p in user_module(model).named_parameters()}
 
 
 def reference(world: int) -> dict[str, Any]:

@@ -33,6 +33,7 @@ from thunderviz.thunder import hooks
 from thunderviz.thunder.comm_setup import configure_comm
 from thunderviz.thunder.facts import inspect_object
 from thunderviz.thunder.jit_keywords import jit_keywords
+from thunderviz.thunder.modules import user_module
 
 __all__ = ["ThunderParallelStrategy", "options_signature"]
 
@@ -294,7 +295,7 @@ class ThunderParallelStrategy(DDPStrategy):
         """Full tensors with ``state_dict_type='full'`` (a collective), this rank's shards with ``'sharded'``."""
         if self.state_dict_type is StateDictType.FULL:
             return checkpoint.full_module_state(module)
-        return {k: v.detach().clone() for k, v in checkpoint.inner_module(module).state_dict(keep_vars=True).items()}
+        return {k: v.detach().clone() for k, v in user_module(module).state_dict(keep_vars=True).items()}
 
     @override
     def load_module_state_dict(self, module: nn.Module, state_dict: dict[str, Any], strict: bool = True) -> None:

@@ -40,6 +40,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from thunderviz.thunder import distribute, hooks
+from thunderviz.thunder.modules import user_module
 
 __all__ = ["SIDE_FILE", "CheckpointContext", "load_checkpoint", "save_checkpoint"]
 
@@ -65,14 +66,9 @@ class CheckpointContext:
 # -- what is in a state ------------------------------------------------------------------------------------------
 
 
-def inner_module(module: nn.Module) -> nn.Module:
-    """The user's nn.Module under a ThunderModule (whose parameters the strategy distributed in place)."""
-    return hooks.original_module(module) if hooks.is_thunder_module(module) else module
-
-
 def is_set_up(obj: Any) -> bool:
     """True for a module whose parameters one of our strategies distributed."""
-    return isinstance(obj, nn.Module) and any(hooks.sync_tag(p) is not None for p in inner_module(obj).parameters())
+    return isinstance(obj, nn.Module) and any(hooks.sync_tag(p) is not None for p in user_module(obj).parameters())
 
 
 def _the_model(ctx: CheckpointContext, state: dict[str, Any], call: str) -> str:
@@ -97,7 +93,7 @@ def _params_in_order(optimizer: Optimizer) -> list[torch.Tensor]:
 
 
 def _names(model: nn.Module) -> dict[int, str]:
-    return {id(p): n for n, p in inner_module(model).named_parameters()}
+    return {id(p): n for n, p in user_module(model).named_parameters()}
 
 
 def _optimizer_fqns(ctx: CheckpointContext, optimizer: Optimizer, model_key: str, model: nn.Module) -> list[str]:
@@ -115,7 +111,7 @@ def _optimizer_fqns(ctx: CheckpointContext, optimizer: Optimizer, model_key: str
 
 
 def _type_name(obj: Any) -> str:
-    return type(inner_module(obj) if isinstance(obj, nn.Module) else obj).__name__
+    return type(user_module(obj) if isinstance(obj, nn.Module) else obj).__name__
 
 
 def _is_per_element(value: Any, param: torch.Tensor) -> bool:
@@ -229,7 +225,7 @@ def _filtered(key: str, sd: Any, filters: dict[str, Callable[[str, Any], bool]])
 def full_module_state(module: nn.Module, keep: bool = True) -> dict[str, torch.Tensor]:
     """The model's state dict with full tensors (a collective for sharded parameters); empty where ``keep`` is False."""
     out = {}
-    for name, t in inner_module(module).state_dict(keep_vars=True).items():
+    for name, t in user_module(module).state_dict(keep_vars=True).items():
         full = distribute.gather_full(t.detach(), t)
         if keep:
             out[name] = full
@@ -313,7 +309,7 @@ def _save_sharded(
     converted: dict[str, Any] = {}
     for key, obj in state.items():
         if isinstance(obj, nn.Module):
-            module = inner_module(obj)
+            module = user_module(obj)
             sd = {n: _global_view(t.detach(), t, meshes) for n, t in module.state_dict(keep_vars=True).items()}
             entries[key] = "model" if key == model_key else "object"
         elif isinstance(obj, Optimizer):
@@ -446,7 +442,7 @@ def load_full_module(module: nn.Module, sd: dict[str, Any], *, strict: bool, wha
     """Copy a full (one-process) state dict into a model's local shards or replicas."""
     if not isinstance(sd, dict):
         raise TypeError(f"`{what}`: expected a model state dict, found a {type(sd).__name__}.")
-    own = inner_module(module).state_dict(keep_vars=True)
+    own = user_module(module).state_dict(keep_vars=True)
     missing, unexpected = sorted(set(own) - set(sd)), sorted(set(sd) - set(own))
     if strict and (missing or unexpected):
         raise ValueError(
@@ -604,7 +600,7 @@ def _module_target(
     meshes: dict[int, Any],
     after: list[Callable[[], None]],
 ) -> dict[str, Any]:
-    own = inner_module(module).state_dict(keep_vars=True)
+    own = user_module(module).state_dict(keep_vars=True)
     in_file = {p[0] for p in saved}
     missing, unexpected = sorted(set(own) - in_file), sorted(in_file - set(own))
     if strict and (missing or unexpected):

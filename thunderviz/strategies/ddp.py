@@ -19,10 +19,10 @@ from typing_extensions import override
 
 from thunderviz.parallel.options import Parallelism
 from thunderviz.strategies.base import ThunderParallelStrategy
-from thunderviz.strategies.checkpoint import inner_module
 from thunderviz.strategies.materialize import has_meta_tensors, materialize_, rank0_generator_state
 from thunderviz.strategies.registry import register_strategy_names
 from thunderviz.thunder import distribute, hooks
+from thunderviz.thunder.modules import user_module
 
 __all__ = ["ThunderDDPStrategy"]
 
@@ -121,7 +121,7 @@ class _ReplicatedBackwardSyncControl(_BackwardSyncControl):
         buckets: dict[tuple[int, torch.dtype, torch.device], list[torch.Tensor]] = {}
         groups: dict[int, tdist.ProcessGroup] = {}
         for module in self.pending.values():
-            for p in inner_module(module).parameters():
+            for p in user_module(module).parameters():
                 if p.grad is not None and hooks.sync_tag(p) == hooks.SyncKind.REPLICATED:
                     group = hooks.param_group(p)
                     groups[id(group)] = group
