@@ -15,6 +15,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from thunderviz.parallel.decisions import Decision
+
 __all__ = ["capture_gpt_on_rank", "decisions_for", "gpt_trace_files", "write_gpt_traces"]
 
 
@@ -67,11 +69,11 @@ def write_gpt_traces(
     return {k: [r["paths"][k] for r in per_rank] for k in kinds}
 
 
-def decisions_for(trace_file: str | Path) -> list[dict[str, Any]]:
+def decisions_for(trace_file: str | Path) -> list[Decision]:
     """The decision log saved next to a trace file by ``write_gpt_traces`` (``[]`` for older folders)."""
     p = Path(trace_file)
     d = p.with_name(p.name.split("-rank")[0] + "-decisions.json")
-    return json.loads(d.read_text(encoding="utf-8")) if d.exists() else []
+    return [Decision.from_dict(row) for row in json.loads(d.read_text(encoding="utf-8"))] if d.exists() else []
 
 
 @functools.lru_cache(maxsize=1)

@@ -22,6 +22,8 @@ from tests.helpers.trace_scenarios import two_rank_run
 from thunderviz.notebook import viewdata as vd
 from thunderviz.notebook.compare import compare
 from thunderviz.notebook.widgets import CompareView, RankStatus, TraceView
+from thunderviz.parallel.decisions import Action, Case, Decision
+from thunderviz.ranks.protocol import StrategySpec
 from thunderviz.render.graph import dot_available, group_ops
 from thunderviz.trace.diff import diff_traces
 from thunderviz.trace.ledger import ledger_from_bundle
@@ -327,8 +329,9 @@ def test_subject_of_rejects_and_accepts(fsdp: list[TraceBundle]) -> None:
         vd.subject_of([fsdp[0], 3])
     from thunderviz.render.html import Report
 
-    subj = vd.subject_of(Report(fsdp, decisions=[{"target": "m", "case": "raw", "action": "jit", "reason": "r"}]))
-    assert sorted(subj.bundles) == [0, 1] and subj.decisions[0]["action"] == "jit"
+    decision = Decision("m", Case.RAW_MODULE, Action.JIT_AND_DISTRIBUTE, "r")
+    subj = vd.subject_of(Report(fsdp, decisions=[decision]))
+    assert sorted(subj.bundles) == [0, 1] and subj.decisions == [decision]
 
 
 def test_notebook_layer_data_code_needs_no_widget_libraries() -> None:
@@ -347,7 +350,7 @@ def test_trace_view_of_a_rank_engine_report(fsdp: list[TraceBundle], ddp: list[T
     from thunderviz.ranks.report import RunReport
 
     # What the rank engine's bootstrap.collect returns per rank, built from real per-rank bundles.
-    decision = {"target": "TinyGPT", "case": "raw module", "action": "jit + fsdp", "reason": "a raw nn.Module"}
+    decision = Decision("TinyGPT", Case.RAW_MODULE, Action.JIT_AND_DISTRIBUTE, "a raw nn.Module")
     collected = {
         r: {
             "decisions": [decision],
@@ -359,17 +362,22 @@ def test_trace_view_of_a_rank_engine_report(fsdp: list[TraceBundle], ddp: list[T
         for r in (0, 1)
     }
     report = RunReport.from_ranks(
-        collected, outputs={0: "", 1: ""}, world_size=2, backend="gloo", strategy={"kind": "fsdp"}, seconds=1.0
+        collected,
+        outputs={0: "", 1: ""},
+        world_size=2,
+        backend="gloo",
+        strategy=StrategySpec("thunder_fsdp"),
+        seconds=1.0,
     )
     w = TraceView(report, trace="backward")
     assert w.subject.title == "gpt" and sorted(w.subject.ledgers) == [0, 1]
-    assert w.panels["decisions"] == [decision]
+    assert w.panels["decisions"] == [decision.to_dict()]
     assert [row["rank"] for row in w.panels["memory"]] == [0, 1]
     assert all(row["rss_bytes"] > 0 for row in w.panels["memory"])
     assert w.panels["ledger"]["mismatches"] == []
     # Explicit decisions (saved trace files carry none) land in the same panel.
     w2 = TraceView(fsdp, decisions=[decision])
-    assert w2.panels["decisions"] == [decision]
+    assert w2.panels["decisions"] == [decision.to_dict()]
     # A RunReport on both sides of a comparison.
     c = compare(report, ddp, name=("gpt", None), trace="backward")
     assert c.diff.collective_delta() == {

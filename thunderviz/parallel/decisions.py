@@ -101,6 +101,17 @@ class Decision:
         """``FSDP ZERO3 BLOCK``: the options the decision was made with, in one phrase (empty when unknown)."""
         return self.options.summary() if self.options is not None else ""
 
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Decision:
+        """The inverse of ``to_dict`` for a decision log saved as JSON (its options are known only as text then)."""
+        return cls(
+            target=str(d["target"]),
+            case=Case(d["case"]),
+            action=Action(d["action"]),
+            reason=str(d["reason"]),
+            clear_cache=bool(d.get("clear_cache", False)),
+        )
+
     def to_dict(self) -> dict[str, Any]:
         """Plain strings and a bool (Enums by value, the options as their ``summary()``)."""
         return {
