@@ -306,7 +306,7 @@ def test_panels_show_decisions_ledger_and_memory(lab: Lab) -> None:
     root.locator("button.tv-tab[data-tab=decisions]").click()
     text = root.locator(".tv-panel").text_content()
     for d in lab.expected["decisions"]:
-        assert d["action"] in text and d["reason"][:40] in text, (d, text[:400])
+        assert str(d.action) in text and d.reason[:40] in text, (d, text[:400])
     root.locator("button.tv-tab[data-tab=ledger]").click()
     ledger = root.locator(".tv-panel .tv-ledger")
     assert "Ranks 0, 1 issue the same" in ledger.locator(".tv-ok").text_content()
