@@ -33,8 +33,9 @@ PACKAGE = Path(thunderviz.__file__).parent
 NOTEBOOK_STACK = ("IPython", "ipywidgets", "anywidget")
 HEAVY = ("torch", "thunder", "lightning", "lightning_fabric")
 
-#: Modules every package may import: the exception hierarchy and the GC pause helper depend on nothing.
-BASE = {"errors", "gc_pause"}
+#: Modules every package may import: the exception hierarchy, the GC pause helper and where this process sits among
+#: the ranks (``process_rank``) depend on nothing.
+BASE = {"errors", "gc_pause", "process_rank"}
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,7 @@ RULES: dict[str, Rule] = {
     # re-exports of the paths the README documented before the split (thunderviz.core.diff, .timeline)
     "core": _rule({"trace", "timeline"}, (*HEAVY, *NOTEBOOK_STACK)),
     "gc_pause": _rule(set(), (*HEAVY, *NOTEBOOK_STACK)),
+    "process_rank": _rule(set(), (*HEAVY, *NOTEBOOK_STACK)),
     "trace": _rule(set(), ("torch", "thunder", "lightning", "lightning_fabric", "numpy", *NOTEBOOK_STACK)),
     "timeline": _rule(
         {"trace", "thunder"}, ("torch", "thunder", "lightning", *NOTEBOOK_STACK), exempt=("timeline.record",)

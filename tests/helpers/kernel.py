@@ -7,10 +7,11 @@ earlier ``kernel_info``), every wait bounded by one deadline.
 
 from __future__ import annotations
 
+import queue
 import time
 from typing import Any
 
-__all__ = ["execute", "reply_to"]
+__all__ = ["execute", "reply_to", "wait_for_output"]
 
 
 def execute(kc: Any, code: str, timeout: float = 240) -> tuple[dict[str, Any], str]:
@@ -42,3 +43,30 @@ def reply_to(kc: Any, msg_id: str, timeout: float = 30) -> dict[str, Any]:
         reply = kc.get_shell_msg(timeout=max(0.1, deadline - time.monotonic()))
         if reply["parent_header"].get("msg_id") == msg_id:
             return reply
+
+
+def wait_for_output(kc: Any, msg_id: str, needles: list[str], timeout: float = 60) -> str:
+    """Read what the running request ``msg_id`` prints until every one of ``needles`` appeared; returns the text.
+
+    Why: a test that must act while a cell runs (interrupt it) waits for the cell to say it runs, instead of
+    sleeping a fixed time that is too short on a loaded machine and wasted on an idle one.
+
+    Raises:
+        AssertionError: the request went idle, or ``timeout`` seconds passed, before every needle was printed.
+    """
+    text: list[str] = []
+    deadline = time.monotonic() + timeout
+    while not all(needle in "".join(text) for needle in needles):
+        left = deadline - time.monotonic()
+        assert left > 0, f"within {timeout:.0f} s the cell printed {''.join(text)!r}, without all of {needles!r}"
+        try:
+            msg = kc.get_iopub_msg(timeout=min(1.0, left))
+        except queue.Empty:
+            continue
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "stream":
+            text.append(msg["content"]["text"])
+        elif msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            raise AssertionError(f"the cell ended before printing all of {needles!r}: {''.join(text)!r}")
+    return "".join(text)

@@ -1,7 +1,6 @@
-"""Tests run real rank processes through the package's own spawner; this keeps the old import path working."""
+"""Tests run real rank processes through the package's own spawner (``run_ranks``) on a free loopback port."""
 
-from thunderviz.errors import RankError as RankFailed
 from thunderviz.ranks.rendezvous import free_port
 from thunderviz.ranks.spawn import run_ranks
 
-__all__ = ["RankFailed", "free_port", "run_ranks"]
+__all__ = ["free_port", "run_ranks"]

@@ -12,6 +12,7 @@ import pytest
 
 from tests.helpers.kernel import execute as _execute
 from tests.helpers.kernel import reply_to as _reply_to
+from tests.helpers.kernel import wait_for_output as _wait_for_output
 from thunderviz.ranks.watchdog import tagged_processes
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,11 +44,13 @@ def test_interrupt_and_sigkill_in_a_real_kernel() -> None:
         assert reply["status"] == "ok", out
         assert "[rank 0] ready on 0" in out and "[rank 1] ready on 1" in out
 
-        # Ctrl-C while both ranks run Python: the kernel forwards it, both stop, state is kept.
+        # Ctrl-C while both ranks run Python: the kernel forwards it, both stop, state is kept. Interrupt once every
+        # rank says it is inside the loop, not after a fixed sleep (too short on a loaded machine, wasted otherwise).
         msg_id = kc.execute(
-            "%%thunder_ddp --nproc 2 --backend gloo\nimport time\nfor _ in range(1200):\n    time.sleep(0.05)\n"
+            "%%thunder_ddp --nproc 2 --backend gloo\nimport time\nprint('looping on', rank, flush=True)\n"
+            "for _ in range(1200):\n    time.sleep(0.05)\n"
         )
-        time.sleep(4.0)
+        _wait_for_output(kc, msg_id, ["[rank 0] looping on 0", "[rank 1] looping on 1"], timeout=120)
         interrupted_at = time.monotonic()
         km.interrupt_kernel()
         reply = _reply_to(kc, msg_id, timeout=60)

@@ -161,10 +161,10 @@ def test_no_jit_reports_the_users_jitted_function(shell) -> None:
 def test_pool_is_reused_then_restarted_on_mismatch(shell, capsys) -> None:
     magics = _magics(shell)
     shell.run_cell_magic("thunder_fsdp", "--nproc 2 --backend gloo --output none", "pass")  # reused if running
-    pids = {r: s["pid"] for r, s in magics.engine.status().items()}
+    pids = {r: s.pid for r, s in magics.engine.status().items()}
     report = shell.run_cell_magic("thunder_ddp", "--nproc 2 --backend gloo --output rank0", MODEL_CELL)
     out = capsys.readouterr().out
-    assert {r: s["pid"] for r, s in magics.engine.status().items()} == pids  # same processes, new strategy
+    assert {r: s.pid for r, s in magics.engine.status().items()} == pids  # same processes, new strategy
     assert report.strategy.kind == "thunder_ddp"
     assert "[rank 0] loss" in out and "[rank 1]" not in out
     shell.run_line_magic("thunder_ranks", "status")
@@ -191,10 +191,10 @@ def test_failing_cell_shows_rank_traceback_and_kernel_survives(shell, capsys) ->
 
 def test_thunder_ranks_restart_and_stop(shell, capsys) -> None:
     magics = _magics(shell)
-    pids = {s["pid"] for s in magics.engine.status().values()}
+    pids = {s.pid for s in magics.engine.status().values()}
     shell.run_line_magic("thunder_ranks", "restart")
     assert "Restarted: 1 ranks" in capsys.readouterr().out
-    assert {s["pid"] for s in magics.engine.status().values()}.isdisjoint(pids)
+    assert {s.pid for s in magics.engine.status().values()}.isdisjoint(pids)
     result = shell.run_cell("%%thunder_ddp --nproc 1 --backend gloo --output none\nassert 'value' not in globals()\n")
     assert result.success  # fresh processes: the namespace of earlier cells is gone, as the restart says
     with pytest.raises(UsageError, match="invalid choice: 'pause'"):

@@ -86,11 +86,11 @@ def test_attach_to_an_ipcluster_maps_ranks_and_never_stops_it(tmp_path: Path) ->
         assert engine.pull("env", 1)[2] == "127.0.0.1"
         # a restart gets fresh engines from ipcluster's launchers, and the next cell works on them (it used to fail
         # with `IndexError: No such engine: 0`: per-rank views outlived the restart)
-        pids = {r: s["pid"] for r, s in engine.status().items()}
+        pids = {r: s.pid for r, s in engine.status().items()}
         engine.restart()
         engine.run("after = rank + world_size", collect=False)
         assert [engine.pull("after", r) for r in (0, 1)] == [2, 3]
-        assert set(pids.values()).isdisjoint(s["pid"] for s in engine.status().values())
+        assert set(pids.values()).isdisjoint(s.pid for s in engine.status().values())
         engine.stop()  # detaches only
         # --nproc is honoured: a bounded wait, then the counts and where they are
         start = time.monotonic()

@@ -64,20 +64,22 @@ def test_output_streams_prefixed_by_rank_and_can_be_limited(engine: RankEngine, 
 
 
 def test_status_reports_every_rank(engine: RankEngine) -> None:
-    from thunderviz.ranks import PHASES
+    from thunderviz.ranks import PHASES, Phase, RankStatusInfo
 
-    seen: list[dict[int, str]] = []
+    seen: list[dict[int, Phase]] = []
     engine.on_status = seen.append
     try:
         engine.run("pass", collect=False)
     finally:
         engine.on_status = None
-    assert seen and all(set(p.values()) <= set(PHASES) for p in seen)
-    assert seen[-1] == {0: "done", 1: "done"}
+    assert seen and all(isinstance(phase, Phase) for p in seen for phase in p.values())
+    assert all(set(p.values()) <= set(PHASES) for p in seen)  # the widget's words
+    assert {0: Phase.RUNNING, 1: Phase.RUNNING} in seen and seen[-1] == {0: Phase.DONE, 1: Phase.DONE}
     status = engine.status()
-    assert sorted(status) == [0, 1]
-    assert all(s["phase"] == "done" and s["alive"] and s["pid"] for s in status.values())
-    assert status[0]["pid"] != status[1]["pid"]
+    assert sorted(status) == [0, 1] and all(isinstance(s, RankStatusInfo) for s in status.values())
+    assert all(s.phase is Phase.DONE and s.alive is True and s.pid for s in status.values())
+    assert status[0].pid != status[1].pid and status[0].engine_id != status[1].engine_id
+    assert {s.host for s in status.values()} == {engine.rank_hosts[0]}
 
 
 def test_everything_listens_on_loopback_only(engine: RankEngine) -> None:

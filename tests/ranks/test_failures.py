@@ -6,10 +6,12 @@ the end-to-end path (real ranks raising, dying, hanging) is in ``test_faults.py`
 
 from __future__ import annotations
 
+import pytest
 from ipyparallel.error import RemoteError
 
 from thunderviz.ranks.failures import (
     CellError,
+    FailureKind,
     RankFailure,
     RanksInterrupted,
     cell_error,
@@ -36,7 +38,7 @@ def test_a_raise_is_raised_with_its_traceback() -> None:
     failure = classify_remote_error(
         1, _remote("ValueError", "bad batch", "Traceback...\nValueError: bad batch"), interrupt_sent=False
     )
-    assert (failure.rank, failure.kind, failure.summary) == (1, "raised", "ValueError: bad batch")
+    assert (failure.rank, failure.kind, failure.summary) == (1, FailureKind.RAISED, "ValueError: bad batch")
     assert "ValueError: bad batch" in failure.traceback
 
 
@@ -44,24 +46,33 @@ def test_a_gloo_timeout_names_the_collective() -> None:
     failure = classify_remote_error(
         0, _remote("RuntimeError", "gloo: Timed out waiting 5000ms", GLOO_TIMEOUT_TB), interrupt_sent=False
     )
-    assert failure.kind == "timeout" and failure.collective == "all_reduce"
+    assert failure.kind is FailureKind.TIMEOUT and failure.collective == "all_reduce"
     assert find_collective("  File 'x', line 1, in torch_reduce_scatter_prim_impl(\n") == "reduce_scatter"
 
 
 def test_keyboard_interrupt_is_ours_only_after_we_sent_sigint() -> None:
     exc = _remote("KeyboardInterrupt", "", "KeyboardInterrupt")
-    assert classify_remote_error(0, exc, interrupt_sent=True).kind == "interrupted"
-    assert classify_remote_error(0, exc, interrupt_sent=False).kind == "raised"  # the cell raised it itself
+    assert classify_remote_error(0, exc, interrupt_sent=True).kind is FailureKind.INTERRUPTED
+    assert classify_remote_error(0, exc, interrupt_sent=False).kind is FailureKind.RAISED  # the cell raised it
 
 
 def test_a_vanished_engine_is_a_death() -> None:
-    assert classify_remote_error(2, _remote("EngineError", "Engine 3 died"), interrupt_sent=False).kind == "died"
+    failure = classify_remote_error(2, _remote("EngineError", "Engine 3 died"), interrupt_sent=False)
+    assert failure.kind is FailureKind.DIED
+
+
+def test_a_failure_kind_prints_as_its_word_and_an_unknown_word_is_refused() -> None:
+    assert [str(k) for k in FailureKind] == ["raised", "died", "timeout", "killed", "interrupted", "unreachable"]
+    assert RankFailure(0, "died", "gone").kind is FailureKind.DIED  # a serialised failure reads back typed
+    assert f"{RankFailure(0, FailureKind.KILLED, 'x').kind}" == "killed"
+    with pytest.raises(ValueError, match="'vanished' is not a valid FailureKind"):
+        RankFailure(0, "vanished", "?")
 
 
 def test_the_message_names_every_rank_and_the_restart() -> None:
     failures = {
-        0: RankFailure(0, "timeout", "RuntimeError: timed out", "tb0", "all_reduce"),
-        2: RankFailure(2, "killed", "killed: it did not finish"),
+        0: RankFailure(0, FailureKind.TIMEOUT, "RuntimeError: timed out", "tb0", "all_reduce"),
+        2: RankFailure(2, FailureKind.KILLED, "killed: it did not finish"),
     }
     err = cell_error(failures, ranks=[0, 1, 2], timeout_s=5, restart_pending=True)
     assert isinstance(err, CellError) and not isinstance(err, RanksInterrupted)
@@ -76,7 +87,7 @@ def test_the_message_names_every_rank_and_the_restart() -> None:
 
 
 def test_all_interrupted_is_ranks_interrupted() -> None:
-    failures = {r: RankFailure(r, "interrupted", "stopped by KeyboardInterrupt") for r in (0, 1)}
+    failures = {r: RankFailure(r, FailureKind.INTERRUPTED, "stopped by KeyboardInterrupt") for r in (0, 1)}
     err = cell_error(failures, ranks=[0, 1], timeout_s=60, restart_pending=False, what="Configuring fabric")
     assert isinstance(err, RanksInterrupted)
     assert str(err).startswith("Configuring fabric failed on 2 of 2 ranks: rank 0 interrupted")

@@ -14,7 +14,7 @@ import time
 import psutil
 import pytest
 
-from thunderviz.ranks import CellError, RankEngine, RanksInterrupted, RankUsageError
+from thunderviz.ranks import CellError, FailureKind, RankEngine, RanksInterrupted, RankUsageError
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -44,7 +44,7 @@ def test_rank_that_raises_fails_fast_with_its_traceback(engine: RankEngine) -> N
     assert "rank 1 raised ValueError: bad batch on rank one" in str(err)
     assert "step()" in err.remote_traceback and "bad batch on rank one" in err.remote_traceback
     # rank 0 was stuck in all_reduce waiting for rank 1: it was released (killed), not left for the pg timeout
-    assert err.failures[0].kind == "killed"
+    assert err.failures[0].kind is FailureKind.KILLED
     assert elapsed < 5.0  # well under the 5 s collective timeout + the 10 s slack
     rendered = "\n".join(err._render_traceback_())
     assert "[rank 1] ValueError: bad batch on rank one" in rendered
@@ -53,20 +53,20 @@ def test_rank_that_raises_fails_fast_with_its_traceback(engine: RankEngine) -> N
 
 def test_error_on_every_rank_keeps_the_pool_and_its_state(engine: RankEngine) -> None:
     engine.run("kept = 41 + rank", collect=False)
-    pids = {r: s["pid"] for r, s in engine.status().items()}
+    pids = {r: s.pid for r, s in engine.status().items()}
     err, _ = _timed_failure(engine, "undefined_name + 1")
-    assert sorted(err.failures) == [0, 1] and all(f.kind == "raised" for f in err.failures.values())
+    assert sorted(err.failures) == [0, 1] and all(f.kind is FailureKind.RAISED for f in err.failures.values())
     assert "NameError" in str(err) and engine.restart_reason is None
     engine.run("kept += 1", collect=False)
     assert engine.pull("kept", 1) == 43
-    assert {r: s["pid"] for r, s in engine.status().items()} == pids  # no restart happened
+    assert {r: s.pid for r, s in engine.status().items()} == pids  # no restart happened
 
 
 @pytest.mark.parametrize("how", ["os._exit(3)", "os.kill(os.getpid(), signal.SIGKILL)"])
 def test_rank_that_dies_is_reported_with_its_rank(engine: RankEngine, how: str) -> None:
     err, elapsed = _timed_failure(engine, f"import os, signal, time\nif rank == 1:\n    {how}\ntime.sleep(30)\n")
     print(f"\n[fault latency] {how} -> cell failed in {elapsed:.2f} s")
-    assert err.rank == 1 and err.failures[1].kind == "died"
+    assert err.rank == 1 and err.failures[1].kind is FailureKind.DIED
     assert "rank 1 died" in str(err)
     assert elapsed < 10.0
     assert "restarted before the next cell" in str(err)
@@ -78,7 +78,7 @@ def test_collective_that_one_rank_skips_is_bounded_by_timeout(engine: RankEngine
     err, elapsed = _timed_failure(engine, "if rank == 0:\n    torch.distributed.all_reduce(torch.ones(4))\n")
     print(f"\n[fault latency] hang (timeout {engine.timeout:.0f} s) -> cell failed in {elapsed:.2f} s")
     assert sorted(err.failures) == [0]
-    assert err.failures[0].kind == "timeout" and err.failures[0].collective == "all_reduce"
+    assert err.failures[0].kind is FailureKind.TIMEOUT and err.failures[0].collective == "all_reduce"
     assert "rank 0 is stuck" in str(err) and "all_reduce" in str(err)
     assert "rank(s) 1 finished the cell without entering it" in str(err)
     assert elapsed < engine.timeout + 15
@@ -119,7 +119,7 @@ def test_interrupt_kills_a_rank_stuck_in_a_collective(engine: RankEngine) -> Non
     print(f"\n[fault latency] interrupt (rank 0 stuck in gloo) -> cell stopped {elapsed - 1.5:.2f} s after Ctrl-C")
     failures = info.value.failures
     assert "KeyboardInterrupt" in failures[1].traceback
-    assert failures[0].kind == "interrupted" and "killed" in failures[0].summary
+    assert failures[0].kind is FailureKind.INTERRUPTED and "killed" in failures[0].summary
     assert elapsed < 1.5 + 10
     _next_cell_works(engine)
 

@@ -62,13 +62,68 @@ def test_messages_pickle_as_they_cross_to_the_ranks() -> None:
     assert pickle.loads(pickle.dumps(config)).strategy.options.jit is False
 
 
+RANK_SIDE_MODULES = (
+    "inside_rank",
+    "rank_identity",
+    "rank_setup",
+    "rank_fabric",
+    "cell_hooks",
+    "cell_targets",
+    "collect",
+    "rank_state",
+)
+
+
 def test_rank_side_module_is_cheap_to_import_in_the_kernel() -> None:
+    """The kernel imports the rank-side modules to name the calls it sends: none may load IPython, thunder or
+    lightning (they load inside the calls, in the rank)."""
     import subprocess
     import sys
 
-    code = "import sys, thunderviz.ranks.inside_rank; print([m for m in ('IPython', 'thunder') if m in sys.modules])"
+    modules = ", ".join(f"thunderviz.ranks.{m}" for m in RANK_SIDE_MODULES)
+    heavy = ("IPython", "thunder", "lightning", "ipyparallel")
+    code = f"import sys, {modules}; print([m for m in {heavy!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_calls_the_kernel_sends_keep_their_names() -> None:
+    """``engine.py`` and ``warm_pool.py`` name these through ``inside_rank``; each crosses by reference to the
+    module of its job."""
+    from thunderviz.ranks import inside_rank
+
+    homes = {name: getattr(inside_rank, name).__module__ for name in inside_rank.__all__}
+    assert homes == {
+        "identify": "thunderviz.ranks.rank_identity",
+        "bind_rendezvous": "thunderviz.ranks.rank_setup",
+        "set_up": "thunderviz.ranks.rank_setup",
+        "check_process_group": "thunderviz.ranks.rank_setup",
+        "reset": "thunderviz.ranks.rank_setup",
+        "warm_up": "thunderviz.ranks.rank_setup",
+        "prepare_cell": "thunderviz.ranks.cell_hooks",
+    }
+
+
+def test_an_engine_identifies_itself_typed_and_the_answer_pickles() -> None:
+    import os
+
+    from thunderviz.ranks.inside_rank import identify
+    from thunderviz.ranks.topology import EngineIdentity
+
+    identity = identify(7, "127.0.0.1", 9)
+    assert isinstance(identity, EngineIdentity)
+    where = (identity.engine_id, identity.pid, identity.address, identity.interface)
+    assert where == (7, os.getpid(), "127.0.0.1", "lo")
+    assert identity.cpus >= 1 and identity.cuda_devices >= 0
+    assert pickle.loads(pickle.dumps(identity)) == identity
+
+
+def test_report_data_is_typed_on_both_sides() -> None:
+    from thunderviz.ranks.protocol import ReportData, TimelinePart, missing_report
+
+    assert missing_report(3, "sent nothing") == ReportData(rank=3, problems=["sent nothing"])
+    assert set(TimelinePart.__annotations__) <= set(ReportData.__annotations__)
+    assert {"rank", "host", "memory", "decisions", "bundles", "ledgers", "problems"} <= set(ReportData.__annotations__)
 
 
 def test_the_rendezvous_socket_is_bound_to_one_address_and_kept() -> None:

@@ -11,7 +11,7 @@ import json
 import psutil
 import pytest
 
-from thunderviz.ranks import CellError, RankEngine, StrategySpec
+from thunderviz.ranks import CellError, FailureKind, RankEngine, StrategySpec
 from thunderviz.ranks.timeline_rank import NO_STEP_PROBLEM
 from thunderviz.timeline.model import NoTimelineError
 
@@ -132,7 +132,8 @@ def test_ranks_that_raise_while_profiling_send_what_ran_and_leave_no_profiler_on
         pool.run(f"train({STEPS + 2}, fail_at=2, fail_ranks=(0, 1))", strategy=SPEC, timeline=True, steps=STEPS)
     err = info.value
     # (under load, a rank may still get the SIGINT meant to release it: "interrupted" then, and it still returns)
-    assert sorted(err.failures) == [0, 1] and {f.kind for f in err.failures.values()} <= {"raised", "interrupted"}
+    assert sorted(err.failures) == [0, 1]
+    assert {f.kind for f in err.failures.values()} <= {FailureKind.RAISED, FailureKind.INTERRUPTED}
     assert pool.restart_reason is None  # every rank returned: the pool is kept, so its state can be checked
     partial = err.partial_report
     assert partial.timeline.rank_ids == [0, 1] and partial.timeline.steps == [2]  # step 1 ran, 2 recorded, 3 raised
@@ -141,11 +142,11 @@ def test_ranks_that_raise_while_profiling_send_what_ran_and_leave_no_profiler_on
 
 
 def test_a_rank_that_dies_while_profiling_is_named_and_nothing_is_left_running(pool) -> None:
-    pids = {r: s["pid"] for r, s in pool.status().items()}
+    pids = {r: s.pid for r, s in pool.status().items()}
     with pytest.raises(CellError) as info:
         pool.run(f"train({STEPS + 2}, die_at=2)", strategy=SPEC, timeline=True, steps=STEPS)
     err = info.value
-    assert err.failures[1].kind == "died" and "rank 1 died" in str(err)
+    assert err.failures[1].kind is FailureKind.DIED and "rank 1 died" in str(err)
     assert "restarted before the next cell" in str(err)
     if err.partial_report is not None:  # rank 0 got out of its collective before it was killed
         assert any("rank 1 died while the timeline was recorded" in p for p in err.partial_report.problems)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from thunderviz.ranks import RunReport
-from thunderviz.ranks.protocol import CellConfig
+from thunderviz.ranks.protocol import CellConfig, StrategySpec
 from thunderviz.ranks.timeline_rank import (
     NO_STEP_PROBLEM,
     finish_cell_recording,
@@ -89,7 +89,7 @@ def test_a_cell_without_a_step_says_what_a_step_is():
 
 
 def test_the_report_holds_the_timeline_or_says_why_not():
-    args = {"outputs": {}, "world_size": 2, "backend": "gloo", "strategy": {"kind": "thunder_ddp"}, "seconds": 1.0}
+    args = {"outputs": {}, "world_size": 2, "backend": "gloo", "strategy": StrategySpec("thunder_ddp"), "seconds": 1.0}
     plain = RunReport.from_ranks({0: {"rank": 0}, 1: {"rank": 1}}, **args)
     with pytest.raises(NoTimelineError, match="ran without --timeline; run it as %%thunder_fsdp --timeline"):
         plain.timeline  # noqa: B018

@@ -40,7 +40,7 @@ def main() -> None:
                     seconds=time.monotonic() - start,
                     error_type=type(error).__name__,
                     error=str(error) if error is not None else "",
-                    kinds={r: f.kind for r, f in getattr(error, "failures", {}).items()},
+                    kinds={r: f.kind.value for r, f in getattr(error, "failures", {}).items()},
                 )
             elif "line" in command:
                 name, _, rest = command["line"].partition(" ")

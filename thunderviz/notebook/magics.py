@@ -28,6 +28,7 @@ from thunderviz.ranks import (
     DEFAULT_TIMEOUT_S,
     OUTPUT_MODES,
     CellError,
+    Phase,
     RankEngine,
     RankUsageError,
     StrategySpec,
@@ -163,18 +164,18 @@ class _LiveStatus:
         self.handle = display(self.widget, display_id=True)
         self.drawn_at = time.monotonic()
 
-    def update(self, phases: dict[int, str], *, final: bool = False) -> None:
+    def update(self, phases: dict[int, Phase], *, final: bool = False) -> None:
         """Redraw when all ranks reach a new phase or one fails; mixed states (one rank done, the other still
         running) at most every 0.2 s, since each redraw is a message to the front end."""
         now = time.monotonic()
         values = set(phases.values())
-        settled = len(values) == 1 or "failed" in values
+        settled = len(values) == 1 or Phase.FAILED in values
         if not (final or settled) and now - self.drawn_at < STATUS_REDRAW_S:
             return
         self.drawn_at = now
         self.widget.show(phases)
 
-    def close(self, phases: dict[int, str] | None) -> None:
+    def close(self, phases: dict[int, Phase] | None) -> None:
         try:
             if phases:
                 self.update(phases, final=True)
@@ -206,7 +207,7 @@ class ThundervizMagics(Magics):
 
     # ----------------------------------------------------------------- pool
 
-    def _on_status(self, phases: dict[int, str]) -> None:
+    def _on_status(self, phases: dict[int, Phase]) -> None:
         if self._status is None:
             return
         with contextlib.suppress(Exception):  # a status line that cannot be drawn must not fail the cell
@@ -383,11 +384,8 @@ class ThundervizMagics(Magics):
             return None
         print(self.engine.describe())
         for rank, info in self.engine.status().items():
-            alive = "" if info["alive"] is None else ("" if info["alive"] else "  (process gone)")
-            print(
-                f"  rank {rank}: {info['phase']:<11} engine {info['engine_id']}  pid {info['pid']}  "
-                f"host {info['host']}{alive}"
-            )
+            alive = "  (process gone)" if info.alive is False else ""
+            print(f"  rank {rank}: {info.phase!s:<11} engine {info.engine_id}  pid {info.pid}  host {info.host}{alive}")
         return None
 
 

@@ -15,6 +15,10 @@ failure is not safe to reuse)::
     RUNNING --(a peer finished, +timeout+10 s) or (deadline)--> SIGKILL, pool marked for restart
 
 A Ctrl-C while waiting restarts the ladder at "SIGINT now"; a second Ctrl-C just keeps waiting (the kill comes).
+
+Every time the ladder reads comes from one clock (``drive(clock=...)``, ``time.monotonic`` unless a test passes a
+fake one), and everything it does to the ranks goes through ``RankControls``, so the ladder is checked step by step
+without processes (``tests/ranks/test_driver.py``) as well as on real ranks (``test_faults.py``).
 """
 
 from __future__ import annotations
@@ -25,37 +29,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from thunderviz.ranks.failures import RankFailure, classify_remote_error
+from thunderviz.ranks.failures import FailureKind, RankFailure, classify_remote_error
 from thunderviz.ranks.protocol import PHASE_DATA_KEY
+from thunderviz.ranks.status import Phase
 
 __all__ = [
     "INTERRUPT_GRACE_S",
     "OUTPUT_MODES",
     "PEER_GRACE_S",
-    "PHASES",
     "POLL_S",
     "SIGINT_GRACE_S",
+    "STRAGGLER_SLACK_S",
     "Outcome",
     "RankControls",
     "drive",
     "output_filter",
 ]
 
-#: What ``on_status`` reports per rank: starting (process), importing (torch/thunder, process group), waiting
-#: (ready for a cell), configuring (fabric for a new strategy), running (the cell), collecting (capturing traces
-#: for the report), done, failed, interrupted, stopped.
-PHASES = (
-    "starting",
-    "importing",
-    "waiting",
-    "configuring",
-    "running",
-    "collecting",
-    "done",
-    "failed",
-    "interrupted",
-    "stopped",
-)
 #: Whose output streams into the cell: every rank, rank 0 only, or none (all of it is kept in the report).
 OUTPUT_MODES = ("all", "rank0", "none")
 
@@ -81,7 +71,7 @@ class RankControls(Protocol):
 
     timeout: float
 
-    def set_phase(self, ranks: list[int], phase: str) -> None: ...
+    def set_phase(self, ranks: list[int], phase: Phase) -> None: ...
 
     def rank_dead(self, rank: int) -> bool: ...
 
@@ -139,9 +129,10 @@ class _Driver:
         *,
         deadline_s: float | None,
         pump: _OutputPump,
-        done_phase: str | None,
+        done_phase: Phase | None,
         flush_partial_lines: bool,
         stop_peers: bool,
+        clock: Callable[[], float],
     ) -> None:
         self.requests = requests
         self.controls = controls
@@ -150,10 +141,11 @@ class _Driver:
         self.done_phase = done_phase
         self.flush_partial_lines = flush_partial_lines
         self.stop_peers = stop_peers
+        self.clock = clock
         self.outcome = Outcome()
         self.settled: set[int] = set()
         self.passes = 0
-        self.started = time.monotonic()
+        self.started = clock()
         self.first_failure_at: float | None = None
         self.first_success_at: float | None = None
         self.sigint_at: float | None = None
@@ -189,22 +181,22 @@ class _Driver:
         self.passes += 1
         for rank in self._pending():
             request = self.requests[rank]
-            if (request.metadata.get("data") or {}).get(PHASE_DATA_KEY) == "collecting":
-                self.controls.set_phase([rank], "collecting")  # shown even when the reply is already in
+            if (request.metadata.get("data") or {}).get(PHASE_DATA_KEY) == Phase.COLLECTING:
+                self.controls.set_phase([rank], Phase.COLLECTING)  # shown even when the reply is already in
             if request.ready():
                 try:
                     value = request.get(0)
                 except RemoteError as exc:
                     self._fail(classify_remote_error(rank, exc, interrupt_sent=self._interrupt_sent()))
                 except EngineError as exc:
-                    self._fail(RankFailure(rank, "died", f"the rank process exited ({exc})"))
+                    self._fail(RankFailure(rank, FailureKind.DIED, f"the rank process exited ({exc})"))
                 else:
                     self._succeed(rank, value)
             elif self.passes > 1 and self.controls.rank_dead(rank):  # not before a reply could have come
-                self._fail(RankFailure(rank, "died", "the rank process exited while running the cell"))
+                self._fail(RankFailure(rank, FailureKind.DIED, "the rank process exited while running the cell"))
 
     def _escalate(self) -> None:
-        now = time.monotonic()
+        now = self.clock()
         if self.outcome.failures and self.first_failure_at is None and self.stop_peers:
             self.first_failure_at = now
         stop_from = self.interrupted_at
@@ -224,14 +216,14 @@ class _Driver:
 
     def _on_ctrl_c(self) -> None:
         if self.interrupted_at is None:
-            self.interrupted_at = time.monotonic()
+            self.interrupted_at = self.clock()
             self.sigint_at = None  # SIGINT every pending rank on the next pass, then the interrupt grace
         # a second Ctrl-C during the grace keeps waiting: the kill comes anyway
 
     def _finish(self) -> None:
         for rank, request in self.requests.items():
             failure = self.outcome.failures.get(rank)
-            if failure is None or failure.kind in ("raised", "timeout", "interrupted"):
+            if failure is None or failure.kind in (FailureKind.RAISED, FailureKind.TIMEOUT, FailureKind.INTERRUPTED):
                 request.wait_for_output(timeout=OUTPUT_TAIL_S)
         # A half line at the end of a cell is the cell's last output; during set-up it is C++ output still on its
         # way (gloo's banner), better dropped than cut in two.
@@ -240,7 +232,7 @@ class _Driver:
             self.outcome.interrupted = True
             for rank in self.requests:
                 self.outcome.failures.setdefault(
-                    rank, RankFailure(rank, "interrupted", "finished before the interrupt arrived")
+                    rank, RankFailure(rank, FailureKind.INTERRUPTED, "finished before the interrupt arrived")
                 )
 
     # ------------------------------------------------------------------ helpers
@@ -254,14 +246,15 @@ class _Driver:
         if self.done_phase:
             self.controls.set_phase([rank], self.done_phase)
         if self.first_success_at is None:
-            self.first_success_at = time.monotonic()
+            self.first_success_at = self.clock()
 
     def _fail(self, failure: RankFailure) -> None:
         self.settled.add(failure.rank)
         self.outcome.failures[failure.rank] = failure
-        if failure.kind == "died":
+        if failure.kind is FailureKind.DIED:
             self.outcome.restart_reason = f"rank {failure.rank} died"
-        self.controls.set_phase([failure.rank], "interrupted" if failure.kind == "interrupted" else "failed")
+        interrupted = failure.kind is FailureKind.INTERRUPTED
+        self.controls.set_phase([failure.rank], Phase.INTERRUPTED if interrupted else Phase.FAILED)
 
     def _kill_reason(self, now: float) -> str | None:
         if self.sigint_at is not None:
@@ -287,7 +280,7 @@ class _Driver:
     def _kill_pending(self, reason: str) -> None:
         pending = self._pending()
         self.controls.signal(pending, signal.SIGKILL)
-        kind = "interrupted" if self.interrupted_at is not None else "killed"
+        kind = FailureKind.INTERRUPTED if self.interrupted_at is not None else FailureKind.KILLED
         for rank in pending:
             self._fail(RankFailure(rank, kind, f"killed: it {reason}"))
         self.outcome.restart_reason = f"rank(s) {', '.join(map(str, pending))} had to be killed"
@@ -300,9 +293,10 @@ def drive(
     deadline_s: float | None = None,
     captured: dict[int, list[str]] | None = None,
     stream: bool = True,
-    done_phase: str | None = None,
+    done_phase: Phase | None = None,
     flush_partial_lines: bool = False,
     stop_peers: bool = True,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Outcome:
     """Wait for every rank's reply to ``requests`` (ipyparallel ``AsyncResult`` by rank) while streaming output.
 
@@ -317,6 +311,7 @@ def drive(
         stop_peers: after one rank fails, interrupt (then kill) the others. Off for set-up: peers still connecting
             fail on their own within the group's timeout, and killing them would cost an attached cluster its
             engines over a network problem.
+        clock: seconds, monotonic; every time the ladder compares comes from it (a fake one in tests).
     """
     pump = _OutputPump({} if captured is None else captured, controls.emit if stream else None)
     driver = _Driver(
@@ -327,5 +322,6 @@ def drive(
         done_phase=done_phase,
         flush_partial_lines=flush_partial_lines,
         stop_peers=stop_peers,
+        clock=clock,
     )
     return driver.run()

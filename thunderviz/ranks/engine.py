@@ -2,7 +2,8 @@
 
 ``RankEngine`` speaks only in ranks, and reads as the path of one cell:
 
-1. set-up (``start``/``attach``/``restart``): ``inside_rank.identify`` on every engine, ``topology.layout_ranks``
+1. set-up (``start``/``attach``/``restart``): ``inside_rank.identify`` on every engine (an ``EngineIdentity``
+   each), ``topology.layout_ranks``
    numbers them by host, rank 0 binds the rendezvous on its address facing the controller
    (``inside_rank.bind_rendezvous``), and ``protocol.RankSetup`` goes to each rank (``inside_rank.set_up``: torchrun
    environment, socket interface, process group with our timeout, namespace, report hook);
@@ -33,15 +34,17 @@ from thunderviz.errors import RankError
 from thunderviz.ranks import inside_rank
 from thunderviz.ranks.cluster import ATTACH_WAIT_S, AttachedCluster, LocalCluster, RankCluster, controller_address
 from thunderviz.ranks.driver import OUTPUT_MODES, Outcome, drive, output_filter
-from thunderviz.ranks.failures import CellError, RankFailure, RankUsageError, cell_error
+from thunderviz.ranks.failures import CellError, FailureKind, RankFailure, RankUsageError, cell_error
 from thunderviz.ranks.protocol import (
     DEFAULT_TIMELINE_STEPS,
     REPORT_DATA_KEY,
     CellConfig,
     RankSetup,
+    ReportData,
     StrategySpec,
     missing_report,
 )
+from thunderviz.ranks.status import Phase, RankStatusInfo
 from thunderviz.ranks.topology import (
     DEFAULT_TIMEOUT_S,
     EngineIdentity,
@@ -85,7 +88,7 @@ class RankEngine:
         *,
         backend: str = "auto",
         timeout: float = DEFAULT_TIMEOUT_S,
-        on_status: Callable[[dict[int, str]], None] | None = None,
+        on_status: Callable[[dict[int, Phase]], None] | None = None,
         on_output: Callable[[int, str, str], None] | None = None,
     ) -> None:
         self.cluster = cluster
@@ -98,7 +101,7 @@ class RankEngine:
         self.rank_to_engine: dict[int, int] = {}
         self.rank_hosts: dict[int, str] = {}
         self.rank_pids: dict[int, int] = {}
-        self.phases: dict[int, str] = {}
+        self.phases: dict[int, Phase] = {}
         self._processes: dict[int, psutil.Process] = {}
         self.restart_reason: str | None = None
         self._config: CellConfig | None = None  # what the ranks were last prepared with
@@ -115,7 +118,7 @@ class RankEngine:
         *,
         backend: str = "auto",
         timeout: float = DEFAULT_TIMEOUT_S,
-        on_status: Callable[[dict[int, str]], None] | None = None,
+        on_status: Callable[[dict[int, Phase]], None] | None = None,
         on_output: Callable[[int, str, str], None] | None = None,
         warm: LocalCluster | None = None,
     ) -> RankEngine:
@@ -131,7 +134,7 @@ class RankEngine:
                 warm.close()
             raise
         if on_status:
-            on_status(dict.fromkeys(range(nproc), "starting"))
+            on_status(dict.fromkeys(range(nproc), Phase.STARTING))
         cluster = warm if warm is not None else LocalCluster(nproc)
         engine = cls(cluster, backend=backend, timeout=timeout, on_status=on_status, on_output=on_output)
         try:
@@ -152,7 +155,7 @@ class RankEngine:
         backend: str = "auto",
         timeout: float = DEFAULT_TIMEOUT_S,
         wait_s: float = ATTACH_WAIT_S,
-        on_status: Callable[[dict[int, str]], None] | None = None,
+        on_status: Callable[[dict[int, Phase]], None] | None = None,
         on_output: Callable[[int, str, str], None] | None = None,
     ) -> RankEngine:
         """Use the engines of a running ipyparallel cluster as ranks (the multi-node path); never stops it.
@@ -196,6 +199,8 @@ class RankEngine:
         self.rank_to_engine = layout.rank_to_engine
         self.rank_hosts = layout.rank_hosts
         self.rank_pids = layout.rank_pids
+        # exactly the layout's ranks: a rank new to this layout is starting, one gone from it is no longer shown
+        self.phases = {rank: self.phases.get(rank, Phase.STARTING) for rank in self.ranks}
         if isinstance(self.cluster, LocalCluster):
             self.cluster.engine_pids = {e.engine_id: e.pid for e in layout.engines}
         self.backend = resolve_backend(self.requested_backend, layout.local_world_size, layout.cuda_devices_per_host)
@@ -207,7 +212,7 @@ class RankEngine:
                 raise self._cell_error(outcome.failures, what="Resetting the ranks in place")
         master_addr = layout.master_address
         master_port = self._view(0).apply_sync(inside_rank.bind_rendezvous, master_addr)
-        self._set_phase(self.ranks, "importing")
+        self._set_phase(self.ranks, Phase.IMPORTING)
         setups = {
             rank: RankSetup(
                 rank=rank,
@@ -226,7 +231,7 @@ class RankEngine:
             for rank in self.ranks
         }
         requests = {rank: self._view(rank).apply_async(inside_rank.set_up, setups[rank]) for rank in self.ranks}
-        outcome = self._drive(requests, deadline_s=SETUP_TIMEOUT_S, done_phase="waiting", stop_peers=False)
+        outcome = self._drive(requests, deadline_s=SETUP_TIMEOUT_S, done_phase=Phase.WAITING, stop_peers=False)
         if outcome.failures:
             self.restart_reason = "setting up the ranks failed"
             raise self._cell_error(outcome.failures, what="Setting up the ranks")
@@ -238,13 +243,20 @@ class RankEngine:
 
         client = self.cluster.client
         controller = controller_address(client)
-        requests = {eid: client[eid].apply_async(inside_rank.identify, *controller) for eid in ids}
+        requests = {eid: client[eid].apply_async(inside_rank.identify, eid, *controller) for eid in ids}
         deadline = time.monotonic() + IDENTIFY_TIMEOUT_S
         identities: dict[int, EngineIdentity] = {}
         problems = []
         for eid, request in requests.items():
             try:
-                identities[eid] = EngineIdentity.from_dict(eid, request.get(max(0.1, deadline - time.monotonic())))
+                identity = request.get(max(0.1, deadline - time.monotonic()))
+                if not isinstance(identity, EngineIdentity) or identity.engine_id != eid:
+                    problems.append(
+                        f"engine {eid} answered identify() with {identity!r}, not its EngineIdentity: it runs another "
+                        "thunderviz than this kernel; restart it from this environment"
+                    )
+                    continue
+                identities[eid] = identity
             except TimeoutError:
                 problems.append(f"engine {eid} did not answer within {IDENTIFY_TIMEOUT_S:.0f} s (busy?)")
             except RemoteError as exc:
@@ -260,10 +272,10 @@ class RankEngine:
 
     # ----------------------------------------------------------------- what the driver needs (RankControls)
 
-    def set_phase(self, ranks: list[int], phase: str) -> None:
+    def set_phase(self, ranks: list[int], phase: Phase) -> None:
         self._set_phase(ranks, phase)
 
-    def _set_phase(self, ranks: list[int], phase: str) -> None:
+    def _set_phase(self, ranks: list[int], phase: Phase) -> None:
         changed = False
         for rank in ranks:
             if self.phases.get(rank) != phase:
@@ -357,9 +369,9 @@ class RankEngine:
         captured: dict[int, list[str]] = {}
         started = time.monotonic()
         self._prepare(config, captured)
-        self._set_phase(self.ranks, "running")
+        self._set_phase(self.ranks, Phase.RUNNING)
         cell = {rank: self._view(rank).execute(source, block=False, silent=False) for rank in self.ranks}
-        outcome = self._drive(cell, captured=captured, done_phase="done", flush_partial_lines=True)
+        outcome = self._drive(cell, captured=captured, done_phase=Phase.DONE, flush_partial_lines=True)
         elapsed = time.monotonic() - started
         if outcome.failures:
             self._config = None  # snapshot again before the next cell
@@ -388,7 +400,7 @@ class RankEngine:
             wanted = replace(config, strategy=self._config.strategy)
         if wanted == self._config:
             return
-        self._set_phase(self.ranks, "configuring")
+        self._set_phase(self.ranks, Phase.CONFIGURING)
         requests = {rank: self._view(rank).apply_async(inside_rank.prepare_cell, config) for rank in self.ranks}
         outcome = self._drive(requests, captured=captured)
         if outcome.failures:
@@ -397,13 +409,15 @@ class RankEngine:
             raise self._cell_error(outcome.failures, what="Configuring fabric")
         self._config = wanted
 
-    def _report_data(self, rank: int, request: Any) -> dict[str, Any]:
+    def _report_data(self, rank: int, request: Any) -> ReportData:
         # sent by the rank's post_run_cell hook on the cell's own data channel, before the reply
         if request.wait_for_output(timeout=REPORT_DATA_WAIT_S):
-            data = (request.metadata.get("data") or {}).get(REPORT_DATA_KEY)
+            data = _published_report(request)
             if data is not None:
                 return data
-        return dict(missing_report(rank, "sent no report data (its output did not complete within 10 s)"))
+        return missing_report(
+            rank, f"sent no report data (its output did not complete within {REPORT_DATA_WAIT_S:.0f} s)"
+        )
 
     def _partial_report(
         self,
@@ -418,13 +432,17 @@ class RankEngine:
         rank returned anything."""
         from thunderviz.ranks.report import RunReport
 
-        collected, lost = {}, {}
+        collected: dict[int, ReportData] = {}
+        lost: dict[int, str] = {}
         for rank, request in cell.items():
             failure = outcome.failures.get(rank)
-            if failure is not None and failure.kind in ("died", "killed"):
-                lost[rank] = "died" if failure.kind == "died" else "was killed after a peer failed"
+            if failure is not None and failure.kind is FailureKind.DIED:
+                lost[rank] = "died"
                 continue
-            data = (request.metadata.get("data") or {}).get(REPORT_DATA_KEY)
+            if failure is not None and failure.kind is FailureKind.KILLED:
+                lost[rank] = "was killed after a peer failed"
+                continue
+            data = _published_report(request)
             if data is not None:
                 collected[rank] = data
         if not collected:
@@ -480,7 +498,8 @@ class RankEngine:
         """Decide whether the process group survived; if it did not, mark the pool for a restart."""
         if self.restart_reason:
             return
-        if any(f.kind in ("timeout", "died", "killed") for f in failures.values()):
+        broken = (FailureKind.TIMEOUT, FailureKind.DIED, FailureKind.KILLED)
+        if any(f.kind in broken for f in failures.values()):
             self.restart_reason = "the process group saw a collective fail"
             return
         registered = set(self.cluster.client.ids)
@@ -509,7 +528,7 @@ class RankEngine:
         engines and resets them in place (fresh process group, empty namespace), or raises naming the engines its
         owner must restart.
         """
-        self._set_phase(self.ranks, "starting")
+        self._set_phase(self.ranks, Phase.STARTING)
         where = {eid: f"rank {rank} on {self.rank_hosts.get(rank)}" for rank, eid in self.rank_to_engine.items()}
         how = self.cluster.restart(where)
         self.restart_reason = None
@@ -519,16 +538,16 @@ class RankEngine:
         """Send SIGINT to every rank (what Ctrl-C does while a cell runs)."""
         self.signal(self.ranks, signal.SIGINT)
 
-    def status(self) -> dict[int, dict[str, Any]]:
+    def status(self) -> dict[int, RankStatusInfo]:
         """Per rank: phase, engine id, host, pid, and whether the process is alive (local pools only)."""
         return {
-            rank: {
-                "phase": self.phases.get(rank, "unknown"),
-                "engine_id": self.rank_to_engine[rank],
-                "host": self.rank_hosts.get(rank),
-                "pid": self.rank_pids.get(rank),
-                "alive": (not self.rank_dead(rank)) if self.cluster.is_local else None,
-            }
+            rank: RankStatusInfo(
+                phase=self.phases[rank],
+                engine_id=self.rank_to_engine[rank],
+                host=self.rank_hosts[rank],
+                pid=self.rank_pids[rank],
+                alive=(not self.rank_dead(rank)) if self.cluster.is_local else None,
+            )
             for rank in self.ranks
         }
 
@@ -544,10 +563,15 @@ class RankEngine:
         try:
             self.cluster.close()
         finally:
-            self._set_phase(self.ranks, "stopped")
+            self._set_phase(self.ranks, Phase.STOPPED)
 
     def __enter__(self) -> RankEngine:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _published_report(request: Any) -> ReportData | None:
+    """The ``ReportData`` a rank's post-cell hook published on the cell's data channel, if it arrived."""
+    return (request.metadata.get("data") or {}).get(REPORT_DATA_KEY)

@@ -8,7 +8,7 @@ cell shows.
         └── CellError                       a cell failed on one or more ranks; ``failures`` tells every rank's story
             └── RanksInterrupted            the user interrupted the cell (Ctrl-C)
 
-A ``RankFailure`` is one rank's story; its ``kind`` is one of ``FAILURE_KINDS``. The driver (``driver.py``) decides
+A ``RankFailure`` is one rank's story; its ``kind`` is a ``FailureKind``. The driver (``driver.py``) decides
 the kind from what the rank returned or how it stopped; ``cell_error`` turns a cell's failures into one message that
 names every rank, the collective a stuck rank waited in, and whether the pool will be restarted.
 """
@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from thunderviz.errors import RankError, ThundervizError
+from thunderviz.parallel.options import TextEnum
 
 __all__ = [
-    "FAILURE_KINDS",
     "CellError",
+    "FailureKind",
     "RankConnectionError",
     "RankFailure",
     "RankUsageError",
@@ -35,11 +36,23 @@ __all__ = [
     "remote_traceback",
 ]
 
-#: raised: the cell raised on that rank; died: the rank process exited; timeout: a collective timed out (the
-#: process group's ``--timeout``); killed: we had to kill it (it did not stop after a peer failed, or passed a
-#: deadline); interrupted: the user's Ctrl-C stopped it (or it was killed after not stopping in time);
-#: unreachable: during set-up it could not connect to the rendezvous or to its peers.
-FAILURE_KINDS = ("raised", "died", "timeout", "killed", "interrupted", "unreachable")
+
+class FailureKind(TextEnum):
+    """How one rank failed (prints as its word: ``str(FailureKind.DIED) == "died"``)."""
+
+    #: the cell raised on that rank
+    RAISED = "raised"
+    #: the rank process exited
+    DIED = "died"
+    #: a collective timed out (the process group's ``--timeout``)
+    TIMEOUT = "timeout"
+    #: we had to kill it (it did not stop after a peer failed, or passed a deadline)
+    KILLED = "killed"
+    #: the user's Ctrl-C stopped it (or it was killed after not stopping in time)
+    INTERRUPTED = "interrupted"
+    #: during set-up it could not connect to the rendezvous or to its peers
+    UNREACHABLE = "unreachable"
+
 
 _COLLECTIVES = (
     "all_gather_into_tensor",
@@ -70,13 +83,22 @@ class RankUsageError(ThundervizError, ValueError):
 
 @dataclass
 class RankFailure:
-    """What went wrong on one rank; ``kind`` is one of ``FAILURE_KINDS``."""
+    """What went wrong on one rank (``kind``), in one line (``summary``), with its traceback and the collective it
+    waited in, when known."""
 
     rank: int
-    kind: str
+    kind: FailureKind
     summary: str
     traceback: str = ""
     collective: str | None = None
+
+    def __post_init__(self) -> None:
+        self.kind = FailureKind(self.kind)  # a word from a serialised failure becomes its kind; a wrong one raises
+
+    @property
+    def was_stopped_by_us(self) -> bool:
+        """Killed or interrupted: the rank failed because we stopped it, not on its own."""
+        return self.kind in (FailureKind.KILLED, FailureKind.INTERRUPTED)
 
 
 class RankConnectionError(RankError):
@@ -94,7 +116,7 @@ class CellError(RankError):
     partial_report: Any = None
 
     def __init__(self, message: str, failures: dict[int, RankFailure], *, restarted: bool) -> None:
-        first = min(failures.values(), key=lambda f: (f.kind in ("killed", "interrupted"), f.rank))
+        first = min(failures.values(), key=lambda f: (f.was_stopped_by_us, f.rank))
         super().__init__(message, rank=first.rank, remote_traceback=first.traceback)
         self.failures = failures
         self.pool_restart_pending = restarted
@@ -154,30 +176,30 @@ def classify_remote_error(rank: int, exc: Any, *, interrupt_sent: bool) -> RankF
     """
     tb = remote_traceback(exc)
     if exc.ename == "EngineError":  # the controller reports a vanished engine as a remote EngineError
-        return RankFailure(rank, "died", f"the rank process exited ({exc.evalue})")
+        return RankFailure(rank, FailureKind.DIED, f"the rank process exited ({exc.evalue})")
     if exc.ename == RankConnectionError.__name__:
-        return RankFailure(rank, "unreachable", str(exc.evalue), tb)
+        return RankFailure(rank, FailureKind.UNREACHABLE, str(exc.evalue), tb)
     if exc.ename == "KeyboardInterrupt" and interrupt_sent:
-        return RankFailure(rank, "interrupted", "stopped by KeyboardInterrupt", tb)
+        return RankFailure(rank, FailureKind.INTERRUPTED, "stopped by KeyboardInterrupt", tb)
     if is_collective_timeout(f"{exc.evalue}\n{tb}"):
-        return RankFailure(rank, "timeout", f"{exc.ename}: {exc.evalue}", tb, find_collective(tb))
-    return RankFailure(rank, "raised", f"{exc.ename}: {exc.evalue}", tb)
+        return RankFailure(rank, FailureKind.TIMEOUT, f"{exc.ename}: {exc.evalue}", tb, find_collective(tb))
+    return RankFailure(rank, FailureKind.RAISED, f"{exc.ename}: {exc.evalue}", tb)
 
 
 def _describe(failure: RankFailure, timeout_s: float) -> str:
     rank = failure.rank
-    if failure.kind == "raised":
+    if failure.kind is FailureKind.RAISED:
         return f"rank {rank} raised {failure.summary}"
-    if failure.kind == "died":
+    if failure.kind is FailureKind.DIED:
         return f"rank {rank} died: {failure.summary}"
-    if failure.kind == "timeout":
+    if failure.kind is FailureKind.TIMEOUT:
         where = f" in {failure.collective}" if failure.collective else " in a collective"
         return f"rank {rank} is stuck: it waited {timeout_s:.0f} s (--timeout){where} that not every rank entered"
-    if failure.kind == "interrupted":
+    if failure.kind is FailureKind.INTERRUPTED:
         return f"rank {rank} interrupted ({failure.summary})"
-    if failure.kind == "unreachable":
+    if failure.kind is FailureKind.UNREACHABLE:
         return f"rank {rank} could not connect: {failure.summary}"
-    return f"rank {rank} {failure.summary}"
+    return f"rank {rank} {failure.summary}"  # killed: the summary says why
 
 
 def cell_error(
@@ -200,11 +222,11 @@ def cell_error(
     """
     parts = [_describe(failures[rank], timeout_s) for rank in sorted(failures)]
     finished = [r for r in ranks if r not in failures]
-    if finished and any(f.kind == "timeout" for f in failures.values()):
+    if finished and any(f.kind is FailureKind.TIMEOUT for f in failures.values()):
         parts.append(f"rank(s) {', '.join(map(str, finished))} finished the cell without entering it")
     message = f"{what} failed on {len(failures)} of {len(ranks)} ranks: " + "; ".join(parts) + "."
     if restart_pending:
         message += " The ranks will be restarted before the next cell (their state is lost)."
-    if all(f.kind == "interrupted" for f in failures.values()):
+    if all(f.kind is FailureKind.INTERRUPTED for f in failures.values()):
         return RanksInterrupted(message, failures, restarted=restart_pending)
     return CellError(message, failures, restarted=restart_pending)

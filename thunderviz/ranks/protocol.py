@@ -1,20 +1,21 @@
 """The protocol between the kernel and a rank: what a cell sends, what comes back, and what a rank's namespace holds.
 
-Everything that crosses between ``engine.py`` (kernel side) and ``inside_rank.py`` (rank side) is defined here, so
-one cell's path can be read hop by hop. Three delivery mechanisms, each for one kind of thing:
+Everything that crosses between ``engine.py`` (kernel side) and the rank side (``inside_rank`` names its entry
+points) is defined here, so one cell's path can be read hop by hop. Three delivery mechanisms, each for one kind of
+thing:
 
 1. **The user's cell** goes by ipyparallel ``execute``: it runs as a real IPython cell in the rank (magics,
    tracebacks, the shell's ``post_run_cell`` event), and its stdout/stderr stream back while it runs.
-2. **Our own calls** go by ipyparallel ``apply`` of a plain function of ``inside_rank`` (pickled by reference),
-   with this module's dataclasses as arguments; the result comes back in the reply:
-   ``identify(controller_host, controller_port)`` -> ``dict`` (see ``topology.EngineIdentity``),
+2. **Our own calls** go by ipyparallel ``apply`` of a plain function named in ``inside_rank`` (pickled by
+   reference), with this module's dataclasses as arguments; the result comes back in the reply:
+   ``identify(engine_id, controller_host, controller_port)`` -> ``topology.EngineIdentity``,
    ``bind_rendezvous(address)`` -> port (rank 0 only), ``set_up(RankSetup)``, ``prepare_cell(CellConfig)``,
-   ``check_process_group(seconds)`` -> ``bool``, ``reset()`` (an in-place restart) and ``release()`` (drop what the
-   last cell left for the report). No code strings: a static reader can follow every call.
+   ``check_process_group(seconds)`` -> ``bool``, ``reset()`` (an in-place restart) and ``warm_up()``. No code
+   strings: a static reader can follow every call.
 3. **The report data** comes back on the user cell's own data channel (``ipyparallel.datapub``): the rank's
    ``post_run_cell`` hook publishes a ``ReportData`` under ``REPORT_DATA_KEY`` before the cell's reply, so a warm
    cell costs one message per rank instead of a second round trip. While the hook captures traces it first
-   publishes ``{PHASE_DATA_KEY: "collecting"}``, so the kernel can show that phase.
+   publishes ``{PHASE_DATA_KEY: Phase.COLLECTING}``, so the kernel can show that phase.
 
 A cell therefore sends: its source (1), preceded by a ``CellConfig`` (2) only when the strategy, the collect flag
 or the timeline flags changed, or after a failure. It gets back: the reply (ok, or a ``RemoteError``), the output,
@@ -22,18 +23,23 @@ and a ``ReportData``.
 
 The rank's namespace holds ``NAMESPACE_NAMES`` (the names a user's cell can rely on) and nothing else of ours: the
 rank's bookkeeping (set-up info, the strategy spec in use, call counts before the cell) lives in
-``inside_rank``'s module state, not in ``_thunderviz_*`` variables a user could see, clobber or ``%reset``.
+``rank_state.STATE``, not in ``_thunderviz_*`` variables a user could see, clobber or ``%reset``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from thunderviz.parallel.decisions import Decision
 from thunderviz.parallel.options import REGISTERED_STRATEGIES, OptionError, StrategyOptions, parse_options
 from thunderviz.ranks.failures import RankUsageError
+
+if TYPE_CHECKING:
+    from thunderviz.timeline.model import RankTimeline
+    from thunderviz.trace.ledger import Ledger
+    from thunderviz.trace.model import TraceBundle
 
 __all__ = [
     "DEFAULT_TIMELINE_STEPS",
@@ -46,6 +52,7 @@ __all__ = [
     "RankSetup",
     "ReportData",
     "StrategySpec",
+    "TimelinePart",
     "missing_report",
 ]
 
@@ -53,7 +60,8 @@ __all__ = [
 NAMESPACE_NAMES = ("torch", "thunder", "rank", "local_rank", "world_size", "device", "fabric")
 #: Key of the ``ReportData`` a rank publishes on a user cell's data channel.
 REPORT_DATA_KEY = "thunderviz_collected"
-#: Key of the phase a rank publishes while its hook runs (``"collecting"``: capturing traces for the report).
+#: Key of the phase a rank publishes while its hook runs (``status.Phase.COLLECTING``: capturing traces for the
+#: report).
 PHASE_DATA_KEY = "thunderviz_phase"
 #: ``StrategySpec.kind`` for one of Fabric's own strategies by name (``StrategySpec("fabric", {"name": "ddp"})``).
 FABRIC_STRATEGY_KIND = "fabric"
@@ -162,26 +170,34 @@ class MemoryReading(TypedDict, total=False):
     cuda_allocated_bytes: int
 
 
-class ReportData(TypedDict, total=False):
-    """What one rank sends back after a user cell (picklable; ``RunReport.from_ranks`` merges them).
+class TimelinePart(TypedDict, total=False):
+    """With ``--timeline``, what a rank adds to its ``ReportData`` (``timeline_rank.finish_cell_recording``):
+    ``timeline``, this rank's recording (absent when nothing was recorded), and ``timeline_problems``, why it is
+    missing or partial, in words."""
 
-    ``decisions``: this cell's entries of the strategy's decision log; ``bundles``: trace bundles by object name;
-    ``ledgers``: collectives ledgers by object name; ``memory``: see ``MemoryReading``; ``problems``: what could not
-    be gathered, in words. With ``--timeline``: ``timeline``, this rank's ``timeline.model.RankTimeline`` (sent also
-    when the cell raised: what ran before the error), and ``timeline_problems``, why it is missing or partial.
-    """
-
-    rank: int | None
-    host: str
-    memory: MemoryReading
-    decisions: list[Decision]
-    bundles: dict[str, Any]
-    ledgers: dict[str, Any]
-    problems: list[str]
-    timeline: Any
+    timeline: RankTimeline
     timeline_problems: list[str]
 
 
+class ReportData(TimelinePart, total=False):
+    """What one rank sends back after a user cell (picklable; ``RunReport.from_ranks`` merges them).
+
+    ``rank`` and ``host``: who sent it; ``decisions``: this cell's entries of the strategy's decision log;
+    ``bundles``: trace bundles by object name; ``ledgers``: collectives ledgers by object name; ``memory``: see
+    ``MemoryReading``; ``problems``: what could not be gathered, in words. With ``--timeline``, the fields of
+    ``TimelinePart`` too (sent also when the cell raised: what ran before the error).
+    """
+
+    rank: int
+    host: str
+    memory: MemoryReading
+    decisions: list[Decision]
+    bundles: dict[str, TraceBundle]
+    ledgers: dict[str, Ledger]
+    problems: list[str]
+
+
 def missing_report(rank: int, why: str) -> ReportData:
-    """The stand-in for a rank whose report data did not arrive (the report says so instead of failing)."""
-    return {"rank": rank, "problems": [why]}
+    """The stand-in for a rank whose report data did not arrive, or could not be gathered (the report says why
+    instead of failing)."""
+    return ReportData(rank=rank, problems=[why])

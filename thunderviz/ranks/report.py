@@ -71,7 +71,7 @@ class RunReport:
         timeline: bool = False,
         failed_ranks: dict[int, str] | None = None,
     ) -> RunReport:
-        """Merge what ``inside_rank.collect`` returned on each rank (and, with ``timeline``, each rank's recording;
+        """Merge what ``collect.collect`` returned on each rank (and, with ``timeline``, each rank's recording;
         ``failed_ranks`` names the ranks that died while recording)."""
         report = cls(world_size=world_size, backend=backend, strategy=strategy, seconds=seconds, outputs=outputs)
         if timeline:

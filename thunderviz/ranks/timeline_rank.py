@@ -1,11 +1,11 @@
 """Both ends of ``--timeline`` in the ranks layer: recording a cell on each rank, and merging the ranks' recordings.
 
-Rank side (called by ``inside_rank``'s cell hooks, never by the user): a cell is arbitrary code, so it cannot be
+Rank side (called by ``cell_hooks``, never by the user): a cell is arbitrary code, so it cannot be
 wrapped in a ``with`` block. ``start_cell_recording`` runs in the ``pre_run_cell`` hook (on every rank: it takes
 part in a clock rendezvous), ``stop_cell_recording`` first thing in the ``post_run_cell`` hook (also when the cell
 raised: the profiler stops and every wrapper is undone either way), and ``finish_cell_recording`` after the report's
 traces were captured, so the timeline takes its names from those bundles instead of capturing them a second time.
-The recorder lives in ``inside_rank.STATE`` between the hooks, never in the user's namespace.
+The recorder lives in ``rank_state.STATE`` between the hooks, never in the user's namespace.
 
 Kernel side: ``merge_rank_timelines`` turns what each rank sent (``ReportData``'s ``timeline`` and
 ``timeline_problems``) into one ``Timeline`` and plain-language problems (a rank that died, a cell without a step).
@@ -21,6 +21,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from thunderviz.ranks.protocol import ReportData, TimelinePart
 from thunderviz.timeline.model import RankTimeline, Timeline
 
 __all__ = [
@@ -131,13 +132,12 @@ def stop_cell_recording(rec: Any, *, failed: bool) -> list[str]:
 
 def finish_cell_recording(
     rec: Any, *, failed: bool, bundles: Mapping[int, Any] | None = None, problems: list[str] | None = None
-) -> dict[str, Any]:
-    """The stopped recording as this rank's part of the report: ``{"timeline": RankTimeline,
-    "timeline_problems": [...]}`` (no ``timeline`` when nothing was recorded).
+) -> TimelinePart:
+    """The stopped recording as this rank's part of the report (no ``timeline`` when nothing was recorded).
 
     ``bundles``: the trace bundles the report captured, by id of the jitted object or its compile data.
     """
-    out: dict[str, Any] = {"timeline_problems": list(problems or [])}
+    out = TimelinePart(timeline_problems=list(problems or []))
     if rec is None:
         if not out["timeline_problems"]:
             out["timeline_problems"].append("--timeline: no recording was running on this rank")
@@ -151,7 +151,7 @@ def finish_cell_recording(
 
 
 def merge_rank_timelines(
-    collected: Mapping[int, Mapping[str, Any]],
+    collected: Mapping[int, ReportData],
     *,
     world_size: int,
     name: str = "",

@@ -99,8 +99,9 @@ def check_local_backend(backend: str, nproc: int) -> None:
 
 @dataclass(frozen=True)
 class EngineIdentity:
-    """What an engine says about itself (``inside_rank.identify``): enough to place it, to kill it by pid, and the
-    address and interface it reaches the controller through (its cluster-facing side)."""
+    """What an engine says about itself (``rank_identity.identify``, pickled back to the kernel): enough to place
+    it, to kill it by pid, and the address and interface it reaches the controller through (its cluster-facing
+    side); ``None`` for those when no route to the controller was found."""
 
     engine_id: int
     host: str
@@ -109,18 +110,6 @@ class EngineIdentity:
     cpus: int
     address: str | None = None
     interface: str | None = None
-
-    @classmethod
-    def from_dict(cls, engine_id: int, data: Mapping[str, Any]) -> EngineIdentity:
-        return cls(
-            engine_id=engine_id,
-            host=str(data["host"]),
-            pid=int(data["pid"]),
-            cuda_devices=int(data.get("cuda_devices") or 0),
-            cpus=int(data.get("cpus") or 1),
-            address=data.get("address"),
-            interface=data.get("interface"),
-        )
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,108 @@
+"""Rank side: around each user cell. ``prepare_cell`` (by ``apply``, when the cell's config changed), then the
+shell's ``pre_run_cell`` hook (``--timeline``: start recording), the cell, and the ``post_run_cell`` hook (stop
+recording, gather the report data, publish it with the cell's own reply).
+
+Why hooks: they run inside the cell's execution, before the reply, so the data reaches the kernel with the reply
+and a warm cell costs one message per rank, not two. Only user cells trigger them: our own calls arrive by
+``apply``, which runs no cell. Importing this module is cheap: IPython and the timeline recorder load inside the
+functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import traceback
+from typing import Any
+
+from thunderviz.ranks.cell_targets import forget_unreachable_modules, snapshot
+from thunderviz.ranks.collect import collect
+from thunderviz.ranks.protocol import PHASE_DATA_KEY, REPORT_DATA_KEY, CellConfig, ReportData, TimelinePart
+from thunderviz.ranks.rank_fabric import configure_fabric
+from thunderviz.ranks.rank_state import STATE, publish, this_rank, user_namespace
+from thunderviz.ranks.status import Phase
+
+__all__ = ["after_user_cell", "before_user_cell", "install_cell_hooks", "prepare_cell"]
+
+
+def prepare_cell(config: CellConfig) -> None:
+    """Before a cell whose strategy, collect or timeline flags changed, or after a failure: configure ``fabric``,
+    keep the flags for the hooks, and snapshot what had run (the report compares against it)."""
+    ns = user_namespace()
+    configure_fabric(ns, config.strategy)
+    STATE.collect = bool(config.collect)
+    STATE.timeline_steps = config.steps if config.timeline else 0
+    STATE.before = snapshot(ns)
+
+
+# -- the hooks
+
+
+def before_user_cell(_info: Any) -> None:
+    """The ``pre_run_cell`` hook: with ``--timeline``, start recording this rank just before the user's code."""
+    if not STATE.timeline_steps:
+        return
+    from thunderviz.ranks.timeline_rank import start_cell_recording
+
+    fabric = user_namespace().get("fabric")
+    STATE.recorder, STATE.timeline_problems = start_cell_recording(
+        STATE.timeline_steps, fabric=fabric, previous=STATE.recorder
+    )
+
+
+def after_user_cell(result: Any) -> None:
+    """The ``post_run_cell`` hook: stop the recording, gather the report data, publish it with the cell's output,
+    and snapshot what ran for the next cell."""
+    ns = user_namespace()
+    data: ReportData | None = None
+    succeeded = bool(getattr(result, "success", False))
+    recorder, timeline_problems = _stop_timeline(failed=not succeeded)
+    captured: dict[int, Any] = {}
+    try:
+        if succeeded and STATE.collect:
+            data = collect(ns, STATE.before, keep_bundles=True, by_object=captured)
+        forget_unreachable_modules(ns)
+        STATE.before = snapshot(ns)
+    except Exception:
+        data = ReportData(rank=this_rank(), problems=["collecting after the cell failed:\n" + traceback.format_exc()])
+    if STATE.timeline_steps or recorder is not None:
+        # sent also for a cell that raised: what ran before the error, for the partial report
+        data = data if data is not None else ReportData(rank=this_rank())
+        data.update(_finish_timeline(recorder, failed=not succeeded, bundles=captured, problems=timeline_problems))
+    if data is not None:
+        publish({REPORT_DATA_KEY: data})
+
+
+def install_cell_hooks() -> None:
+    """Register both hooks with this rank's shell, replacing the ones an earlier ``set_up`` registered."""
+    from IPython import get_ipython
+
+    events = get_ipython().events
+    for event, old in (("post_run_cell", STATE.hook), ("pre_run_cell", STATE.pre_hook)):
+        if old is not None:
+            with contextlib.suppress(ValueError):  # already gone
+                events.unregister(event, old)
+    events.register("post_run_cell", after_user_cell)
+    events.register("pre_run_cell", before_user_cell)
+    STATE.hook, STATE.pre_hook = after_user_cell, before_user_cell
+
+
+# -- the timeline's part
+
+
+def _stop_timeline(*, failed: bool) -> tuple[Any, list[str]]:
+    """Stop this cell's recording, if one runs, before anything else the post-cell hook does."""
+    recorder, STATE.recorder = STATE.recorder, None
+    problems, STATE.timeline_problems = STATE.timeline_problems, []
+    if recorder is None:
+        return None, problems
+    from thunderviz.ranks.timeline_rank import stop_cell_recording
+
+    return recorder, problems + stop_cell_recording(recorder, failed=failed)
+
+
+def _finish_timeline(recorder: Any, *, failed: bool, bundles: dict[int, Any], problems: list[str]) -> TimelinePart:
+    from thunderviz.ranks.timeline_rank import finish_cell_recording
+
+    if recorder is not None:
+        publish({PHASE_DATA_KEY: Phase.COLLECTING})
+    return finish_cell_recording(recorder, failed=failed, bundles=bundles, problems=problems)

@@ -1,0 +1,82 @@
+"""Rank side: what the report needs from this rank after a cell, as plain picklable data (``ReportData``).
+
+This cell's decisions, the traces and collectives ledgers of what ran (``cell_targets``), and the process's memory.
+A part that cannot be gathered is named in ``problems`` instead of failing the cell, which already ran. Importing
+this module is cheap: psutil, torch and thunder load inside the functions.
+"""
+
+from __future__ import annotations
+
+import socket
+import traceback
+from typing import Any
+
+from thunderviz.ranks.cell_targets import CellSnapshot, cell_targets, strategy_of
+from thunderviz.ranks.protocol import PHASE_DATA_KEY, MemoryReading, ReportData
+from thunderviz.ranks.rank_state import STATE, publish, this_rank
+from thunderviz.ranks.status import Phase
+
+__all__ = ["collect", "read_memory"]
+
+
+def read_memory(*, cuda: bool) -> MemoryReading:
+    """This process's resident memory, and with ``cuda`` the CUDA caching allocator's peak and current bytes on the
+    current device (the only place thunderviz measures memory; thunder's *estimated* peak per trace is in the
+    trace model)."""
+    import psutil
+
+    memory = MemoryReading(rss_bytes=psutil.Process().memory_info().rss)
+    if cuda:
+        import torch
+
+        memory["cuda_max_allocated_bytes"] = int(torch.cuda.max_memory_allocated())
+        memory["cuda_allocated_bytes"] = int(torch.cuda.memory_allocated())
+    return memory
+
+
+def collect(
+    ns: dict[str, Any], before: CellSnapshot, *, keep_bundles: bool, by_object: dict[int, Any] | None = None
+) -> ReportData:
+    """What the report needs from this rank for the cell that ran since ``before``.
+
+    ``keep_bundles``: send the trace bundles themselves (else only their ledgers). ``by_object`` receives each
+    captured bundle under the id of the object's compile data (the timeline names its collectives from them
+    instead of capturing the traces again).
+    """
+    rank = this_rank()
+    result = ReportData(
+        rank=rank,
+        host=socket.gethostname(),
+        memory=read_memory(cuda=STATE.setup is not None and STATE.setup.backend == "nccl"),
+        # only this cell's decisions: the log of a Fabric reused across cells keeps growing
+        decisions=list(getattr(strategy_of(ns), "decisions", None) or [])[before.decisions :],
+        bundles={},
+        ledgers={},
+        problems=[],
+    )
+    try:
+        targets = cell_targets(ns, before)
+    except Exception:
+        result["problems"].append("could not list the traced objects:\n" + traceback.format_exc())
+        return result
+    if not targets:
+        return result
+    publish({PHASE_DATA_KEY: Phase.COLLECTING})
+    try:
+        from thunderviz.thunder.capture import capture
+        from thunderviz.thunder.hooks import compile_key
+        from thunderviz.trace.ledger import ledger_from_bundle
+    except ImportError as exc:
+        result["problems"].append(f"the trace model is not available in this build ({exc}); traces were not captured")
+        return result
+    for name, obj in targets:
+        try:
+            bundle = capture(obj, name, rank=rank)
+            result["ledgers"][name] = ledger_from_bundle(bundle)
+            if by_object is not None:
+                by_object[compile_key(obj)] = bundle
+            if keep_bundles:
+                result["bundles"][name] = bundle
+        except Exception:
+            result["problems"].append(f"capturing {name!r} failed:\n" + traceback.format_exc())
+    return result
