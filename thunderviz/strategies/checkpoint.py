@@ -39,6 +39,7 @@ import torch.distributed as tdist
 from torch import nn
 from torch.optim import Optimizer
 
+from thunderviz.process_rank import process_rank
 from thunderviz.thunder import distribute, hooks
 from thunderviz.thunder.modules import user_module
 
@@ -348,7 +349,7 @@ def _save_sharded(
         raise _plain_error(err, f"fabric.save({str(path)!r}, ...)", f"nothing was written at {str(path)!r}") from err
 
     def finish() -> None:
-        world = tdist.get_world_size() if tdist.is_initialized() else 1
+        world = process_rank().world_size
         side = {"format": _FORMAT, "version": 1, "saved_world_size": world, "entries": entries}
         (tmp / SIDE_FILE).write_text(json.dumps(side, indent=1))
         old = _sibling(path, _OLD)

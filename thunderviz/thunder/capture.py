@@ -17,10 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 from thunderviz.errors import TraceCaptureError
+from thunderviz.process_rank import process_rank
 from thunderviz.thunder.find_target import find_target
 from thunderviz.thunder.param_names import param_names as _param_names
 from thunderviz.thunder.snapshot import snapshot_trace, stage_label, tensor_ref
-from thunderviz.thunder.world import rank_and_world_size
 from thunderviz.trace.attribution import assign_modules
 from thunderviz.trace.model import TraceBundle, TraceSnapshot
 
@@ -69,7 +69,8 @@ def capture(obj: Any, name: str | None = None, *, rank: int | None = None, stage
     assign_modules(forward, backward)
     for s in stage_snaps:
         assign_modules(s, None)
-    own_rank, world_size = rank_and_world_size()
+    where = process_rank()
+    own_rank, world_size = where.rank, where.world_size
     return TraceBundle(
         name=name or found.default_name,
         rank=own_rank if rank is None else rank,

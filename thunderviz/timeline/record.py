@@ -40,6 +40,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from thunderviz.gc_pause import no_gc_pauses
+from thunderviz.process_rank import process_rank
 from thunderviz.timeline.build import (
     MARK,
     CollectiveMeta,
@@ -172,7 +173,8 @@ class TimelineRecorder:
         if self._entered:
             raise RuntimeError("record_timeline(...) was entered twice; make a new one for each recording")
         self._entered = True
-        self._rank, self._world, self._backend = _dist_info()
+        world = process_rank()
+        self._rank, self._world, self._backend = world.rank, world.world_size, world.backend
         self._samples = self._rendezvous_rounds()
         activities = [ProfilerActivity.CPU]
         use_cuda = torch.cuda.is_available() if self._cuda is None else self._cuda
@@ -624,14 +626,6 @@ def _thunder_module_types() -> tuple[type, ...]:
 def _module_name(m: Any, n: int) -> str:
     inner = getattr(m, "_model", None)
     return type(inner if inner is not None else m).__name__ + ("" if n == 0 else f"#{n}")
-
-
-def _dist_info() -> tuple[int, int, str]:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size(), str(dist.get_backend())
-    return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1")), ""
 
 
 def _async_op_position(fn: Callable[..., Any]) -> int | None:
