@@ -239,15 +239,25 @@ def test_hand_started_controller_and_engines_across_two_hosts(hosts: TwoHosts, t
             hosts.launch(key, engine, env={**env, **extra}, cwd=str(ROOT), stdout=log, stderr=subprocess.STDOUT)
         )
 
-    for key in "aab":
-        start_engine(key)
     connection = f"--connection-file {security / 'ipcontroller-client.json'}"
+    client_file = str(security / "ipcontroller-client.json")
     flags = f"--nproc 4 {connection} --backend gloo --timeout 30"
     nb = Notebook(hosts, env, tmp_path / "notebook.log")
+
+    def start_in_order(keys: str) -> None:
+        """Engine ids follow registration order, and ranks follow the host of the lowest id: started together, a
+        host-b engine could register first and take rank 0. One at a time, each waited for, the order is fixed."""
+        for key in keys:
+            before = _ok(nb.ask(engines=client_file))["engines"]
+            start_engine(key)
+            wait_until(lambda n=before: _ok(nb.ask(engines=client_file))["engines"] == n + 1, 300, f"engine on {key}")
+
     try:
+        wait_until(lambda: (security / "ipcontroller-client.json").exists(), 120, "the client connection file")
+        start_in_order("aab")
         uneven = nb.cell(f"--nproc 3 {connection} --backend gloo", "pass")
         assert uneven["error_type"] == "UsageError" and "{'tvhosta': 2, 'tvhostb': 1}" in uneven["error"], uneven
-        start_engine("b")
+        start_in_order("b")
         _numerics_match_and_ranks_span_both_hosts(nb, flags)
         _ok(nb.cell(f"{flags} --output none", "kept = rank"))
         _ok(nb.ask(line="thunder_ranks restart"))  # the engines are not ours to replace: reset in place
@@ -263,7 +273,6 @@ def test_hand_started_controller_and_engines_across_two_hosts(hosts: TwoHosts, t
         )
         for key in "aab":  # the owner does, and waits for them as the message says
             start_engine(key)
-        client_file = str(security / "ipcontroller-client.json")
         wait_until(lambda: _ok(nb.ask(engines=client_file))["engines"] == 4, 300, "4 engines registered")
         placed = [w[0] for w in _who(nb, flags)]  # the survivor (lowest engine id) is on b: b's ranks come first
         assert sorted(placed) == ["tvhosta", "tvhosta", "tvhostb", "tvhostb"] and placed[0] == placed[1], placed
