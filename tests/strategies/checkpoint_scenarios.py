@@ -9,6 +9,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from tests.strategies import common
+from tests.strategies.common import full_params, loss_fn
+
 KINDS = ("fsdp", "ddp")
 FORMATS = ("sharded", "full")
 OPTIMIZERS = ("sgd", "adamw")
@@ -34,29 +37,14 @@ def batch(step: int, rank: int) -> torch.Tensor:
     return torch.randn(4, 6, generator=torch.Generator().manual_seed(1000 * step + rank))
 
 
-def loss_fn(out: torch.Tensor) -> torch.Tensor:
-    return (out**2).mean()
-
-
 def make_optimizer(name: str, params: Any) -> torch.optim.Optimizer:
     if name == "sgd":
         return torch.optim.SGD(params, lr=0.1, momentum=0.9)
     return torch.optim.AdamW(params, lr=0.01, weight_decay=0.1)
 
 
-def _fabric(kind: str, world: int, state_dict_type: str) -> Any:
-    from lightning.fabric import Fabric
-
-    from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
-
-    cls = ThunderFSDPStrategy if kind == "fsdp" else ThunderDDPStrategy
-    fabric = Fabric(accelerator="cpu", devices=world, strategy=cls(state_dict_type=state_dict_type))
-    fabric.launch()
-    return fabric
-
-
 def _setup(kind: str, world: int, sdt: str, opt: str, seed: int) -> tuple[Any, Any, Any]:
-    fabric = _fabric(kind, world, sdt)
+    fabric = common.fabric(kind, world, state_dict_type=sdt)
     torch.manual_seed(seed)
     model = fabric.setup_module(CkptNet())
     optimizer = fabric.setup_optimizers(make_optimizer(opt, model.parameters()))
@@ -69,23 +57,11 @@ def _step(fabric: Any, model: Any, optimizer: Any, step: int, rank: int) -> None
     optimizer.step()
 
 
-def _inner(model: Any) -> nn.Module:
-    from thunderviz.thunder.modules import user_module
-
-    return user_module(model)
-
-
-def full_params(model: Any) -> dict[str, torch.Tensor]:
-    from thunderviz.thunder import distribute
-
-    return {n: distribute.gather_full(p.detach(), p) for n, p in _inner(model).named_parameters()}
-
-
 def full_optimizer_state(model: Any, optimizer: Any) -> dict[str, dict[str, torch.Tensor]]:
     """Per parameter name, the optimizer's state gathered to full size (a collective)."""
     from thunderviz.strategies.checkpoint import full_optimizer_state as gather
 
-    names = {id(p): n for n, p in _inner(model).named_parameters()}
+    names = {id(p): n for n, p in common.inner(model).named_parameters()}
     params = [p for g in optimizer.param_groups for p in g["params"]]
     sd = gather(optimizer.optimizer if hasattr(optimizer, "optimizer") else optimizer)
 

@@ -14,7 +14,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from tests.strategies.scenarios import collective_counts
+from tests.strategies import common
+from tests.strategies.common import collective_counts, loss_fn
 
 STEPS = 3
 LR = 0.1
@@ -68,10 +69,6 @@ class Blocks(nn.Module):
 VARIANTS = {"plain": {}, "frozen": {"frozen": True}, "bf16": {"bf16_block": True}}
 
 
-def loss_fn(out: torch.Tensor) -> torch.Tensor:
-    return (out.float() ** 2).mean()
-
-
 def _reference(variant: str, world: int) -> dict[str, Any]:
     torch.manual_seed(0)
     model = Blocks(**VARIANTS[variant])
@@ -123,20 +120,16 @@ def _trace_facts(traced: Any) -> dict[str, Any]:
     }
 
 
-def _strategy(
-    kind: str, jit: bool, sharding: str = "ZERO2", bucketing: str = "BLOCK", bucket_size_in_mb: float = 25.0
-) -> Any:
-    from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
-
+def _comm_options(kind: str, sharding: str, bucketing: str, bucket_size_in_mb: float) -> dict[str, Any]:
+    """The communication knobs of ``kind``'s strategy (FSDP: sharding and bucketing; DDP: bucket size)."""
     if kind == "fsdp":
-        return ThunderFSDPStrategy(jit=jit, sharding_strategy=sharding, bucketing_strategy=bucketing)
-    return ThunderDDPStrategy(jit=jit, bucket_size_in_mb=bucket_size_in_mb)
+        return {"sharding_strategy": sharding, "bucketing_strategy": bucketing}
+    return {"bucket_size_in_mb": bucket_size_in_mb}
 
 
 def _full(p: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    from thunderviz.thunder import distribute
-
-    return distribute.gather_full(p, like).float()
+    """Full size, in float32 (blocks.1 of the bf16 variant holds bfloat16 parameters)."""
+    return common.full(p, like).float()
 
 
 def train(
@@ -151,14 +144,12 @@ def train(
 ) -> dict[str, Any]:
     """One scenario. ``case``: 'raw' (case 1), 'function' (case 2), 'jitted' / 'jitted_ran' (case 3)."""
     import thunder
-    from lightning.fabric import Fabric
 
     from thunderviz.thunder import hooks
-    from thunderviz.thunder.comm_setup import unwrap_module
 
-    strategy = _strategy(kind, case != "function", sharding, bucketing, bucket_size_in_mb)
-    fabric = Fabric(accelerator="cpu", devices=world, strategy=strategy)
-    fabric.launch()
+    options = _comm_options(kind, sharding, bucketing, bucket_size_in_mb)
+    fabric = common.fabric(kind, world, jit=case != "function", **options)
+    strategy = fabric.strategy
     torch.manual_seed(0 if rank == 0 else 1234)  # the strategy must broadcast rank 0's parameters
     model: Any = Blocks(**VARIANTS[variant])
     fwd = None
@@ -169,7 +160,7 @@ def train(
     if case == "function":
         fwd = thunder.jit(lambda m, x: loss_fn(m(x)))
     model = fabric.setup_module(model)
-    inner = unwrap_module(model)
+    inner = common.inner(model)
     configs = [hooks.comm_config(p) for p in inner.parameters()]
     optimizer = fabric.setup_optimizers(torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=LR))
     losses, grads = [], None
@@ -195,58 +186,13 @@ def train(
     }
 
 
-def train_many(rank: int, world: int, scenarios: list[tuple]) -> list[dict[str, Any]]:
-    """Several scenarios in one pair of rank processes (one interpreter start and process group for all)."""
-    return [train(rank, world, *s) for s in scenarios]
-
-
-class Encoder(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = nn.Linear(6, 5)
-        self.out = nn.Linear(5, 5)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.out(torch.tanh(self.fc(x)))
-
-
-def two_models_one_function(rank: int, world: int, kind: str, bucketing: str) -> dict[str, Any]:
-    """Case 2 with one jitted function taking two set-up models: their buckets stay apart."""
-    import thunder
-    from lightning.fabric import Fabric
-
-    from thunderviz.thunder import hooks
-
-    fabric = Fabric(accelerator="cpu", devices=world, strategy=_strategy(kind, False, bucketing=bucketing))
-    fabric.launch()
-    torch.manual_seed(0)
-    enc, head = Encoder(), nn.Linear(5, 3)
-    ref_enc, ref_head = Encoder(), nn.Linear(5, 3)
-    ref_enc.load_state_dict(enc.state_dict())
-    ref_head.load_state_dict(head.state_dict())
-    enc, head = fabric.setup_module(enc), fabric.setup_module(head)
-    step = thunder.jit(lambda e, h, x: loss_fn(h(e(x))))
-    xs = [torch.randn(4, 6, generator=torch.Generator().manual_seed(r)) for r in range(world)]
-    fabric.backward(step(enc, head, xs[rank]))
-    (sum(loss_fn(ref_head(ref_enc(x))) for x in xs) / world).backward()
-    got = {f"enc.{n}": _full(p.grad, p) for n, p in enc.module.named_parameters()}
-    got |= {f"head.{n}": _full(p.grad, p) for n, p in head.module.named_parameters()}
-    expected = {f"enc.{n}": p.grad for n, p in ref_enc.named_parameters()}
-    expected |= {f"head.{n}": p.grad for n, p in ref_head.named_parameters()}
-    buckets = {k: [b.to_dict() for b in v] for k, v in hooks.comm_buckets(step).items()}
-    return {"got": got, "expected": expected, "buckets": buckets}
-
-
 def ddp_no_backward_sync(rank: int, world: int, case: str) -> dict[str, Any]:
     """Gradient accumulation with ``no_backward_sync`` and bucketed all_reduce equals torch DDP's result."""
     import thunder
-    from lightning.fabric import Fabric
 
     from thunderviz.thunder import hooks
-    from thunderviz.thunder.comm_setup import unwrap_module
 
-    fabric = Fabric(accelerator="cpu", devices=world, strategy=_strategy("ddp", case != "function"))
-    fabric.launch()
+    fabric = common.fabric("ddp", world, jit=case != "function")
     torch.manual_seed(0)
     model = Blocks()
     ref = Blocks()
@@ -261,7 +207,7 @@ def ddp_no_backward_sync(rank: int, world: int, case: str) -> dict[str, Any]:
     fabric.backward(run(mine[1]))
     synced = hooks.comm_buckets(fwd if fwd is not None else model._forward_module)
     (sum(loss_fn(ref(Blocks.batch(10 * i + r))) for i in range(2) for r in range(world)) / world).backward()
-    got = {n: p.grad.clone() for n, p in unwrap_module(model).named_parameters()}
+    got = {n: p.grad.clone() for n, p in common.inner(model).named_parameters()}
     expected = {n: p.grad for n, p in ref.named_parameters()}
     return {
         "got": got,
@@ -272,9 +218,4 @@ def ddp_no_backward_sync(rank: int, world: int, case: str) -> dict[str, Any]:
 
 
 def features(rank: int, world: int) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for kind in ("fsdp", "ddp"):
-        out[f"two_models_{kind}"] = two_models_one_function(rank, world, kind, "BLOCK")
-    for case in ("raw", "function"):
-        out[f"no_sync_{case}"] = ddp_no_backward_sync(rank, world, case)
-    return out
+    return {f"no_sync_{case}": ddp_no_backward_sync(rank, world, case) for case in ("raw", "function")}

@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from tests.strategies.common import full_params
+
 CONFIG = {
     "block_size": 16,
     "vocab_size": 64,
@@ -86,13 +88,6 @@ def _fit(fabric: Any, state: dict[str, Any], until: int, log: dict[str, list]) -
             state["step_count"] += 1
 
 
-def _full_params(model: Any) -> dict[str, torch.Tensor]:
-    from thunderviz.thunder import distribute
-    from thunderviz.thunder.modules import user_module
-
-    return {n: distribute.gather_full(p.detach(), p) for n, p in user_module(model).named_parameters()}
-
-
 def reference(world: int) -> dict[str, Any]:
     """One process, eager: the same meta build and resets, the whole global batch, torch's own clipping."""
     from litgpt.utils import chunked_cross_entropy
@@ -140,7 +135,7 @@ def pretrain(rank: int, world: int, kind: str, path: str) -> dict[str, Any]:
     _fit(fabric, state, SAVE_AT, log)
     fabric.save(path, state)
     _fit(fabric, state, STEPS, log)
-    uninterrupted = _full_params(state["model"])
+    uninterrupted = full_params(state["model"])
 
     resumed = start()
     resumed.pop("_on_meta")
@@ -151,7 +146,7 @@ def pretrain(rank: int, world: int, kind: str, path: str) -> dict[str, Any]:
         "on_meta_before_setup": on_meta,
         "log": log,
         "uninterrupted": uninterrupted,
-        "resumed": _full_params(resumed["model"]),
+        "resumed": full_params(resumed["model"]),
         "resumed_log": resumed_log,
         "resumed_counters": (resumed["iter_num"], resumed["step_count"]),
         "decision": strategy.decisions[-1].to_dict(),

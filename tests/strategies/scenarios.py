@@ -14,6 +14,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from tests.strategies import common
+from tests.strategies.common import collective_counts, loss_fn
+
 STEPS = 3
 LR = 0.1
 CLIP_NORM = 0.05  # small enough that every step clips
@@ -77,10 +80,6 @@ class Tied(nn.Module):
 MODELS = {"mlp": MLP, "embed_norm": EmbedNorm, "tied": Tied}
 
 
-def loss_fn(out: torch.Tensor) -> torch.Tensor:
-    return (out.float() ** 2).mean()
-
-
 def build_reference_model(model_name: str, meta: bool) -> nn.Module:
     """Rank 0's model on one process: seed 0, eager; or seed 0, built on meta, then the same resets in order."""
     torch.manual_seed(0)
@@ -128,24 +127,6 @@ def _reference(model_name: str, world: int, clip: str | None = None, meta: bool 
     }
 
 
-def collective_counts(trace: Any) -> dict[str, int]:
-    """Collectives in an executed thunder trace, counted independently of thunderviz's own ledger."""
-    from thunder.executors import torchex
-
-    ids = {
-        torchex.all_gather_prim_impl.id: "all_gather",
-        torchex.reduce_scatter_prim_impl.id: "reduce_scatter",
-        torchex.all_reduce_prim_impl.id: "all_reduce",
-        torchex.wait_prim_impl.id: "wait",
-    }
-    counts: dict[str, int] = {}
-    for bsym in trace.bound_symbols:
-        kind = ids.get(bsym.sym.id)
-        if kind:
-            counts[kind] = counts.get(kind, 0) + 1
-    return counts
-
-
 def train(
     rank: int,
     world: int,
@@ -163,18 +144,11 @@ def train(
     ``fabric.init_module(empty_init=True)``.
     """
     import thunder
-    from lightning.fabric import Fabric
-
-    from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
-    from thunderviz.thunder import distribute, hooks
 
     jit = case != "function"
-    if strategy_kind == "fsdp":
-        strategy = ThunderFSDPStrategy(jit=jit, sharding_strategy=sharding)
-    else:
-        strategy = ThunderDDPStrategy(jit=jit)
-    fabric = Fabric(accelerator="cpu", devices=world, strategy=strategy)
-    fabric.launch()
+    options = {"sharding_strategy": sharding} if strategy_kind == "fsdp" else {}
+    fabric = common.fabric(strategy_kind, world, jit=jit, **options)
+    strategy = fabric.strategy
 
     # Every rank builds the model with a *different* seed: the strategy must broadcast rank 0's parameters (or,
     # for a meta-device model, initialize every rank from rank 0's generator).
@@ -197,7 +171,6 @@ def train(
     if case in ("jitted", "jitted_ran"):
         assert model._forward_module is user_handle, "the user's own ThunderModule must come back"
     forward_module = model._forward_module
-    inner = forward_module._model if hooks.is_thunder_module(forward_module) else forward_module
     optimizer = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=LR))
 
     losses, grads, norms = [], None, []
@@ -212,12 +185,12 @@ def train(
         else:
             norms.append(None)
         if step == 0:
-            grads = {n: distribute.gather_full(p.grad, p) for n, p in inner.named_parameters()}
+            grads = {n: common.full(p.grad, p) for n, p in common.inner(model).named_parameters()}
         gathered = fabric.all_gather(loss.detach())
         losses.append([float(x) for x in gathered])
         optimizer.step()
 
-    params = {n: distribute.gather_full(p.detach(), p) for n, p in inner.named_parameters()}
+    params = common.full_params(model)
     traced = fwd if fwd is not None else forward_module
     fw = thunder.last_traces(traced)[-1]
     bw = thunder.last_backward_traces(traced)[-1]
@@ -232,44 +205,15 @@ def train(
         "forward_collectives": collective_counts(fw),
         "backward_collectives": collective_counts(bw),
         "decisions": [d.to_dict() for d in strategy.decisions],
-        "local_shapes": {n: tuple(p.shape) for n, p in inner.named_parameters()},
+        "local_shapes": {n: tuple(p.shape) for n, p in common.inner(model).named_parameters()},
     }
-
-
-def train_many(rank: int, world: int, scenarios: list[tuple]) -> list[dict[str, Any]]:
-    """Several scenarios in one pair of rank processes: one interpreter start and process group for all of them."""
-    return [train(rank, world, *s) for s in scenarios]
-
-
-def _fabric(kind: str, **kwargs: Any) -> Any:
-    from lightning.fabric import Fabric
-
-    from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
-
-    cls = ThunderFSDPStrategy if kind == "fsdp" else ThunderDDPStrategy
-    fabric = Fabric(accelerator="cpu", devices=2, strategy=cls(**kwargs))
-    fabric.launch()
-    return fabric
-
-
-def _inner(model: Any) -> nn.Module:
-    from thunderviz.thunder import hooks
-
-    fm = model._forward_module
-    return fm._model if hooks.is_thunder_module(fm) else fm
-
-
-def _full_params(model: Any) -> dict[str, torch.Tensor]:
-    from thunderviz.thunder import distribute
-
-    return {n: distribute.gather_full(p.detach(), p) for n, p in _inner(model).named_parameters()}
 
 
 def checkpoint_roundtrip(rank: int, world: int, kind: str, state_dict_type: str, path: str) -> dict[str, Any]:
     """Joint ``fabric.setup(model, optimizer)``, save after 2 steps, load into a fresh model, and compare step 3."""
 
     def build() -> tuple[Any, Any, Any]:
-        fabric = _fabric(kind, state_dict_type=state_dict_type)
+        fabric = common.fabric(kind, world, state_dict_type=state_dict_type)
         torch.manual_seed(0)
         model = MLP()
         optimizer = torch.optim.SGD(model.parameters(), lr=LR, momentum=0.9)
@@ -285,13 +229,13 @@ def checkpoint_roundtrip(rank: int, world: int, kind: str, state_dict_type: str,
     for i in range(2):
         step(fabric, model, optimizer, i)
     fabric.save(path, {"model": model, "optimizer": optimizer, "step": 2})
-    saved = _full_params(model)
+    saved = common.full_params(model)
     step(fabric, model, optimizer, 2)
-    expected = _full_params(model)
+    expected = common.full_params(model)
 
     fabric2, model2, optimizer2 = build()
     remainder = fabric2.load(path, {"model": model2, "optimizer": optimizer2})
-    loaded = _full_params(model2)
+    loaded = common.full_params(model2)
     step(fabric2, model2, optimizer2, 2)
     file_keys = None
     if state_dict_type == "full" and rank == 0:
@@ -301,14 +245,14 @@ def checkpoint_roundtrip(rank: int, world: int, kind: str, state_dict_type: str,
         "saved": saved,
         "loaded": loaded,
         "expected": expected,
-        "after": _full_params(model2),
+        "after": common.full_params(model2),
         "remainder": remainder,
         "file_shapes": file_keys,
     }
 
 
 def fabric_collectives(rank: int, world: int, kind: str) -> dict[str, Any]:
-    fabric = _fabric(kind)
+    fabric = common.fabric(kind, world)
     fabric.barrier()
     reduced = fabric.all_reduce(torch.tensor(float(rank + 1)), reduce_op="sum")
     mean = fabric.all_reduce(torch.tensor(float(rank + 1)))
@@ -332,7 +276,7 @@ def frozen_and_no_sync(rank: int, world: int, kind: str, case: str) -> dict[str,
     """Frozen parameters stay put; (DDP) ``no_backward_sync`` accumulates to the same gradient as torch DDP would."""
     import thunder
 
-    fabric = _fabric(kind, jit=case != "function")
+    fabric = common.fabric(kind, world, jit=case != "function")
     torch.manual_seed(0)
     model = FrozenHead()
     ref = FrozenHead()
@@ -347,68 +291,28 @@ def frozen_and_no_sync(rank: int, world: int, kind: str, case: str) -> dict[str,
     with fabric.no_backward_sync(model, enabled=kind == "ddp"):
         fabric.backward(run(mine[0]))
     fabric.backward(run(mine[1]))
-    grads = {n: (p.grad is None) for n, p in _inner(model).named_parameters()}
-    from thunderviz.thunder import distribute
-
-    got = {n: distribute.gather_full(p.grad, p) for n, p in _inner(model).named_parameters() if p.grad is not None}
+    grads = {n: (p.grad is None) for n, p in common.inner(model).named_parameters()}
+    got = {n: common.full(p.grad, p) for n, p in common.inner(model).named_parameters() if p.grad is not None}
     expected_loss = sum(loss_fn(ref(x)) for x in micro) / world
     expected_loss.backward()
     expected = {n: p.grad for n, p in ref.named_parameters() if p.grad is not None}
     head_before = {n: p.detach().clone() for n, p in ref.head.named_parameters()}
     optimizer = fabric.setup_optimizers(torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=LR))
     optimizer.step()
-    full = _full_params(model)
+    after = common.full_params(model)
     return {
         "grad_is_none": grads,
         "got": got,
         "expected": expected,
-        "head_after": {k[len("head.") :]: v for k, v in full.items() if k.startswith("head.")},
+        "head_after": {k[len("head.") :]: v for k, v in after.items() if k.startswith("head.")},
         "head_before": head_before,
-    }
-
-
-class Encoder(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = nn.Linear(6, 5)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(self.fc(x))
-
-
-def two_models_one_function(rank: int, world: int, kind: str) -> dict[str, Any]:
-    """Case 2 with a jitted function that takes two different set-up models."""
-    import thunder
-
-    fabric = _fabric(kind, jit=False)
-    torch.manual_seed(0)
-    enc, head = Encoder(), nn.Linear(5, 3)
-    ref_enc, ref_head = Encoder(), nn.Linear(5, 3)
-    ref_enc.load_state_dict(enc.state_dict())
-    ref_head.load_state_dict(head.state_dict())
-    enc, head = fabric.setup_module(enc), fabric.setup_module(head)
-    step = thunder.jit(lambda e, h, x: loss_fn(h(e(x))))
-    xs = [torch.randn(4, 6, generator=torch.Generator().manual_seed(r)) for r in range(world)]
-    fabric.backward(step(enc, head, xs[rank]))
-    (sum(loss_fn(ref_head(ref_enc(x))) for x in xs) / world).backward()
-    from thunderviz.thunder import distribute
-
-    got = {f"enc.{n}": distribute.gather_full(p.grad, p) for n, p in enc.module.named_parameters()}
-    got |= {f"head.{n}": distribute.gather_full(p.grad, p) for n, p in head.module.named_parameters()}
-    expected = {f"enc.{n}": p.grad for n, p in ref_enc.named_parameters()}
-    expected |= {f"head.{n}": p.grad for n, p in ref_head.named_parameters()}
-    return {
-        "got": got,
-        "expected": expected,
-        "forward_collectives": collective_counts(thunder.last_traces(step)[-1]),
-        "backward_collectives": collective_counts(thunder.last_backward_traces(step)[-1]),
     }
 
 
 def meta_joint_setup(rank: int, world: int, kind: str) -> dict[str, Any]:
     """An optimizer built on the meta-device parameters, then ``fabric.setup(model, optimizer)`` together: the
     optimizer must end up updating the materialized parameters."""
-    fabric = _fabric(kind)
+    fabric = common.fabric(kind, world)
     torch.manual_seed(0 if rank == 0 else 77)
     with fabric.init_module(empty_init=True):
         model = MLP()
@@ -425,10 +329,10 @@ def meta_joint_setup(rank: int, world: int, kind: str) -> dict[str, Any]:
         (sum(loss_fn(ref(MLP.batch(100 * step + r))) for r in range(world)) / world).backward()
         ref_opt.step()
     return {
-        "got": _full_params(model),
+        "got": common.full_params(model),
         "expected": {n: p.detach() for n, p in ref.named_parameters()},
         "optimizer_params_are_model_params": {id(p) for g in optimizer.param_groups for p in g["params"]}
-        == {id(p) for p in _inner(model).parameters()},
+        == {id(p) for p in common.inner(model).parameters()},
     }
 
 
@@ -438,7 +342,7 @@ def refused_jit_kwargs(rank: int, world: int, kind: str) -> dict[str, Any]:
 
     from thunderviz.errors import JitDecisionError
 
-    fabric = _fabric(kind, disable_torch_autograd=True)
+    fabric = common.fabric(kind, world, disable_torch_autograd=True)
     try:
         fabric.setup_module(thunder.jit(MLP()))
         message = "no error"
@@ -456,5 +360,4 @@ def features(rank: int, world: int, kind: str, tmp: str) -> dict[str, Any]:
         out[f"checkpoint_{sdt}"] = checkpoint_roundtrip(rank, world, kind, sdt, f"{tmp}/{kind}-{sdt}.ckpt")
     for case in ("raw", "function"):
         out[f"frozen_{case}"] = frozen_and_no_sync(rank, world, kind, case)
-    out["two_models"] = two_models_one_function(rank, world, kind)
     return out

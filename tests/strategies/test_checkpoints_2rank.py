@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.helpers.rank_pool import run_on_pool
 from tests.strategies.checkpoint_scenarios import (
     FORMATS,
     KINDS,
@@ -30,7 +31,7 @@ def ckpt_dir(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def two(ckpt_dir):
-    return run_ranks(two_rank_suite, str(ckpt_dir), timeout=900)
+    return run_on_pool(two_rank_suite, str(ckpt_dir), timeout=900)
 
 
 @pytest.fixture(scope="module")

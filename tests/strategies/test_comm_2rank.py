@@ -15,8 +15,9 @@ import itertools
 import pytest
 import torch
 
-from tests.strategies.comm_scenarios import features, train_many
-from thunderviz.ranks.spawn import run_ranks
+from tests.helpers.rank_pool import run_on_pool
+from tests.strategies.comm_scenarios import features, train
+from tests.strategies.common import run_many, two_models_results
 
 KINDS = {
     "ddp": ("ddp", "ZERO2", "NONE"),
@@ -41,7 +42,7 @@ def _run(kind: str) -> list[list[dict]]:
         scenarios = [(strategy, sharding, bucketing, case, variant) for case, variant in _scenarios(kind)]
         if kind == "ddp":
             scenarios.append(("ddp", "ZERO2", "NONE", "raw", "plain", 0.0))  # bucket_size_in_mb=0
-        _results[kind] = run_ranks(train_many, scenarios, timeout=1200)
+        _results[kind] = run_on_pool(run_many, train, scenarios, timeout=1200)
     return _results[kind]
 
 
@@ -189,12 +190,12 @@ def test_ddp_bf16_gradients_get_their_own_bucket():
 
 @pytest.fixture(scope="module")
 def feature_results():
-    return run_ranks(features, timeout=900)
+    return run_on_pool(features, timeout=900)
 
 
 @pytest.mark.parametrize("kind", ["fsdp", "ddp"])
-def test_two_models_in_one_function_keep_their_own_buckets(feature_results, kind):
-    r0 = feature_results[0][f"two_models_{kind}"]
+def test_two_models_in_one_function_keep_their_own_buckets(kind):
+    r0 = two_models_results()[kind][0]
     for name in r0["expected"]:
         torch.testing.assert_close(r0["got"][name], r0["expected"][name], msg=name)
     if kind == "fsdp":

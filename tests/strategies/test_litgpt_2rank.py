@@ -11,13 +11,13 @@ import torch
 
 pytest.importorskip("litgpt", reason="litgpt is in the `test` extra (pip install -e '.[test]')")
 
+from tests.helpers.rank_pool import run_on_pool
 from tests.strategies.litgpt_scenarios import ACCUMULATION, STEPS, both
-from thunderviz.ranks.spawn import run_ranks
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    return run_ranks(both, str(tmp_path_factory.mktemp("litgpt")), timeout=900)
+    return run_on_pool(both, str(tmp_path_factory.mktemp("litgpt")), timeout=900)
 
 
 @pytest.mark.parametrize("kind", ["fsdp", "ddp"])

@@ -1,8 +1,8 @@
 """Fabric + thunder strategies on 2 real gloo ranks, against single-process eager PyTorch.
 
-Scenarios are grouped so each strategy pays for one pair of interpreter starts (``import thunder`` ~3 s) and one
-process group; each scenario is then asserted as its own test. Gradient clipping and meta-device init run for
-ZERO2 and DDP only (they act on the shards, which ZERO3 shares with ZERO2).
+Scenarios run on the session's one pair of rank processes (``tests/helpers/rank_pool.py``: no interpreter start or
+new process group per file), one job per strategy; each scenario is then asserted as its own test. Gradient
+clipping and meta-device init run for ZERO2 and DDP only (they act on the shards, which ZERO3 shares with ZERO2).
 """
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.strategies.scenarios import MODELS, features, train_many
-from thunderviz.ranks.spawn import run_ranks
+from tests.helpers.rank_pool import run_on_pool
+from tests.strategies.common import run_many, two_models_results
+from tests.strategies.scenarios import MODELS, features, train
 
 KINDS = {"fsdp-zero2": ("fsdp", "ZERO2"), "fsdp-zero3": ("fsdp", "ZERO3"), "ddp": ("ddp", "ZERO2")}
 CASES = ["raw", "jitted", "jitted_ran", "function", "function_jit_before_setup"]
@@ -50,7 +51,7 @@ def _run(kind: str) -> list[list[dict]]:
         scenarios = [_scenario_args(kind, c, m) for c, m in SCENARIOS]
         if kind in EXTRA_KINDS:
             scenarios += [_scenario_args(kind, *extra) for extra in EXTRA]
-        _results[kind] = run_ranks(train_many, scenarios, timeout=1200)
+        _results[kind] = run_on_pool(run_many, train, scenarios, timeout=1200)
     return _results[kind]
 
 
@@ -122,7 +123,7 @@ _features: dict[str, list[dict]] = {}
 def feature_results(tmp_path_factory):
     def get(kind: str) -> list[dict]:
         if kind not in _features:
-            _features[kind] = run_ranks(features, kind, str(tmp_path_factory.mktemp(kind)), timeout=900)
+            _features[kind] = run_on_pool(features, kind, str(tmp_path_factory.mktemp(kind)), timeout=900)
         return _features[kind]
 
     return get
@@ -163,8 +164,8 @@ def test_frozen_parameters_and_no_backward_sync(feature_results, kind, case):
 
 
 @pytest.mark.parametrize("kind", ["fsdp", "ddp"])
-def test_function_taking_two_set_up_models(feature_results, kind):
-    r0 = feature_results(kind)[0]["two_models"]
+def test_function_taking_two_set_up_models(kind):
+    r0 = two_models_results()[kind][0]
     for name in r0["expected"]:
         torch.testing.assert_close(r0["got"][name], r0["expected"][name], msg=name)
     # One bucket per set-up model (BLOCK's root bucket for FSDP, one bucket for DDP): never one across both.

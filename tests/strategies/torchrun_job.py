@@ -10,7 +10,8 @@ import torch
 from lightning.fabric import Fabric
 
 import thunderviz  # noqa: F401 - registers the "thunder_fsdp" / "thunder_ddp" names
-from tests.strategies.scenarios import MLP, collective_counts, loss_fn
+from tests.strategies.common import collective_counts, loss_fn
+from tests.strategies.scenarios import MLP
 
 
 def main(out_dir: str, strategy: str) -> None:
