@@ -58,12 +58,18 @@ def capture_gpt_on_rank(rank: int, world_size: int, out_dir: str, kinds: tuple[s
 def write_gpt_traces(
     out_dir: str | Path, kinds: tuple[str, ...] = ("fsdp", "ddp"), nproc: int = 2
 ) -> dict[str, list[str]]:
-    """Run the ranks; return ``{kind: [rank0.json, rank1.json, ...]}``."""
+    """Run the ranks (2: the session's rank pair; another count: fresh processes); return
+    ``{kind: [rank0.json, rank1.json, ...]}``."""
+    from tests.helpers import rank_pool
     from thunderviz.ranks.spawn import run_ranks
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    per_rank = run_ranks(capture_gpt_on_rank, str(out), tuple(kinds), nproc=nproc, timeout=600)
+    args = (capture_gpt_on_rank, str(out), tuple(kinds))
+    if nproc == rank_pool.WORLD_SIZE:
+        per_rank = rank_pool.run_on_pool(*args, timeout=600)
+    else:
+        per_rank = run_ranks(*args, nproc=nproc, timeout=600)
     for k in kinds:  # the strategies' decision logs, which trace files do not hold
         (out / f"{k}-decisions.json").write_text(json.dumps(per_rank[0]["decisions"][k]), encoding="utf-8")
     return {k: [r["paths"][k] for r in per_rank] for k in kinds}

@@ -15,6 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.helpers.rank_pool import run_on_pool
 from thunderviz.ranks.spawn import run_ranks
 
 STEPS = 3
@@ -74,10 +75,15 @@ def record_fsdp(rank: int, world_size: int, out_dir: str, kind: str = "fsdp", sl
     return RankRun(rank, path, traces, restored, recording_after, rec._boundaries)
 
 
-@functools.cache
 def recorded(kind: str = "fsdp") -> list[RankRun]:
+    """The run for ``kind``, recorded once per session (``recorded()`` and ``recorded("fsdp")`` are one run)."""
+    return _recorded(kind)
+
+
+@functools.cache
+def _recorded(kind: str) -> list[RankRun]:
     out_dir = tempfile.mkdtemp(prefix=f"thunderviz-timeline-{kind}-")
-    return run_ranks(record_fsdp, out_dir, kind, nproc=2, timeout=400)
+    return run_on_pool(record_fsdp, out_dir, kind, timeout=400)
 
 
 if __name__ == "__main__":

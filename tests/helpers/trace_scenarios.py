@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from tests.helpers.rank_pool import run_on_pool
 from tests.helpers.ranks import run_ranks
 
 MODEL_KW = {"vocab_size": 64, "block_size": 16, "d_model": 32, "n_layer": 1, "n_head": 2}
@@ -44,7 +45,8 @@ def capture_fsdp_and_ddp(rank: int, world_size: int, out_dir: str) -> RankResult
     from thunderviz.thunder.capture import capture
     from thunderviz.trace.file import save
 
-    dist.init_process_group("gloo")
+    if not dist.is_initialized():  # on the session's rank pair an earlier job may have created it
+        dist.init_process_group("gloo")
     x, y = make_batch(batch=2, block_size=MODEL_KW["block_size"], vocab_size=MODEL_KW["vocab_size"])
     bundles = {}
     for kind in ("fsdp", "ddp"):
@@ -65,7 +67,7 @@ def capture_fsdp_and_ddp(rank: int, world_size: int, out_dir: str) -> RankResult
 @functools.lru_cache(maxsize=1)
 def two_rank_run() -> list[RankResult]:
     out_dir = tempfile.mkdtemp(prefix="thunderviz-traces-")
-    return run_ranks(capture_fsdp_and_ddp, out_dir, nproc=2, timeout=240)
+    return run_on_pool(capture_fsdp_and_ddp, out_dir, timeout=240)
 
 
 class _Net(nn.Module):
@@ -146,7 +148,7 @@ def _capture_cases(rank: int, world_size: int, kind: str) -> dict:
 @functools.lru_cache(maxsize=1)
 def setup_captures() -> list[dict]:
     """``capture_what_setup_returned`` for FSDP and DDP on 2 real gloo ranks, once per session."""
-    return run_ranks(capture_what_setup_returned, ("fsdp", "ddp"), nproc=2, timeout=500)
+    return run_on_pool(capture_what_setup_returned, ("fsdp", "ddp"), timeout=500)
 
 
 #: Small real trace files (FSDP with every stage, and DDP, of ``_Net`` on 2 ranks) kept in the repository: the
