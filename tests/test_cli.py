@@ -6,10 +6,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.helpers.fresh_interpreter import CLUSTER, HEAVY, NOTEBOOK, light_paths, present
 from tests.helpers.small_traces import write_rank_files
 from thunderviz.cli import build_parser, main
-
-HEAVY = ("torch", "lightning", "lightning_fabric", "thunder", "IPython", "ipywidgets", "anywidget", "ipyparallel")
 
 
 def test_render_writes_one_offline_page_for_all_rank_files(tmp_path: Path, capsys) -> None:
@@ -50,16 +49,8 @@ def test_every_subcommand_has_help() -> None:
     assert "render" in usage and "demo" in usage
 
 
-def test_render_imports_neither_torch_nor_lightning_nor_thunder(tmp_path: Path) -> None:
+def test_render_imports_neither_torch_nor_lightning_nor_thunder() -> None:
     """What keeps ``thunderviz render`` fast (bench/cli_start.py): only the trace model and the renderer load."""
-    files = write_rank_files(tmp_path)
-    code = (
-        "import sys\n"
-        "from thunderviz.cli import main\n"
-        f"assert main(['render', *{[str(f) for f in files]!r}, '--out', {str(tmp_path / 'r.html')!r}]) == 0\n"
-        f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip().splitlines()[-1] == "[]"
-    assert (tmp_path / "r.html").stat().st_size > 0
+    run = light_paths()  # `main(['render', two rank files, '--out', ...]) == 0` in a fresh interpreter
+    assert present(run.loaded["thunderviz render"], HEAVY, NOTEBOOK, CLUSTER) == []
+    assert run.rendered.stat().st_size > 0

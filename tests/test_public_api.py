@@ -8,16 +8,13 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import subprocess
-import sys
 import types
 
 import pytest
 
 import thunderviz
 import thunderviz.errors
-
-HEAVY = ("torch", "lightning", "lightning_fabric", "thunder", "IPython", "ipywidgets", "anywidget", "ipyparallel")
+from tests.helpers.fresh_interpreter import CLUSTER, HEAVY, NOTEBOOK, light_paths, present
 
 
 def _offered_names() -> set[str]:
@@ -75,9 +72,7 @@ def test_unknown_names_raise_attributeerror() -> None:
 
 def test_import_thunderviz_imports_no_heavy_dependency() -> None:
     """Checked in a fresh interpreter: this test process has imported everything already."""
-    code = f"import sys, thunderviz; print(sorted(m for m in {HEAVY!r} if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    assert present(light_paths().loaded["import thunderviz"], HEAVY, NOTEBOOK, CLUSTER) == []
 
 
 def test_paths_documented_before_the_core_split_still_import():
