@@ -15,14 +15,16 @@ from thunderviz.ranks.rendezvous import free_port
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize(
-    ("name", "cls", "collective"),
-    [
-        ("thunder_fsdp", "ThunderFSDPStrategy", "reduce_scatter"),
-        ("thunder_ddp", "ThunderDDPStrategy", "all_reduce"),
-    ],
-)
-def test_strategy_by_name_under_torchrun(tmp_path, name, cls, collective):
+CASES = [
+    ("thunder_fsdp", "ThunderFSDPStrategy", "reduce_scatter"),
+    ("thunder_ddp", "ThunderDDPStrategy", "all_reduce"),
+]
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory) -> Path:
+    """One ``torchrun`` of the job with every strategy name (each rank writes one file per name)."""
+    out = tmp_path_factory.mktemp("torchrun")
     cmd = [
         sys.executable,
         "-m",
@@ -35,13 +37,18 @@ def test_strategy_by_name_under_torchrun(tmp_path, name, cls, collective):
         str(free_port()),
         "-m",
         "tests.strategies.torchrun_job",
-        str(tmp_path),
-        name,
+        str(out),
+        *(name for name, _, _ in CASES),
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    results = [json.loads((tmp_path / f"rank-{r}.json").read_text()) for r in range(2)]
+    return out
+
+
+@pytest.mark.parametrize(("name", "cls", "collective"), CASES)
+def test_strategy_by_name_under_torchrun(launched, name, cls, collective):
+    results = [json.loads((launched / f"{name}-rank-{r}.json").read_text()) for r in range(2)]
     for r, res in enumerate(results):
         assert (res["rank"], res["world_size"], res["backend"], res["strategy"]) == (r, 2, "gloo", cls)
         assert res["mean_loss"] == pytest.approx(res["expected_loss"], rel=1e-5)

@@ -1,4 +1,6 @@
-"""A training script as a user would launch it with torchrun; writes what the test checks to OUT_DIR/rank-N.json."""
+"""A training script as a user would launch it with torchrun; for each strategy name given, one training step,
+and what the test checks in OUT_DIR/<name>-rank-N.json (one launch for all names: the first Fabric's process group
+serves the next)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,6 @@ from tests.strategies.scenarios import MLP
 
 
 def main(out_dir: str, strategy: str) -> None:
-    torch.set_num_threads(1)
     fabric = Fabric(accelerator="cpu", devices=int(os.environ["LOCAL_WORLD_SIZE"]), strategy=strategy)
     fabric.launch()
     torch.manual_seed(0)
@@ -39,9 +40,11 @@ def main(out_dir: str, strategy: str) -> None:
         "backward_collectives": collective_counts(trace),
         "decision": fabric.strategy.decisions[-1].case,
     }
-    with open(os.path.join(out_dir, f"rank-{fabric.global_rank}.json"), "w") as f:
+    with open(os.path.join(out_dir, f"{strategy}-rank-{fabric.global_rank}.json"), "w") as f:
         json.dump(result, f)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    torch.set_num_threads(1)
+    for name in sys.argv[2:]:
+        main(sys.argv[1], name)
