@@ -17,12 +17,9 @@ from thunderviz.parallel.options import FIRST_BUCKET_SIZE_IN_MB, Bucketing, Para
 from thunderviz.thunder import hooks
 from thunderviz.thunder.modules import user_module
 
-__all__ = ["configure_comm", "unwrap_module"]
+__all__ = ["configure_comm"]
 
 _MIB = 1024 * 1024
-
-#: The name tests/strategies know (``thunder.modules.user_module`` is the one implementation).
-unwrap_module = user_module
 
 
 def configure_comm(module: Any, options: StrategyOptions) -> list[CommConfig]:
