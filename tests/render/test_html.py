@@ -155,8 +155,9 @@ def test_markup_pieces_escape_everything():
     rows = decisions_table([Decision("m", Case.USER_JITTED, Action.DISTRIBUTE_IN_PLACE, "<r>", clear_cache=True)])
     assert list(re.findall(r"<th>(\w+)</th>", rows)) == list(DECISION_COLUMNS)
     assert (
-        "<td>m</td><td>case 3: module already jitted by the user</td><td>distribute in place</td><td>&lt;r&gt;</td>"
-        in rows
+        "<td>m</td><td><details class='tv-decision'><summary>case 3: distribute your jitted module in place"
+        "</summary><p>case 3: module already jitted by the user \u00b7 distribute in place: &lt;r&gt;</p></details>"
+        "</td>" in rows
     )
     assert "True" not in rows  # clear_cache is not a column
     text = page("<t>", "<p>body</p>", style="p{}", script="1;")
