@@ -284,6 +284,7 @@ class ThundervizMagics(Magics):
             status, self._status = self._status, None
             status.close(self.engine.phases if self.engine is not None else None)
         if args.name:
+            report.name = args.name
             self.shell.user_ns[args.name] = report
         self._keep_recent(report)
         return report
