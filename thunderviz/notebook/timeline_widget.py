@@ -20,6 +20,7 @@ import anywidget
 import traitlets as t
 
 from thunderviz.gc_pause import no_gc_pauses
+from thunderviz.render.style import wrap
 from thunderviz.render.timeline_svg import COLOURS, timeline_html
 from thunderviz.timeline.analysis import close_gaps, union
 from thunderviz.timeline.model import Timeline
@@ -268,9 +269,10 @@ class TimelineView(anywidget.AnyWidget):
 
     def to_html(self) -> str:
         """The static picture (SVG and tables, no script)."""
-        return timeline_html(self._timeline) + (
-            "<p style='color:#5b6b7c'>Static picture from when the cell ran; open the notebook in JupyterLab with a "
-            "kernel to zoom, pan and click collectives.</p>"
+        return wrap(
+            timeline_html(self._timeline)
+            + "<p style='color:#5b6b7c'>Static picture from when the cell ran; open the notebook in JupyterLab with "
+            "a kernel to zoom, pan and click collectives.</p>"
         )
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:

@@ -29,6 +29,7 @@ from thunderviz.render.graph import dot_available, to_svg
 from thunderviz.render.markup import decisions_table
 from thunderviz.render.markup import escape as _e
 from thunderviz.render.markup import table as _table
+from thunderviz.render.style import wrap
 from thunderviz.trace.units import format_bytes
 
 __all__ = ["CompareView", "RankStatus", "TraceView"]
@@ -196,7 +197,7 @@ class _GraphWidget(anywidget.AnyWidget):
             "<p style='color:#5b6b7c'>Static picture from when the cell ran; open the notebook in "
             "JupyterLab with a kernel for zoom, search, details and expanding blocks.</p></div>"
         )
-        return "\n".join(parts)
+        return wrap("\n".join(parts))
 
 
 def _graph_html(dot: str, use_svg: bool) -> str:
