@@ -159,6 +159,22 @@ def test_fabric_strategy_is_configured_per_cell(engine: RankEngine) -> None:
     assert engine.pull("same", 1) is True
 
 
+def test_a_model_from_an_earlier_strategy_is_reported_when_it_runs_again(engine: RankEngine) -> None:
+    """A model set up under one ``fabric`` and trained again after the strategy changed and changed back (the
+    tutorial's DDP timeline reuses the DDP section's model): the report still captures what ran."""
+    ddp = StrategySpec("thunder_ddp")
+    first = engine.run(
+        "reused = fabric.setup(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2)))\n"
+        "fabric.backward(reused(torch.randn(3, 4)).sum())",
+        strategy=ddp,
+    )
+    assert sorted(first.bundles) == ["Sequential"]
+    engine.run("pass", strategy=StrategySpec("thunder_fsdp"), collect=False)  # another strategy in between
+    again = engine.run("fabric.backward(reused(torch.randn(3, 4)).sum())", strategy=ddp)
+    assert list(again.bundles) == ["reused"] and again.decisions == []  # what ran, by its variable name
+    assert again.ledgers["reused"][0].counts() == first.ledgers["Sequential"][0].counts()
+
+
 def test_ranks_package_does_not_import_ipython() -> None:
     import subprocess
 
