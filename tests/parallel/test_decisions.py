@@ -128,7 +128,8 @@ def test_decision_rows(facts, options, case, action, clear_cache, reason):
         "strategy": options.summary(),
         "headline": decision.headline,
     }
-    assert Decision.from_dict(decision.to_dict()).headline == decision.headline  # a saved log keeps its headline
+    back = Decision.from_dict(decision.to_dict())
+    assert (back.headline, back.strategy) == (decision.headline, decision.strategy)  # a saved log keeps both
 
 
 BLOCKS4 = ObjectFacts(kind=ObjectKind.MODULE, type_name="GPT", blocks=tuple(f"blocks.{i}" for i in range(4)))

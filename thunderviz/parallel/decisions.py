@@ -99,6 +99,8 @@ class Decision:
     #: the decision in one line (``case 1: jit once, then shard - ZERO3, 4 block buckets + root``); ``reason`` is
     #: the full reasoning (mechanism, why this default, measured numbers). Filled in from case and action when empty.
     headline: str = ""
+    #: the options' summary when they are known only as text (a decision log read back from a file)
+    strategy_summary: str = ""
 
     def __post_init__(self) -> None:
         if not self.headline:
@@ -107,7 +109,7 @@ class Decision:
     @property
     def strategy(self) -> str:
         """``FSDP ZERO3 BLOCK``: the options the decision was made with, in one phrase (empty when unknown)."""
-        return self.options.summary() if self.options is not None else ""
+        return self.options.summary() if self.options is not None else self.strategy_summary
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Decision:
@@ -119,6 +121,7 @@ class Decision:
             reason=str(d["reason"]),
             clear_cache=bool(d.get("clear_cache", False)),
             headline=str(d.get("headline", "")),
+            strategy_summary=str(d.get("strategy", "")),
         )
 
     def to_dict(self) -> dict[str, Any]:
