@@ -62,6 +62,8 @@ class _GraphWidget(anywidget.AnyWidget):
     search = t.Unicode("").tag(sync=True)
     matches = t.List(t.Dict()).tag(sync=True)
     match_total = t.Int(0).tag(sync=True)
+    #: the query ``matches`` answer (set with them, so the browser redraws even when no hit changed: "no matches")
+    searched = t.Unicode("").tag(sync=True)
     selected = t.Dict().tag(sync=True)
     panels = t.Dict().tag(sync=True)
     height = t.Int(520).tag(sync=True)
@@ -139,6 +141,7 @@ class _GraphWidget(anywidget.AnyWidget):
         with self.hold_sync():  # one message, so the browser never shows a new list with an old count
             self.match_total = total
             self.matches = hits[: vd.MAX_MATCHES]
+            self.searched = self.search
 
     # ------------------------------------------------------------------ Python API
 

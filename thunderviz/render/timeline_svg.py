@@ -192,13 +192,16 @@ def _rank_lane(plot: _Plot, rank: int, t: RankTimeline, y: float, *, first: bool
     aligned to) and each row's name, then its three rows."""
     c = COLOURS
     unc = t.clock.uncertainty
-    clock = "" if first else f"clock +/- {_ms(unc)}" if unc != float("inf") else "clock ?"
+    clock = "" if first else f"\u00b1{_ms(unc)}" if unc != float("inf") else "clock ?"
     parts = [f'<g class="rank" data-rank="{rank}">']
     parts.append(
         f'<text x="4" y="{y + 14:.1f}" font-weight="bold" font-size="13" fill="{c["text"]}">rank {rank}</text>'
     )
-    if clock:
-        parts.append(f'<text x="4" y="{y + 30:.1f}" font-size="11" fill="{c["muted"]}">{_e(clock)}</text>')
+    if clock:  # the clock bound under the name, short: the row labels fill the rest of the label column
+        parts.append(
+            f'<text x="4" y="{y + _ROW_H + 14:.1f}" font-size="11" fill="{c["muted"]}"><title>clock bound</title>'
+            f"{_e(clock)}</text>"
+        )
     for i, label in enumerate(ROW_LABELS):
         parts.append(
             f'<text class="row-label" x="{_LABEL_W - 6}" y="{y + i * _ROW_H + 14:.1f}" text-anchor="end" '

@@ -534,7 +534,7 @@ function render({ model, el }) {
       for (const e of p.svg.querySelectorAll(".tv-match")) e.classList.remove("tv-match");
     }
     const hits = model.get("matches");
-    const q = model.get("search");
+    const q = model.get("searched");
     for (const m of hits) {
       const p = state.panes[m.pane];
       const e = p && p.nodeEl(m.node);
@@ -630,6 +630,7 @@ function render({ model, el }) {
   model.on("change:panes", redraw);
   model.on("change:matches", markMatches);
   model.on("change:match_total", markMatches);
+  model.on("change:searched", markMatches);
   model.on("change:trace", onTrace);
   model.on("change:traces", drawTraces);
   model.on("change:trace_names", drawTraces);
