@@ -18,7 +18,7 @@ from typing import Any
 
 from thunderviz.parallel.decisions import Decision
 
-__all__ = ["RUNS", "TUTORIAL_MODEL", "bucketed_trace_files", "decisions_of", "write_bucketed_traces"]
+__all__ = ["RUNS", "TUTORIAL_MODEL", "bucketed_trace_files", "decisions_of", "run_report", "write_bucketed_traces"]
 
 #: The tutorial's model (``thunderviz/demos/tutorial.ipynb``).
 TUTORIAL_MODEL = {"n_layer": 4, "d_model": 32, "n_head": 2, "block_size": 16, "vocab_size": 64}
@@ -86,6 +86,37 @@ def decisions_of(files: list[str]) -> list[Decision]:
     p = Path(files[0])
     log = p.with_name(p.name.split("-rank")[0] + "-decisions.json")
     return [Decision.from_dict(d) for d in json.loads(log.read_text(encoding="utf-8"))]
+
+
+def run_report(run: str, files: list[str]) -> Any:
+    """The ``RunReport`` a ``%%thunder_fsdp --name <run>`` cell would have returned for these files: every rank's
+    bundle and ledger, the decision log, the run's strategy, each rank's measured RSS (this process's, a stand-in)."""
+    import psutil
+
+    from thunderviz.ranks.protocol import ReportData, StrategySpec
+    from thunderviz.ranks.report import RunReport
+    from thunderviz.trace.file import load
+    from thunderviz.trace.ledger import ledger_from_bundle
+
+    _, kwargs, kind = RUNS[run]
+    decisions = decisions_of(files)
+    collected = {}
+    for path in files:
+        (bundle,) = load(path)
+        collected[bundle.rank] = ReportData(
+            rank=bundle.rank,
+            decisions=decisions,
+            bundles={bundle.name: bundle},
+            ledgers={bundle.name: ledger_from_bundle(bundle)},
+            memory={"rss_bytes": psutil.Process().memory_info().rss},
+            problems=[],
+        )
+    spec = StrategySpec(f"thunder_{kind}", dict(kwargs))
+    report = RunReport.from_ranks(
+        collected, outputs=dict.fromkeys(collected, ""), world_size=2, backend="gloo", strategy=spec, seconds=1.0
+    )
+    report.name = run
+    return report
 
 
 @functools.lru_cache(maxsize=1)
