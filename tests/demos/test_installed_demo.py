@@ -118,15 +118,20 @@ def test_pip_install_then_thunderviz_demo_runs_the_packaged_tutorial(tmp_path: P
     # the terminal story: each cell's decisions and rank 0's collectives, then where everything is
     assert "running tutorial.ipynb headlessly on 2 CPU ranks" in story
     assert "[zero2] thunder_fsdp on 2 ranks (gloo)" in story
-    assert "case 1: raw module -> jit, then distribute" in story
-    assert "case 3: module already jitted by the user -> distribute in place" in story
-    assert "case 2: module used inside a jitted function -> distribute for a jitted function" in story
+    # one-line decision headlines (issue 19); the 4-block tutorial model gets a bucket per block
+    assert "\n  case 1: jit once, then shard - ZERO2, 4 block buckets + root\n" in story
+    assert "\n  case 1: jit once, then shard - ZERO3, 4 block buckets + root\n" in story
+    assert "\n  case 3: shard your jitted module in place - ZERO2, 4 block buckets + root\n" in story
+    assert "\n  case 2: shard in place for your jitted function - ZERO2, 4 block buckets + root\n" in story
+    assert "\n  case 1: jit once, then replicate - 25 MB gradient buckets\n" in story
+    assert "a plain nn.Module and jit=True" not in story  # the reasoning is in the report, not the story
     assert re.search(r"\d+ all_gather, \d+ reduce_scatter, \d+ wait; ranks agree", story)
     assert re.search(r"\d+ all_reduce, \d+ wait; ranks agree", story)
     assert "MISMATCH" not in story and "problem:" not in story
     # the timeline section: rank 1 slept before backward, and the demo's story names it
     assert re.search(r"^\[slow\] thunder_fsdp.*(\n  .*)*\n  timeline: Straggler: rank 1 arrived last", story, re.M)
-    assert "<h4>Timeline: thunder_fsdp (2 ranks, 3 steps)</h4>" in page and "<svg" in page
+    assert "<h4>Timeline: thunder_fsdp (2 ranks, 4 steps)</h4>" in page and "<svg" in page
+    assert "3x the step-to-step jitter" in page  # the straggler rule, stated where the verdict is
     assert f"report: {report}" in story
     assert f"work through the tutorial yourself: jupyter lab --ip=127.0.0.1 {out / 'tutorial.ipynb'}" in story
     assert (out / "tutorial.ipynb").read_text(encoding="utf-8") == "my edited copy"

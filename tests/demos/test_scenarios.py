@@ -12,8 +12,8 @@ def test_scenarios_print_decisions_collectives_and_write_the_report(tmp_path, ca
     only = "fsdp-raw-module,ddp-user-jitted-function"
     assert main(["demo", "--scenarios", "--only", only, "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "[fsdp-raw-module] case 1: raw module -> jit, then distribute" in out
-    assert "[ddp-user-jitted-function] case 2: module used inside a jitted function" in out
+    assert "[fsdp-raw-module] case 1: jit once, then shard - ZERO2, 2 block buckets + root\n" in out
+    assert "[ddp-user-jitted-function] case 2: replicate in place for your jitted function - 25 MB gradient" in out
     # The strategies' default communication: FSDP packs the 2-block GPT's 29 parameters into BLOCK buckets (root +
     # 2 blocks), DDP all-reduces its 29 gradients in one bucket (they fit in the first, 1 MB, bucket).
     assert "rank 0 collectives: 3 all_gather, 3 reduce_scatter, 6 wait" in out

@@ -4,6 +4,8 @@ Each rank builds a 1-block GPT under ``ThunderFSDPStrategy`` through Fabric, run
 ``record_timeline(steps=STEPS)`` (rank 1 sleeps SLEEP_S before every backward, the straggler the analysis must
 name), saves its recording to its own file as a torchrun job would (and the model's trace bundle next to it, for a
 graph of the same run), and reports what it checked from inside (patches undone, recording stopped by itself).
+Then, in the same processes (the model already compiled), QUIET_REPEATS more recordings with nobody sleeping, under
+FSDP and under DDP: the runs in which no straggler may be named (two ranks sharing CPUs take turns arriving last).
 Run it by hand to refresh the files: ``python -m tests.helpers.timeline_runs DIR``.
 """
 
@@ -18,8 +20,10 @@ from pathlib import Path
 from tests.helpers.rank_pool import run_on_pool
 from thunderviz.ranks.spawn import run_ranks
 
-STEPS = 3
-SLEEP_S = 0.06
+STEPS = 4
+# Well above what two ranks sharing 2 busy CPU cores lose to each other (tens of ms; see STRAGGLER_RULE).
+SLEEP_S = 0.1
+QUIET_REPEATS = 2
 MODEL_KW = {"vocab_size": 64, "block_size": 16, "d_model": 32, "n_layer": 1, "n_head": 2}
 
 
@@ -31,6 +35,8 @@ class RankRun:
     restored: bool
     recording_after: bool
     boundaries: int
+    #: the unslowed recordings of this rank: (strategy kind, path), QUIET_REPEATS per kind
+    quiet: list[tuple[str, str]]
 
 
 def record_fsdp(rank: int, world_size: int, out_dir: str, kind: str = "fsdp", sleep_s: float = SLEEP_S) -> RankRun:
@@ -72,7 +78,35 @@ def record_fsdp(rank: int, world_size: int, out_dir: str, kind: str = "fsdp", sl
 
     traces = str(Path(out_dir) / f"{kind}-traces-rank{rank}.json")
     save(capture(model, name="TinyGPT", rank=rank, stages=False), traces)
-    return RankRun(rank, path, traces, restored, recording_after, rec._boundaries)
+    quiet = _record_quiet(rank, out_dir, kind, fabric, model, opt, x, y)
+    ddp = ThunderDDPStrategy()
+    fabric = Fabric(accelerator="cpu", devices=world_size, strategy=ddp)
+    fabric.launch()
+    torch.manual_seed(0)
+    model = fabric.setup(TinyGPT(**MODEL_KW))
+    opt = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=0.1))
+    quiet += _record_quiet(rank, out_dir, "ddp", fabric, model, opt, x, y)
+    return RankRun(rank, path, traces, restored, recording_after, rec._boundaries, quiet)
+
+
+def _record_quiet(rank: int, out_dir: str, kind: str, fabric, model, opt, x, y) -> list[tuple[str, str]]:
+    """QUIET_REPEATS recordings of STEPS steps in which no rank sleeps."""
+    import torch
+
+    from thunderviz.timeline.record import record_timeline
+
+    out = []
+    for i in range(QUIET_REPEATS):
+        with record_timeline(steps=STEPS, fabric=fabric, name=f"quiet-{kind}-{i}") as rec:
+            for _ in range(STEPS + 1):
+                loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+                fabric.backward(loss)
+                opt.step()
+                opt.zero_grad()
+        path = str(Path(out_dir) / f"quiet-{kind}-{i}-rank{rank}.json")
+        rec.save(path)
+        out.append((kind, path))
+    return out
 
 
 def recorded(kind: str = "fsdp") -> list[RankRun]:

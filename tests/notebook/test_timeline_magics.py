@@ -22,7 +22,7 @@ def train(n, fail_at=None):
     for i in range(n):
         loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
         if rank == 1:
-            time.sleep(0.05)
+            time.sleep(0.1)  # well above what ranks sharing busy CPUs lose to each other
         if i == fail_at:
             raise ValueError(f"bad batch on rank {rank}")
         fabric.backward(loss)
@@ -64,10 +64,10 @@ def test_bad_steps_are_usage_errors_and_start_nothing(shell, line: str, fragment
 
 def test_a_timeline_cell_returns_a_report_with_the_straggler_named(shell) -> None:
     report = shell.run_cell_magic(
-        "thunder_ddp", "--nproc 2 --backend gloo --output none --timeline --steps 2 --name timed", TRAIN_CELL
+        "thunder_ddp", "--nproc 2 --backend gloo --output none --timeline --steps 3 --name timed", TRAIN_CELL
     )
     assert isinstance(report, RunReport) and shell.user_ns["timed"] is report
-    assert report.timeline.steps == [2, 3] and report.timeline.rank_ids == [0, 1]
+    assert report.timeline.steps == [2, 3, 4] and report.timeline.rank_ids == [0, 1]
     assert report.timeline.analysis().straggler().rank == 1
     assert "Straggler: rank 1 arrived last" in report._repr_html_()
 

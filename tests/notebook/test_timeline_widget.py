@@ -54,13 +54,31 @@ def view() -> TimelineView:
     return TimelineView(load(*[r.path for r in recorded("fsdp")], name="gpt-fsdp"))
 
 
+def test_a_common_scale_for_runs_compared(view):
+    """Issue 19: FSDP and DDP were drawn on different scales; ``span_ms`` puts both on the longer one's."""
+    from thunderviz.notebook.timeline_widget import TimelineView, common_span_ms
+
+    tl = view.timeline
+    span = common_span_ms(tl) * 3
+    wide = TimelineView(tl, span_ms=span)
+    assert wide.data["span"] == pytest.approx(span * 1000, abs=0.1) and view.data["span"] is None
+    import re
+
+    def last_tick(html: str) -> float:
+        return max(float(m) for m in re.findall(r">([0-9.]+) ms</text>", html))
+
+    assert last_tick(wide.to_html()) >= 0.8 * span > 2 * last_tick(view.to_html())  # the static picture too
+    with pytest.raises(ValueError, match="span_ms=0"):
+        TimelineView(tl, span_ms=0)
+
+
 def test_python_api_names_the_straggler_and_gives_every_ranks_arrival(view):
     assert repr(view).endswith("straggler: rank 1)")
     d = view.select_worst()
     assert d["last_rank"] == 1 and "rank 1 arrived" in d["message"]
     assert [a["rank"] for a in d["arrivals"]] == [0, 1] and d["arrivals"][1]["last"]
     assert d["arrivals"][0]["waited_ms"] > 0 and d["ledger"]["kind"] == "reduce_scatter"
-    assert d["ledger"]["tensor"].startswith("bucket (root) = grads of ")  # BLOCK buckets, the default
+    assert d["ledger"]["tensor"].startswith("root (17 grads, ")  # BLOCK buckets, the default: a short name
     with pytest.raises(ValueError, match="no such collective"):
         view.select(99, 1)
 
@@ -102,6 +120,23 @@ def test_in_chromium_lanes_per_rank_a_clicked_collective_shows_arrivals_and_the_
             assert page.locator("g.tl-lane").count() == 2
             assert page.locator("g.tl-lane[data-rank='1'] rect.tl-coll").count() > 0
             assert page.locator(".tl-summary .tl-line").first.inner_text().startswith("Straggler: rank 1 arrived last")
+            assert "3x the step-to-step jitter" in page.locator(".tl-note").inner_text()  # the rule, stated
+            # Issue 19: every lane's rows are labelled, each step marked, and the legend shows the colours the
+            # module bars really use.
+            labels = page.locator("text.tl-row-label").evaluate_all("els => els.map(e => e.textContent)")
+            assert labels == ["steps", "compute by module", "main thread", "collectives"] * 2
+            assert page.locator("line.tl-step-marker").count() == len(view.timeline.steps)
+            bars = set(
+                page.locator("g.tl-lane rect[fill^='hsl']").evaluate_all(
+                    "els => els.map(e => getComputedStyle(e).fill)"
+                )
+            )
+            swatches = set(
+                page.locator(".tl-legend-groups .tl-swatch").evaluate_all(
+                    "els => els.map(e => getComputedStyle(e).backgroundColor)"
+                )
+            )
+            assert bars and bars <= swatches, (bars, swatches)
             # Concurrent collectives overlap in the communication row: click a point where this one is on top
             # (on the rank that waited, its span is long; the late rank's may be hidden under the next one).
             points = [

@@ -22,8 +22,8 @@ from thunderviz.notebook.compare import compare
 from thunderviz.notebook.widgets import CompareView, RankStatus, TraceView
 from thunderviz.parallel.decisions import Action, Case, Decision
 from thunderviz.ranks.protocol import StrategySpec
-from thunderviz.render.graph import dot_available, group_ops
-from thunderviz.trace.diff import diff_traces
+from thunderviz.render.graph import INPUT_NODE, dot_available, group_ops
+from thunderviz.trace.diff import diff_traces, memory_changes
 from thunderviz.trace.ledger import ledger_from_bundle
 from thunderviz.trace.model import TraceBundle
 
@@ -99,8 +99,10 @@ def test_trace_view_state_from_per_rank_bundles(fsdp: list[TraceBundle]) -> None
     assert pane["n_collectives"] == sum(1 for op in fwd.ops if op.is_collective) > 0
     groups = group_ops(fwd)
     assert [g["name"] for g in pane["groups"]] == [g.name for g in groups]
-    # Collapsed: one node per group, plus one collectives node per group that communicates.
-    expect_nodes = {g.id for g in groups} | {f"{g.id}c" for g in groups if g.collectives or g.waits}
+    # Collapsed: one node per group, plus one collectives node per module group that communicates (a bucket is a
+    # collectives node itself), and the forward's input node.
+    modules = [g for g in groups if g.bucket is None]
+    expect_nodes = {g.id for g in groups} | {f"{g.id}c" for g in modules if g.collectives or g.waits} | {INPUT_NODE}
     assert set(pane["nodes"]) == expect_nodes
     for nid in expect_nodes:
         assert f'{nid} [id="{nid}"' in pane["dot"]
@@ -220,7 +222,10 @@ def test_compare_ddp_vs_fsdp_summary_marks_and_sync(ddp: list[TraceBundle], fsdp
     d = diff_traces(ddp[0].forward, fsdp[0].forward)
     n_params = len(fsdp[0].forward.param_names)
     assert d.collective_delta()["all_gather"] == n_params > 0
-    assert c.summary == f"{ddp[0].name} \u2192 {fsdp[0].name} (forward): {d.summary}"
+    memory = memory_changes(ddp[0], fsdp[0], "forward")
+    assert memory and memory[0].startswith("est. peak forward ")  # what sharding does to forward's peak
+    assert c.summary == f"{ddp[0].name} \u2192 {fsdp[0].name} (forward): {'; '.join(d.summary_parts() + memory)}"
+    assert "\u22120" not in c.summary and "~0" not in c.summary  # no empty terms
     left, right = c.panes
     assert sum(m["+"] for m in right["marks"].values()) == len(d.added)
     assert sum(m["-"] for m in left["marks"].values()) == len(d.removed)
@@ -348,7 +353,7 @@ def test_trace_view_of_a_rank_engine_report(fsdp: list[TraceBundle], ddp: list[T
     collected = {
         r: {
             "decisions": [decision],
-            "bundles": {"gpt": fsdp[r]} if r == 0 else {},
+            "bundles": {"gpt": fsdp[r]},  # every rank sends its bundles, as collect(keep_bundles=True) does
             "ledgers": {"gpt": ledger_from_bundle(fsdp[r])},
             "memory": {"rss_bytes": psutil.Process().memory_info().rss},
             "problems": [],
@@ -366,14 +371,34 @@ def test_trace_view_of_a_rank_engine_report(fsdp: list[TraceBundle], ddp: list[T
     w = TraceView(report, trace="backward")
     assert w.subject.title == "gpt" and sorted(w.subject.ledgers) == [0, 1]
     assert w.panels["decisions"] == [decision.to_dict()]
-    assert [row["rank"] for row in w.panels["memory"]] == [0, 1]
-    assert all(row["rss_bytes"] > 0 for row in w.panels["memory"])
+    memory = w.panels["memory"]
+    assert [row["rank"] for row in memory["rows"]] == [0, 1]
+    titles = [c["title"] for c in memory["columns"]]
+    assert titles == ["est. peak, forward", "est. peak, backward", "saved for backward", "process RSS"], titles
+    for row in memory["rows"]:  # every rank filled: its own bundle's estimates and its measured RSS
+        assert row["est_peak_forward"] == fsdp[row["rank"]].forward.peak_memory_bytes > 0
+        assert row["rss_bytes"] > 0
+    assert {c["unit"] for c in memory["columns"]} == {"bytes"} and "estimate" in memory["note"]
+    # Named like the cell, with the strategy's configuration (issue 19): two runs of one model read apart.
+    assert w.title == "FSDP ZERO2 BLOCK \u00b7 gpt: rank 0 of 2"
+    report.name = "zero2"
+    assert TraceView(report).title == "zero2: FSDP ZERO2 BLOCK \u00b7 gpt: rank 0 of 2"
     assert w.panels["ledger"]["mismatches"] == []
     # Explicit decisions (saved trace files carry none) land in the same panel.
     w2 = TraceView(fsdp, decisions=[decision])
     assert w2.panels["decisions"] == [decision.to_dict()]
     # A RunReport on both sides of a comparison.
     c = compare(report, ddp, name=("gpt", None), trace="backward")
+    assert c.title == "zero2: FSDP ZERO2 BLOCK vs gpt-ddp"
+    assert [p["title"] for p in c.panes] == [
+        "zero2: FSDP ZERO2 BLOCK \u00b7 gpt \u00b7 backward",
+        "gpt-ddp \u00b7 backward",
+    ]
+    assert c.summary.startswith("zero2: FSDP ZERO2 BLOCK \u2192 gpt-ddp (backward): ")
+    assert [r["side"] for r in c.panels["memory"]["rows"]] == ["zero2: FSDP ZERO2 BLOCK"] * 2 + ["gpt-ddp"] * 2
+    same = compare(report, report, name="gpt")
+    assert same.title == "zero2: FSDP ZERO2 BLOCK (left) vs zero2: FSDP ZERO2 BLOCK (right)"
+    assert same.summary.endswith("(forward): no differences")
     assert c.diff.collective_delta() == {
         k: -v for k, v in compare(ddp, fsdp, trace="backward").diff.collective_delta().items()
     }

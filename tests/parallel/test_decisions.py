@@ -126,13 +126,63 @@ def test_decision_rows(facts, options, case, action, clear_cache, reason):
         "reason": full,
         "clear_cache": clear_cache,
         "strategy": options.summary(),
+        "headline": decision.headline,
     }
+    back = Decision.from_dict(decision.to_dict())
+    assert (back.headline, back.strategy) == (decision.headline, decision.strategy)  # a saved log keeps both
+
+
+BLOCKS4 = ObjectFacts(kind=ObjectKind.MODULE, type_name="GPT", blocks=tuple(f"blocks.{i}" for i in range(4)))
+
+
+@pytest.mark.parametrize(
+    ("facts", "options", "headline"),
+    [
+        (
+            BLOCKS4,
+            opts("fsdp", sharding_strategy="ZERO3"),
+            "case 1: jit once, then shard - ZERO3, 4 block buckets + root",
+        ),
+        (MODULE, FSDP, "case 1: jit once, then shard - ZERO2, 1 root bucket"),
+        (MODULE, opts("fsdp", bucketing_strategy="LAYER"), "case 1: jit once, then shard - ZERO2, a bucket per layer"),
+        (
+            MODULE,
+            opts("fsdp", bucketing_strategy="NONE"),
+            "case 1: jit once, then shard - ZERO2, a collective per parameter",
+        ),
+        (MODULE, DDP, "case 1: jit once, then replicate - 25 MB gradient buckets"),
+        (MODULE, opts("ddp", bucket_size_in_mb=0), "case 1: jit once, then replicate - an all_reduce per gradient"),
+        (MODULE, opts("fsdp", jit=False), "case 2: shard in place for your jitted function - ZERO2, 1 root bucket"),
+        (TM, DDP, "case 3: replicate your jitted module in place - 25 MB gradient buckets"),
+        (TM_RAN, FSDP, "case 3: shard your jitted module in place, 2 cached trace(s) cleared - ZERO2, 1 root bucket"),
+    ],
+)
+def test_every_decision_has_a_one_line_headline(facts, options, headline):
+    """Issue 19: the decision in one line; the paragraph of reasoning stays one attribute away (``reason``)."""
+    decision = decide(facts, options)
+    assert decision.headline == headline
+    assert len(decision.reason) > 3 * len(headline)  # the full reasoning is still there
+
+
+def test_a_headline_without_facts_reads_case_and_action():
+    """A hand-made or old saved decision (no headline) still gets one, from its case and action."""
+    d = Decision("Net", Case.RAW_MODULE, Action.JIT_AND_DISTRIBUTE, "because")
+    assert d.headline == "case 1: jit once, then distribute"
+    assert (
+        Decision.from_dict(
+            {"target": "Net", "case": str(Case.USER_JITTED), "action": "distribute in place", "reason": "r"}
+        ).headline
+        == "case 3: distribute your jitted module in place"
+    )
 
 
 def test_a_refused_setup_is_logged_with_an_action_the_table_knows():
     row = impossible("Net", JitDecisionError("no"), FSDP)
     assert row == Decision(target="Net", case=Case.IMPOSSIBLE, action=Action.REFUSE, reason="no", options=FSDP)
     assert row.to_dict()["action"] == "error" and row.strategy == "FSDP ZERO2 BLOCK"
+    assert row.headline == "error: no"
+    long = impossible("Net", JitDecisionError("This Net was already set up. Call `fabric.setup` once."), FSDP)
+    assert long.headline == "error: This Net was already set up"
 
 
 def test_communication_plan_zero3_block_names_the_blocks_and_why_block_is_the_default():

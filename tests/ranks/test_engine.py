@@ -63,6 +63,47 @@ def test_output_streams_prefixed_by_rank_and_can_be_limited(engine: RankEngine, 
     assert output_log.lines == []
 
 
+GLOO_LINE = "[Gloo] Rank {r} is connected to 1 peer ranks. Expected number of connected peer ranks is : 1"
+TORCH_LINE = (
+    "[W1202 02:04:54.408807707 PyInterpreter.cpp:265] Warning: Deallocating Tensor that still has live PyObject "
+    "references.  This probably happened because you took out a weak reference to Tensor and didn't call "
+    "_fix_weakref() after dereferencing it."
+)
+
+
+def test_library_chatter_stays_out_of_the_cell_but_in_the_report_and_the_debug_log(
+    engine: RankEngine, output_log, caplog
+) -> None:
+    """Issue 19: gloo's and torch's lines read as errors in a notebook; the user's own output still streams."""
+    import logging
+
+    output_log.clear()
+    code = (
+        f"import sys\nprint({GLOO_LINE!r}.format(r=rank))\nprint({TORCH_LINE!r}, file=sys.stderr)\nprint('mine', rank)"
+    )
+    with caplog.at_level(logging.DEBUG, logger="thunderviz.ranks.output"):
+        report = engine.run(code, collect=False)
+    streamed = "".join(line for _, _, line in output_log.lines)
+    assert "mine 0" in streamed and "mine 1" in streamed
+    assert "[Gloo]" not in streamed and "Deallocating Tensor" not in streamed
+    for r in (0, 1):
+        assert GLOO_LINE.format(r=r) in report.outputs[r] and "Deallocating Tensor" in report.outputs[r]
+    logged = [rec.getMessage() for rec in caplog.records if rec.name == "thunderviz.ranks.output"]
+    assert sum("[Gloo] Rank" in m for m in logged) == 2 and sum("Deallocating Tensor" in m for m in logged) == 2
+
+
+def test_ipyparallel_logs_at_warning_level_unless_asked(engine: RankEngine) -> None:
+    """Issue 19: at INFO the controller wrote ~100 lines per pool start and stop, replayed into the server's
+    terminal when an engine was killed; at WARNING its log file holds none of its routine lines."""
+    from thunderviz.ranks.cluster import ipp_log_level
+
+    assert ipp_log_level() == (30, False)
+    log_file = engine.cluster._cluster.controller.output_file
+    with open(log_file, encoding="utf-8") as f:
+        text = f.read()
+    assert "Hub listening" not in text and "registration" not in text.lower(), text[:2000]
+
+
 def test_status_reports_every_rank(engine: RankEngine) -> None:
     from thunderviz.ranks import PHASES, Phase, RankStatusInfo
 
@@ -116,6 +157,22 @@ def test_fabric_strategy_is_configured_per_cell(engine: RankEngine) -> None:
     engine.run("fabric_id = id(fabric)", strategy=spec, collect=False)
     engine.run("same = fabric_id == id(fabric)", strategy=spec, collect=False)
     assert engine.pull("same", 1) is True
+
+
+def test_a_model_from_an_earlier_strategy_is_reported_when_it_runs_again(engine: RankEngine) -> None:
+    """A model set up under one ``fabric`` and trained again after the strategy changed and changed back (the
+    tutorial's DDP timeline reuses the DDP section's model): the report still captures what ran."""
+    ddp = StrategySpec("thunder_ddp")
+    first = engine.run(
+        "reused = fabric.setup(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2)))\n"
+        "fabric.backward(reused(torch.randn(3, 4)).sum())",
+        strategy=ddp,
+    )
+    assert sorted(first.bundles) == ["Sequential"]
+    engine.run("pass", strategy=StrategySpec("thunder_fsdp"), collect=False)  # another strategy in between
+    again = engine.run("fabric.backward(reused(torch.randn(3, 4)).sum())", strategy=ddp)
+    assert list(again.bundles) == ["reused"] and again.decisions == []  # what ran, by its variable name
+    assert again.ledgers["reused"][0].counts() == first.ledgers["Sequential"][0].counts()
 
 
 def test_ranks_package_does_not_import_ipython() -> None:

@@ -51,6 +51,18 @@ def test_rank_that_raises_fails_fast_with_its_traceback(engine: RankEngine) -> N
     _next_cell_works(engine)
 
 
+def test_tracebacks_number_cells_as_the_notebook_does(engine: RankEngine) -> None:
+    """Issue 19: a rank's traceback said "Cell In[6]" (its own count) where the notebook showed [13]."""
+    engine.run("def check(x):\n    if x > 1:\n        raise ValueError(f'too big: {x}')", collect=False, cell_label=20)
+    err, _ = _timed_failure(engine, "check(rank + 2)", cell_label=31)  # every rank raises: no restart
+    for failure in err.failures.values():
+        assert "Cell In[31], line 1" in failure.traceback and "Cell In[20], line 3" in failure.traceback
+    assert "Cell In[31]" in "\n".join(err._render_traceback_())
+    engine.run("x = 1", collect=False, cell_label=32)  # numbering stays in step after the failure
+    err, _ = _timed_failure(engine, "check(5)", cell_label=40)
+    assert all("Cell In[40]" in f.traceback and "Cell In[20]" in f.traceback for f in err.failures.values())
+
+
 def test_error_on_every_rank_keeps_the_pool_and_its_state(engine: RankEngine) -> None:
     engine.run("kept = 41 + rank", collect=False)
     pids = {r: s.pid for r, s in engine.status().items()}

@@ -34,7 +34,7 @@ def train(n, sleep_rank=None, fail_at=None, fail_ranks=(), die_at=None):
     for i in range(n):
         loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
         if rank == sleep_rank:
-            time.sleep(0.05)
+            time.sleep(0.1)  # well above what ranks sharing busy CPUs lose to each other
         if i == fail_at and rank in fail_ranks:
             dist.barrier()  # raise together: a rank still running 0.3 s after a peer failed gets SIGINT
             raise ValueError(f"bad batch on rank {rank}")

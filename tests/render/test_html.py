@@ -17,6 +17,7 @@ from thunderviz.render.graph import dot_available
 from thunderviz.render.html import Report, render_html
 from thunderviz.render.markup import DECISION_COLUMNS, decisions_table, escape, page, table
 from thunderviz.render.run_report import reports_page, run_report_html
+from thunderviz.render.style import REPORT_CSS, ROOT, ROOT_CLASSES
 from thunderviz.trace.file import save
 from thunderviz.trace.ledger import ledger_from_bundle
 
@@ -75,7 +76,7 @@ def test_cli_renders_all_ranks_files_into_one_report(tmp_path):
     assert text.count("Ranks 0, 1 issue the same") == 2  # fsdp and ddp
     assert "same structure as rank 0" in text
     # Objects are diffed in the order they came: FSDP (saved first) to DDP.
-    assert f"+0, \u2212{n} all_gather, \u2212{n} wait; other ops" in text
+    assert f"<b>\u2212{n} all_gather, \u2212{n} wait; other ops" in text  # no empty "+0" term
     assert f"+{n} all_reduce, \u2212{n} reduce_scatter; other ops" in text
 
 
@@ -119,7 +120,11 @@ def test_run_report_html_shows_decisions_memory_traces_and_problems():
     decision = Decision(EVIL, Case.RAW_MODULE, Action.JIT_AND_DISTRIBUTE, "</td><b>why</b>")
     report = _run_report([decision], problems=("<img src=x onerror=alert(1)>",))
     frag = run_report_html(report, standalone=False)
-    assert frag.startswith("<div class='thunderviz-report'><h3>thunder_fsdp (FSDP ZERO2 BLOCK) on 2 ranks, gloo")
+    # one root element with the scoped stylesheet once, then the title (issue 19: nothing leaks into the notebook)
+    assert frag.startswith(
+        f"<div class='{ROOT_CLASSES}'><style>{REPORT_CSS}</style><h3>thunder_fsdp (FSDP ZERO2 BLOCK)"
+    )
+    assert frag.count("<style>") == 1 and frag.endswith("</div>")
     assert "Memory per rank" in frag and "3.0 MiB" in frag
     assert "Ranks 0, 1 issue the same" in frag and "<h2>Decisions</h2>" in frag  # the trace report carries them
     assert EVIL not in frag and escape(EVIL) in frag and "&lt;/td&gt;&lt;b&gt;why" in frag
@@ -128,6 +133,16 @@ def test_run_report_html_shows_decisions_memory_traces_and_problems():
     assert report.to_html(standalone=False) == frag and report._repr_html_() == frag
     full = report.to_html()
     assert full.startswith("<!DOCTYPE html>") and "<title>thunderviz report</title>" in full and frag in full
+
+
+def test_every_rule_of_the_stylesheet_is_scoped_to_our_root():
+    """Issue 19: a report in a notebook restyled every stream output (pre), heading and the page (body)."""
+    rules = [r for r in REPORT_CSS.splitlines() if r]
+    for rule in rules:
+        selectors = rule.split("{", 1)[0].split(",")
+        assert all(sel.strip().startswith(ROOT) for sel in selectors), rule
+    assert not re.search(r"(^|[},\s])(body|html|pre|h2|table|td)\s*\{", REPORT_CSS)  # nothing global
+    assert "div." + ROOT_CLASSES.replace(" ", ".") == ROOT  # two classes and an element: beats JupyterLab's (0,2,1)
 
 
 def test_run_report_without_traces_says_so():
@@ -155,8 +170,9 @@ def test_markup_pieces_escape_everything():
     rows = decisions_table([Decision("m", Case.USER_JITTED, Action.DISTRIBUTE_IN_PLACE, "<r>", clear_cache=True)])
     assert list(re.findall(r"<th>(\w+)</th>", rows)) == list(DECISION_COLUMNS)
     assert (
-        "<td>m</td><td>case 3: module already jitted by the user</td><td>distribute in place</td><td>&lt;r&gt;</td>"
-        in rows
+        "<td>m</td><td><details class='tv-decision'><summary>case 3: distribute your jitted module in place"
+        "</summary><p>case 3: module already jitted by the user \u00b7 distribute in place: &lt;r&gt;</p></details>"
+        "</td>" in rows
     )
     assert "True" not in rows  # clear_cache is not a column
     text = page("<t>", "<p>body</p>", style="p{}", script="1;")

@@ -8,7 +8,14 @@ import pytest
 
 from tests.helpers.timeline_runs import recorded
 from thunderviz.render import graph
-from thunderviz.render.timeline_svg import COLOURS, timeline_html, timeline_svg
+from thunderviz.render.timeline_svg import (
+    COLOURS,
+    ROW_LABELS,
+    common_span_us,
+    split_blocked,
+    timeline_html,
+    timeline_svg,
+)
 from thunderviz.timeline.model import (
     CollectiveEvent,
     RankTimeline,
@@ -58,6 +65,45 @@ def test_names_from_user_code_are_escaped_and_the_svg_parses():
     page = timeline_html(tl)
     assert "<script>" not in svg and "<script>" not in page
     assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&amp;" in page
+
+
+def test_rows_are_labelled_steps_marked_and_blocked_time_past_the_work_drawn_apart():
+    """Issue 19: unlabelled rows, no step markers, and a 'blocked' bar running past its collective's end."""
+    steps = [Region("step", 0.0, 100.0, 2), Region("step", 100.0, 200.0, 3)]
+    c = CollectiveEvent(
+        step=2,
+        index=1,
+        kind="all_reduce",
+        tensor="t",
+        issue_start=10.0,
+        issue_end=11.0,
+        start=12.0,
+        end=40.0,
+        wait_start=20.0,
+        wait_end=74.0,
+    )
+    assert split_blocked(c) == [(10.0, 11.0, False), (20.0, 40.0, False), (40.0, 74.0, True)]
+    ranks = [RankTimeline(rank=r, world_size=2, steps=steps, collectives=[c], aligned=True) for r in (0, 1)]
+    tl = Timeline.from_ranks(ranks)
+    svg = timeline_svg(tl)
+    root = ET.fromstring(svg)
+    ns = "{http://www.w3.org/2000/svg}"
+    texts = [t.text for t in root.iter(f"{ns}text")]
+    for label in ROW_LABELS:
+        assert texts.count(label) == 2, (label, texts)  # every lane's rows say what they are
+    assert texts.count("step 2") == 1 and texts.count("step 3") == 1
+    assert len([ln for ln in root.iter(f"{ns}line") if ln.get("class") == "step-marker"]) == 2
+    after = [r for r in root.iter(f"{ns}rect") if r.get("fill") == "url(#tv-after-work)"]
+    assert len(after) == 2 and "after all_reduce #1 t (step 2) finished its work" in after[0].find(f"{ns}title").text
+    assert root.get("width") == "1200" and all(float(t.get("font-size", "12")) >= 11 for t in root.iter(f"{ns}text"))
+    # three hues a person tells apart, and a legend naming every colour the picture uses
+    assert len({COLOURS["forward"], COLOURS["backward"], COLOURS["optimizer"]}) == 3
+    page = timeline_html(tl)
+    assert "still blocked after its work ended" in page and "where each step begins" in page
+    # one scale for two runs: the shorter one drawn up to the longer one's end
+    short = Timeline.from_ranks([RankTimeline(rank=0, world_size=1, steps=steps[:1], aligned=True)])
+    assert common_span_us(tl, short) == 200.0
+    assert "100 ms" not in timeline_svg(short) and ">0.2 ms<" in timeline_svg(short, t1=common_span_us(tl, short))
 
 
 def test_collectives_use_the_trace_graphs_colours():

@@ -123,8 +123,7 @@ def write_report(
         counts = ", ".join(f"{n} {k}" for k, n in sorted(ledgers[0].counts().items())) or "none"
         mismatches = find_mismatches(ledgers)
         problems += len(mismatches)
-        echo(f"\n[{sc.name}] {decision.case} -> {decision.action}")
-        echo(f"  why: {decision.reason}")
+        echo(f"\n[{sc.name}] {decision.headline}")  # the reasoning: decision.reason, and in the report
         echo(f"  rank 0 collectives: {counts}; loss {per_rank[0]['losses'][i]:.4f}")
         echo("  ranks agree" if not mismatches else "  MISMATCH: " + "; ".join(m.message for m in mismatches))
     save(bundles, out / "traces.json")

@@ -60,8 +60,8 @@ def summarize(reports: dict[str, Any]) -> str:
     for name, report in reports.items():
         strategy = report.strategy.kind if report.strategy is not None else "?"
         lines.append(f"[{name}] {strategy} on {report.world_size} ranks ({report.backend})")
-        for d in report.decisions:
-            lines.append(f"  {d.case} -> {d.action}: {d.reason}")
+        for d in report.decisions:  # the headline; the reasoning is one attribute away (``d.reason``)
+            lines.append(f"  {d.headline}")
         for obj, ledgers in report.ledgers.items():
             counts = ", ".join(f"{n} {k}" for k, n in sorted(ledgers[min(ledgers)].counts().items())) or "none"
             agree = "ranks agree" if not report.mismatches.get(obj) else "MISMATCH across ranks"

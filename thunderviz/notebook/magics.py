@@ -273,7 +273,7 @@ class ThundervizMagics(Magics):
         self._status = _LiveStatus(args.nproc or LOCAL_NPROC, label=f"%%{kind}")
         try:
             engine = self._pool(args)
-            report = engine.run(cell, strategy=spec, output=args.output, **timeline)
+            report = engine.run(cell, strategy=spec, output=args.output, cell_label=self._cell_label(), **timeline)
         except CellError as exc:
             if exc.partial_report is not None:  # --timeline: what the ranks that returned recorded
                 from IPython.display import display
@@ -284,9 +284,15 @@ class ThundervizMagics(Magics):
             status, self._status = self._status, None
             status.close(self.engine.phases if self.engine is not None else None)
         if args.name:
+            report.name = args.name
             self.shell.user_ns[args.name] = report
         self._keep_recent(report)
         return report
+
+    def _cell_label(self) -> int | None:
+        """The notebook's number of the running cell (``In[13]``): the shell counted it already when it started."""
+        count = getattr(self.shell, "execution_count", None)
+        return count - 1 if isinstance(count, int) and count > 1 else None
 
     # ----------------------------------------------------------------- the bounded report history
 

@@ -20,11 +20,12 @@ import anywidget
 import traitlets as t
 
 from thunderviz.gc_pause import no_gc_pauses
+from thunderviz.render.style import wrap
 from thunderviz.render.timeline_svg import COLOURS, timeline_html
-from thunderviz.timeline.analysis import close_gaps, union
+from thunderviz.timeline.analysis import STRAGGLER_RULE, close_gaps, union
 from thunderviz.timeline.model import Timeline
 
-__all__ = ["TimelineView", "view_data"]
+__all__ = ["TimelineView", "common_span_ms", "view_data"]
 
 _STATIC = Path(__file__).parent / "static"
 
@@ -38,8 +39,16 @@ def _r(x: float | None) -> float | None:
     return None if x is None else round(x, 1)
 
 
-def view_data(timeline: Timeline) -> dict[str, Any]:
-    """The front end's data: per rank, compact rows of numbers (indices into shared string tables)."""
+def common_span_ms(*timelines: Any) -> float:
+    """The longest of several runs' timelines (``Timeline`` or a ``--timeline`` cell's report), in milliseconds:
+    ``TimelineView(run, span_ms=common_span_ms(a, b))`` for each draws them on one scale."""
+    tls = [t.timeline if not isinstance(t, Timeline) and hasattr(t, "timeline_requested") else t for t in timelines]
+    return max((t.duration for t in tls), default=0.0) / 1000 or 1.0
+
+
+def view_data(timeline: Timeline, *, span_us: float | None = None) -> dict[str, Any]:
+    """The front end's data: per rank, compact rows of numbers (indices into shared string tables); ``span_us`` the
+    time axis' extent when several runs share one scale."""
     groups: list[str] = []
     gid: dict[str, int] = {}
 
@@ -120,6 +129,7 @@ def view_data(timeline: Timeline) -> dict[str, Any]:
             worst = key
     return {
         "duration": round(timeline.duration, 1),
+        "span": round(span_us, 1) if span_us else None,
         "ranks": ranks,
         "groups": groups,
         "ledger": ledger_rows,
@@ -136,18 +146,22 @@ class TimelineView(anywidget.AnyWidget):
     Args:
         timeline: a ``timeline.model.Timeline`` (``Timeline.from_ranks``, ``timeline.load``, or a report's
             ``timeline``), or the ``RunReport`` of a ``--timeline`` cell.
+        span_ms: draw the time axis up to this many milliseconds: pass ``common_span_ms(a, b)`` to views of runs
+            you compare, so equal lengths mean equal times (default: this run's own length).
     """
 
     _esm = t.Unicode().tag(sync=True)
     _css = t.Unicode().tag(sync=True)
     title = t.Unicode("").tag(sync=True)
     summary = t.List(t.Unicode()).tag(sync=True)
+    #: the straggler rule the summary follows (``timeline.analysis.STRAGGLER_RULE``), shown under it
+    note = t.Unicode(STRAGGLER_RULE).tag(sync=True)
     data = t.Dict().tag(sync=True)
     selected = t.Dict().tag(sync=True)
     highlight = t.Dict().tag(sync=True)
     view = t.List(t.Float()).tag(sync=True)
 
-    def __init__(self, timeline: Any, **kwargs: Any) -> None:
+    def __init__(self, timeline: Any, *, span_ms: float | None = None, **kwargs: Any) -> None:
         if not isinstance(timeline, Timeline) and hasattr(timeline, "timeline_requested"):
             timeline = timeline.timeline  # a RunReport: NoTimelineError says why when it has none
         if not isinstance(timeline, Timeline):
@@ -155,7 +169,10 @@ class TimelineView(anywidget.AnyWidget):
                 f"TimelineView(timeline): expected a thunderviz Timeline or the report of a --timeline cell, got "
                 f"{type(timeline).__name__}"
             )
+        if span_ms is not None and span_ms <= 0:
+            raise ValueError(f"TimelineView(span_ms={span_ms}): give the axis' length in milliseconds, > 0")
         self._timeline = timeline
+        self._span_us = None if span_ms is None else max(span_ms * 1000, timeline.duration)
         super().__init__(_esm=_static("timeline.js"), _css=_static("timeline.css"), **kwargs)
         steps = timeline.steps
         with self.hold_sync(), no_gc_pauses():
@@ -163,7 +180,7 @@ class TimelineView(anywidget.AnyWidget):
                 f"{timeline.name + ': ' if timeline.name else ''}{len(timeline.ranks)} ranks, {len(steps)} step(s)"
             )
             self.summary = timeline.analysis().summary() if steps else ["No step was recorded."]
-            self.data = view_data(timeline)
+            self.data = view_data(timeline, span_us=self._span_us)
 
     @property
     def timeline(self) -> Timeline:
@@ -268,9 +285,10 @@ class TimelineView(anywidget.AnyWidget):
 
     def to_html(self) -> str:
         """The static picture (SVG and tables, no script)."""
-        return timeline_html(self._timeline) + (
-            "<p style='color:#5b6b7c'>Static picture from when the cell ran; open the notebook in JupyterLab with a "
-            "kernel to zoom, pan and click collectives.</p>"
+        return wrap(
+            timeline_html(self._timeline, span_us=self._span_us)
+            + "<p style='color:#5b6b7c'>Static picture from when the cell ran; open the notebook in JupyterLab with "
+            "a kernel to zoom, pan and click collectives.</p>"
         )
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:

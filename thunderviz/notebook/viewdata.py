@@ -13,31 +13,35 @@ zoom, pan and clicks.
 from __future__ import annotations
 
 import os
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from thunderviz.parallel.decisions import Decision
-from thunderviz.render.graph import graph_view, short_op_name
-from thunderviz.trace.diff import TraceDiff, diff_traces
+from thunderviz.render.graph import graph_view, op_summary, short_op_name
+from thunderviz.trace.diff import TraceDiff, diff_traces, memory_changes
 from thunderviz.trace.file import bundle_from_dict, load
 from thunderviz.trace.ledger import Ledger, find_mismatches, ledger_from_bundle
 from thunderviz.trace.model import TraceBundle, TraceSnapshot
 
 __all__ = [
+    "MEMORY_COLUMNS",
     "DecisionRow",
     "LedgerPanel",
+    "MemoryColumn",
+    "MemoryPanel",
     "PaneData",
     "Panels",
     "SearchHit",
     "Subject",
     "diff_marks",
+    "memory_panel",
     "memory_rows",
     "pane_data",
     "search_ops",
     "subject_of",
     "trace_choices",
+    "trace_names",
 ]
 
 #: Search results sent to the browser; more would only slow the list down, the count is reported in full.
@@ -86,6 +90,7 @@ class DecisionRow(TypedDict):
     reason: str
     clear_cache: bool
     strategy: str
+    headline: str
 
 
 class LedgerPanel(TypedDict):
@@ -106,12 +111,33 @@ class DiffPanel(TypedDict):
     unchanged: int
 
 
+class MemoryColumn(TypedDict):
+    """One column of the memory panel: the row key it reads, the title a person reads, its unit (``bytes`` are
+    formatted as KiB/MiB, ``count`` as a number) and where the number comes from (``estimated`` by thunder from
+    the trace, ``measured`` on the rank). A later view (say, predicted vs measured peaks) adds columns, or draws the
+    same rows as bars, without the front end learning new keys."""
+
+    key: str
+    title: str
+    unit: str
+    source: str
+
+
+class MemoryPanel(TypedDict):
+    """Per rank (and, in a comparison, per run): every column known for any rank, in ``columns`` order; a value
+    missing on a rank is ``None`` (shown as "-"), never a silently short row."""
+
+    columns: list[MemoryColumn]
+    rows: list[dict[str, Any]]
+    note: str
+
+
 class Panels(TypedDict, total=False):
     """The side panels: a trace view has ledger, decisions and memory; a comparison has diff and memory."""
 
     ledger: LedgerPanel
     decisions: list[DecisionRow]
-    memory: list[dict[str, Any]]
+    memory: MemoryPanel
     diff: DiffPanel
 
 
@@ -119,9 +145,11 @@ class Panels(TypedDict, total=False):
 class Subject:
     """One jitted object as seen on every rank: what a trace view or one side of a comparison shows.
 
-    ``bundles`` maps rank -> bundle (the lowest rank is drawn); ``ledgers`` rank -> collectives ledger;
-    ``decisions`` are the strategies' jit decisions (``parallel.decisions.Decision``) when known;
-    ``memory`` rank -> extra measured memory (the rank engine's RSS/CUDA numbers) when known.
+    ``title`` is the jitted object's name (``TinyGPT``); ``run`` the cell's name (``--name zero2``) and ``config``
+    the strategy configuration (``FSDP ZERO2 BLOCK``) when known, which ``label`` puts first so that two runs of
+    one model read apart. ``bundles`` maps rank -> bundle (the lowest rank is drawn); ``ledgers`` rank ->
+    collectives ledger; ``decisions`` are the strategies' jit decisions (``parallel.decisions.Decision``) when
+    known; ``memory`` rank -> extra measured memory (the rank engine's RSS/CUDA numbers) when known.
     """
 
     title: str
@@ -129,10 +157,25 @@ class Subject:
     ledgers: dict[int, Ledger] = field(default_factory=dict)
     decisions: list[Decision] = field(default_factory=list)
     memory: dict[int, dict[str, Any]] = field(default_factory=dict)
+    run: str = ""
+    config: str = ""
 
     @property
     def primary(self) -> TraceBundle:
         return self.bundles[min(self.bundles)]
+
+    @property
+    def label(self) -> str:
+        """What a view calls this run: ``zero2: FSDP ZERO2 BLOCK``; the object's name when nothing else is known."""
+        config = self.config or next((d.strategy for d in self.decisions if d.strategy), "")
+        if self.run and config:
+            return f"{self.run}: {config}"
+        return self.run or config or self.title
+
+    @property
+    def heading(self) -> str:
+        """``zero2: FSDP ZERO2 BLOCK · TinyGPT``: the run and the object (just the object when they coincide)."""
+        return self.title if self.label == self.title else f"{self.label} \u00b7 {self.title}"
 
     def mismatches(self) -> list[str]:
         """Cross-rank disagreement messages (empty when the ranks agree or only one rank is known)."""
@@ -192,12 +235,26 @@ def subject_of(obj: Any, name: str | None = None) -> Subject:
         chosen = _pick(bundles, name, what)
         b = bundles[chosen]
         b = b if isinstance(b, TraceBundle) else bundle_from_dict(b, path=f"bundles[{chosen!r}]")
+        per_rank = {b.rank: b}
+        for rank, objs in (getattr(obj, "bundles_by_rank", None) or {}).items():  # every rank's, for its memory
+            other = objs.get(chosen)
+            if other is not None:
+                other = other if isinstance(other, TraceBundle) else bundle_from_dict(other, path=f"rank {rank}")
+                per_rank.setdefault(int(rank), other)
         raw_ledgers = (getattr(obj, "ledgers", None) or {}).get(chosen, {})
         ledgers = {int(r): (lg if isinstance(lg, Ledger) else Ledger.from_dict(lg)) for r, lg in raw_ledgers.items()}
         ledgers = ledgers or {b.rank: ledger_from_bundle(b)}
         decisions = list(getattr(obj, "decisions", None) or [])
         memory = {int(r): dict(m) for r, m in (getattr(obj, "memory", None) or {}).items()}
-        return Subject(title=chosen, bundles={b.rank: b}, ledgers=ledgers, decisions=decisions, memory=memory)
+        return Subject(
+            title=chosen,
+            bundles=dict(sorted(per_rank.items())),
+            ledgers=ledgers,
+            decisions=decisions,
+            memory=memory,
+            run=str(getattr(obj, "name", "") or ""),
+            config=_config_of(getattr(obj, "strategy", None)),
+        )
     if isinstance(bundles, Sequence):  # render.html.Report
         subj = _from_bundles(list(bundles), name, what)
         subj.decisions = list(getattr(obj, "decisions", None) or [])
@@ -208,6 +265,23 @@ def subject_of(obj: Any, name: str | None = None) -> Subject:
     )
 
 
+def _config_of(strategy: Any) -> str:
+    """``FSDP ZERO2 BLOCK`` from a run report's ``StrategySpec`` (its options' summary), else its description."""
+    if strategy is None:
+        return ""
+    options = getattr(strategy, "options", None)
+    if options is not None:
+        return options.summary()
+    describe = getattr(strategy, "describe", None)
+    return describe() if callable(describe) else str(strategy)
+
+
+def distinct_labels(a: Subject, b: Subject) -> tuple[str, str]:
+    """The two sides' labels, told apart by ``(left)``/``(right)`` when they read the same."""
+    la, lb = a.label, b.label
+    return (f"{la} (left)", f"{lb} (right)") if la == lb else (la, lb)
+
+
 def trace_choices(bundle: TraceBundle) -> list[str]:
     """Labels a view can switch between: ``forward``, ``backward``, then each captured stage."""
     out = list(bundle.traces())
@@ -215,6 +289,19 @@ def trace_choices(bundle: TraceBundle) -> list[str]:
         if s.label not in out:
             out.append(s.label)
     return out
+
+
+def trace_names(bundle: TraceBundle) -> dict[str, str]:
+    """What the trace menu shows for each label: the traces that run, then thunder's forward passes in order, by
+    number and name (``forward pass 4 of 7: Dead Code Elimination``) rather than bare pass names."""
+    names = {"forward": "forward (the trace that runs)", "backward": "backward (the trace that runs)"}
+    choices = trace_choices(bundle)
+    stages = [c for c in choices if c not in names]
+    n = len(bundle.stages)
+    for label in stages:
+        i = next(i for i, s in enumerate(bundle.stages) if s.label == label)
+        names[label] = f"forward pass {i + 1} of {n}: {label}"
+    return {c: names[c] for c in choices}
 
 
 def snapshot_of(bundle: TraceBundle, label: str) -> TraceSnapshot:
@@ -306,7 +393,12 @@ def search_ops(
     gv = graph_view(snapshot, [n for n in expanded if n in {g.name for g in graph_view(snapshot).groups}])
     node_of = gv.node_of
     group_of = {op.index: g.name for g in gv.groups for op in g.ops}
-    pn = snapshot.param_names
+    bucket_of = {op.index: g.bucket for g in gv.groups if g.bucket is not None for op in g.ops}
+    # A gathered parameter is found where it is used too: each unpacked result of a bucket is its parameter.
+    pn = dict(snapshot.param_names)
+    for b in snapshot.buckets:
+        if b.kind == "all_gather" and len(b.results) == len(b.params):
+            pn.update(zip(b.results, b.params, strict=True))
     hits: list[SearchHit] = []
     total = 0
     for op in snapshot.ops:
@@ -320,7 +412,11 @@ def search_ops(
         total += 1
         if len(hits) >= limit:
             continue
-        shown = next((pn[t] for t in tensors if t in pn), None) or (op.module or "")
+        named = [pn[t] for t in tensors if t in pn]
+        shown = next((n for n in named if q in n.lower()), None) or next(iter(named), None) or (op.module or "")
+        bucket = bucket_of.get(op.index)
+        if bucket is not None and not (q in shown.lower() and shown in bucket.params):
+            shown = bucket.short_name  # a bucket's op by the bucket's short name, not its first parameter
         kind = "collective" if op.is_collective else "wait" if op.is_wait else "op"
         hits.append(
             SearchHit(
@@ -349,9 +445,18 @@ def diff_marks(diff: TraceDiff) -> tuple[dict[int, str], dict[int, str]]:
     return a, b
 
 
+def compare_terms(a: Subject, b: Subject, label: str, diff: TraceDiff) -> list[str]:
+    """What changed, clause by clause, empty ones left out: the trace's structure (``TraceDiff.summary_parts``:
+    collectives, other ops, and whatever kinds of change it learns to name), then memory (saved for backward, the
+    estimated peak of this trace: ``trace.diff.memory_changes``)."""
+    return diff.summary_parts() + memory_changes(a.primary, b.primary, label)
+
+
 def compare_header(a: Subject, b: Subject, label: str, diff: TraceDiff) -> str:
-    """``gpt-ddp → gpt-fsdp (backward): +53 reduce_scatter, −53 all_reduce; other ops ...``"""
-    return f"{a.title} \u2192 {b.title} ({label}): {diff.summary}"
+    """``zero2: FSDP ZERO2 BLOCK → zero3: FSDP ZERO3 BLOCK (backward): +4 all_gather, +4 wait; other ops +44;
+    saved for backward 218.1 KiB -> 178.3 KiB``."""
+    la, lb = distinct_labels(a, b)
+    return f"{la} \u2192 {lb} ({label}): {'; '.join(compare_terms(a, b, label, diff)) or 'no differences'}"
 
 
 def diff_for(a: Subject, b: Subject, label: str) -> TraceDiff:
@@ -383,14 +488,32 @@ def ledger_table(subject: Subject) -> LedgerPanel:
     )
 
 
+#: The memory panel's columns, in the order shown; a column appears when any rank has its number.
+MEMORY_COLUMNS: tuple[MemoryColumn, ...] = (
+    MemoryColumn(key="est_peak_forward", title="est. peak, forward", unit="bytes", source="estimated"),
+    MemoryColumn(key="est_peak_backward", title="est. peak, backward", unit="bytes", source="estimated"),
+    MemoryColumn(key="saved_for_backward", title="saved for backward", unit="bytes", source="estimated"),
+    MemoryColumn(key="rss_bytes", title="process RSS", unit="bytes", source="measured"),
+    MemoryColumn(key="cuda_max_allocated_bytes", title="CUDA peak allocated", unit="bytes", source="measured"),
+    MemoryColumn(key="cuda_allocated_bytes", title="CUDA allocated now", unit="bytes", source="measured"),
+)
+MEMORY_NOTE = (
+    "est.: thunder's estimate from the trace (get_alloc_memory); measured: on the rank after the cell "
+    "(process RSS; CUDA's caching allocator with NCCL)."
+)
+
+
 def memory_rows(subject: Subject) -> list[dict[str, Any]]:
-    """Per rank: thunder's estimated peak per trace plus whatever the rank engine measured."""
+    """Per rank: thunder's estimated peak per trace and what forward saves for backward, plus whatever the rank
+    engine measured (``MEMORY_COLUMNS`` keys)."""
     out = []
     for r in sorted(set(subject.bundles) | set(subject.memory)):
         b = subject.bundles.get(r)
         row: dict[str, Any] = {"rank": r}
         if b is not None:
             row.update({f"est_peak_{k}": v for k, v in b.memory.items()})
+            if b.backward is not None:
+                row["saved_for_backward"] = b.saved_for_backward["bytes"]
         for k, v in subject.memory.get(r, {}).items():
             if isinstance(v, (int, float, str)) or v is None:
                 row[k] = v
@@ -398,6 +521,18 @@ def memory_rows(subject: Subject) -> list[dict[str, Any]]:
     return out
 
 
+def memory_panel(rows: Sequence[dict[str, Any]], *, lead: Sequence[MemoryColumn] = ()) -> MemoryPanel:
+    """``memory_rows`` as the panel shows them: the known columns any row fills (plus ``lead`` columns first, e.g.
+    a comparison's run), every row filled out with ``None`` where its rank has no number."""
+    known = {c["key"] for c in MEMORY_COLUMNS}
+    present = {k for r in rows for k, v in r.items() if v is not None}
+    columns = [*lead, *(c for c in MEMORY_COLUMNS if c["key"] in present)]
+    extra = sorted(present - known - {"rank"} - {c["key"] for c in lead})
+    columns += [MemoryColumn(key=k, title=k.replace("_", " "), unit="", source="measured") for k in extra]
+    full = [{"rank": r["rank"], **{c["key"]: r.get(c["key"]) for c in columns}} for r in rows]
+    return MemoryPanel(columns=columns, rows=full, note=MEMORY_NOTE)
+
+
 def op_counts(snapshot: TraceSnapshot) -> dict[str, int]:
-    """Non-bookkeeping ops by short name, most common first (for the static summary)."""
-    return dict(Counter(short_op_name(op.op) for op in snapshot.ops if not op.is_bookkeeping).most_common())
+    """Non-bookkeeping ops by short name, the ops that matter first (``render.graph.op_summary``)."""
+    return dict(op_summary([op for op in snapshot.ops if not op.is_bookkeeping]))

@@ -29,6 +29,8 @@ from thunderviz.render.graph import dot_available, to_svg
 from thunderviz.render.markup import decisions_table
 from thunderviz.render.markup import escape as _e
 from thunderviz.render.markup import table as _table
+from thunderviz.render.style import wrap
+from thunderviz.trace.units import format_bytes
 
 __all__ = ["CompareView", "RankStatus", "TraceView"]
 
@@ -52,12 +54,16 @@ class _GraphWidget(anywidget.AnyWidget):
     title = t.Unicode("").tag(sync=True)
     summary = t.Unicode("").tag(sync=True)
     traces = t.List(t.Unicode()).tag(sync=True)
+    #: label -> what the trace menu says (``viewdata.trace_names``)
+    trace_names = t.Dict().tag(sync=True)
     trace = t.Unicode("").tag(sync=True)
     expanded = t.List(t.Unicode()).tag(sync=True)
     panes = t.List(t.Dict()).tag(sync=True)
     search = t.Unicode("").tag(sync=True)
     matches = t.List(t.Dict()).tag(sync=True)
     match_total = t.Int(0).tag(sync=True)
+    #: the query ``matches`` answer (set with them, so the browser redraws even when no hit changed: "no matches")
+    searched = t.Unicode("").tag(sync=True)
     selected = t.Dict().tag(sync=True)
     panels = t.Dict().tag(sync=True)
     height = t.Int(520).tag(sync=True)
@@ -77,6 +83,10 @@ class _GraphWidget(anywidget.AnyWidget):
 
     def _on_trace_changed(self) -> None:
         """Hook for state that depends on the trace label (the comparison's summary)."""
+
+    def _pane_heading(self, index: int, subject: vd.Subject) -> str:
+        """What a pane's title says it shows (run, configuration, object)."""
+        return subject.heading
 
     # ------------------------------------------------------------------ state
 
@@ -113,7 +123,7 @@ class _GraphWidget(anywidget.AnyWidget):
                     snap,
                     expanded=self.expanded,
                     ledger=ledger,
-                    title=f"{subject.title} \u00b7 {self.trace}",
+                    title=f"{self._pane_heading(i, subject)} \u00b7 {self.trace}",
                     id_prefix=prefix,
                     marks=marks,
                 )
@@ -131,6 +141,7 @@ class _GraphWidget(anywidget.AnyWidget):
         with self.hold_sync():  # one message, so the browser never shows a new list with an old count
             self.match_total = total
             self.matches = hits[: vd.MAX_MATCHES]
+            self.searched = self.search
 
     # ------------------------------------------------------------------ Python API
 
@@ -189,7 +200,7 @@ class _GraphWidget(anywidget.AnyWidget):
             "<p style='color:#5b6b7c'>Static picture from when the cell ran; open the notebook in "
             "JupyterLab with a kernel for zoom, search, details and expanding blocks.</p></div>"
         )
-        return "\n".join(parts)
+        return wrap("\n".join(parts))
 
 
 def _graph_html(dot: str, use_svg: bool) -> str:
@@ -217,16 +228,25 @@ def _panels_html(panels: vd.Panels, decisions: Sequence[Decision]) -> str:
         out.append("<h5>Collectives per rank</h5>" + _table(["rank", "collectives", "bytes sent"], rows))
     if decisions:
         out.append("<h5>Decisions</h5>" + decisions_table(decisions))
-    if panels.get("memory"):
-        keys = sorted({k for r in panels["memory"] for k in r} - {"rank"})
+    memory = panels.get("memory")
+    if memory and memory["rows"]:
+        cols = memory["columns"]
+        rows = [[r["rank"], *(_memory_cell(r.get(c["key"]), c["unit"]) for c in cols)] for r in memory["rows"]]
         out.append(
             "<h5>Memory per rank</h5>"
-            + _table(["rank", *keys], [[r["rank"], *(r.get(k) for k in keys)] for r in panels["memory"]])
+            + _table(["rank", *(c["title"] for c in cols)], rows)
+            + f"<p style='color:#5b6b7c'>{_e(memory['note'])}</p>"
         )
     if panels.get("diff"):
         rows = [[r["tag"], r["a"], r["b"]] for r in panels["diff"]["rows"][:60]]
         out.append("<h5>Structural diff (first rows)</h5>" + _table(["", "a", "b"], rows))
     return "\n".join(out)
+
+
+def _memory_cell(value: Any, unit: str) -> str:
+    if value is None:
+        return "-"
+    return format_bytes(int(value)) if unit == "bytes" else str(value)
 
 
 class TraceView(_GraphWidget):
@@ -259,12 +279,13 @@ class TraceView(_GraphWidget):
         super().__init__(**kwargs)
         b = self._subject.primary
         with self.hold_trait_notifications():
-            self.title = f"{self._subject.title}: rank {b.rank} of {b.world_size}"
+            self.title = f"{self._subject.heading}: rank {b.rank} of {b.world_size}"
             self.traces = choices
+            self.trace_names = vd.trace_names(b)
             self.panels = vd.Panels(
                 ledger=vd.ledger_table(self._subject),
                 decisions=[vd.DecisionRow(**d.to_dict()) for d in self._subject.decisions],
-                memory=vd.memory_rows(self._subject),
+                memory=vd.memory_panel(vd.memory_rows(self._subject)),
             )
         self.trace = trace
 
@@ -306,8 +327,10 @@ class CompareView(_GraphWidget):
         self._marks: tuple[dict[int, str], dict[int, str]] = ({}, {})
         super().__init__(mode="compare", **kwargs)
         with self.hold_trait_notifications():
-            self.title = f"{a.title} vs {b.title}"
+            la, lb = vd.distinct_labels(a, b)
+            self.title = f"{la} vs {lb}"
             self.traces = shared
+            self.trace_names = {k: v for k, v in vd.trace_names(a.primary).items() if k in shared}
         self.trace = trace
         if not self.panes:
             self._trace_changed({})
@@ -337,15 +360,27 @@ class CompareView(_GraphWidget):
         ]
         self.panels = vd.Panels(
             diff=vd.DiffPanel(rows=rows[:500], total=len(rows), delta=d.collective_delta(), unchanged=d.unchanged),
-            memory=[{"side": s.title, **m} for s in (self._a, self._b) for m in vd.memory_rows(s)],
+            memory=vd.memory_panel(
+                [
+                    {"side": side, **m}
+                    for s, side in zip((self._a, self._b), vd.distinct_labels(self._a, self._b), strict=True)
+                    for m in vd.memory_rows(s)
+                ],
+                lead=[vd.MemoryColumn(key="side", title="run", unit="", source="")],
+            ),
         )
 
     def _pane_specs(self) -> list[tuple[vd.Subject, dict[int, str] | None]]:
         return [(self._a, self._marks[0]), (self._b, self._marks[1])]
 
+    def _pane_heading(self, index: int, subject: vd.Subject) -> str:
+        label = vd.distinct_labels(self._a, self._b)[index]
+        return label if label == subject.title else f"{label} \u00b7 {subject.title}"
+
     def __repr__(self) -> str:
-        summary = self.summary.split(": ", 1)[-1]
-        return f"CompareView({self._a.title!r} vs {self._b.title!r}, trace={self.trace!r}: {summary})"
+        la, lb = vd.distinct_labels(self._a, self._b)
+        summary = self.summary.split(f"({self.trace}): ", 1)[-1]
+        return f"CompareView({la!r} vs {lb!r}, trace={self.trace!r}: {summary})"
 
 
 class RankStatus(anywidget.AnyWidget):

@@ -36,6 +36,7 @@ __all__ = [
     "ObjectKind",
     "communication_plan",
     "decide",
+    "headline_of",
     "impossible",
 ]
 
@@ -95,11 +96,20 @@ class Decision:
     reason: str
     clear_cache: bool = False
     options: StrategyOptions | None = None
+    #: the decision in one line (``case 1: jit once, then shard - ZERO3, 4 block buckets + root``); ``reason`` is
+    #: the full reasoning (mechanism, why this default, measured numbers). Filled in from case and action when empty.
+    headline: str = ""
+    #: the options' summary when they are known only as text (a decision log read back from a file)
+    strategy_summary: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.headline:
+            object.__setattr__(self, "headline", headline_of(self.case, self.action, self.reason))
 
     @property
     def strategy(self) -> str:
         """``FSDP ZERO3 BLOCK``: the options the decision was made with, in one phrase (empty when unknown)."""
-        return self.options.summary() if self.options is not None else ""
+        return self.options.summary() if self.options is not None else self.strategy_summary
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Decision:
@@ -110,6 +120,8 @@ class Decision:
             action=Action(d["action"]),
             reason=str(d["reason"]),
             clear_cache=bool(d.get("clear_cache", False)),
+            headline=str(d.get("headline", "")),
+            strategy_summary=str(d.get("strategy", "")),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -121,12 +133,61 @@ class Decision:
             "reason": self.reason,
             "clear_cache": self.clear_cache,
             "strategy": self.strategy,
+            "headline": self.headline,
         }
 
 
 def impossible(target: str, error: JitDecisionError, options: StrategyOptions | None = None) -> Decision:
     """The log row of a decision that could not be made (the strategy raises ``error`` right after logging it)."""
     return Decision(target=target, case=Case.IMPOSSIBLE, action=Action.REFUSE, reason=str(error), options=options)
+
+
+def headline_of(case: Case, action: Action, reason: str = "", plan: str = "") -> str:
+    """One line a person reads first: ``case 1: jit once, then shard - ZERO3, 4 block buckets + root``.
+
+    Why a separate line: the reason is a paragraph (mechanism, why this default, measured numbers), and repeated in
+    every cell's output it hid the decision itself. ``plan`` is ``plan_headline``; without it (a decision log read
+    back from a file) the headline is the case and the action.
+    """
+    number = str(case).split(":", 1)[0]
+    if case is Case.IMPOSSIBLE:
+        first = reason.split(". ", 1)[0].rstrip(".")
+        return f"error: {first}" if first else "error"
+    what = {
+        Action.JIT_AND_DISTRIBUTE: "jit once, then distribute",
+        Action.DISTRIBUTE_IN_PLACE: "distribute your jitted module in place",
+        Action.DISTRIBUTE_FOR_FUNCTION_JIT: "distribute in place for your jitted function",
+    }.get(action, str(action))
+    return f"{number}: {what}" + (f" - {plan}" if plan else "")
+
+
+def plan_headline(options: StrategyOptions, facts: ObjectFacts | None = None) -> str:
+    """The communication plan in a few words: ``ZERO3, 4 block buckets + root`` / ``25 MB gradient buckets``."""
+    if options.parallelism is Parallelism.DDP:
+        if options.bucket_size_in_mb <= 0:
+            return "an all_reduce per gradient"
+        return f"{options.bucket_size_in_mb:g} MB gradient buckets"
+    blocks = facts.blocks if facts is not None else ()
+    bucketing = options.bucketing_strategy
+    if bucketing is Bucketing.BLOCK:
+        n = len(blocks)
+        what = f"{n} block bucket{'s' if n != 1 else ''} + root" if blocks else "1 root bucket"
+    elif bucketing is Bucketing.LAYER:
+        what = "a bucket per layer"
+    else:
+        what = "a collective per parameter"
+    return f"{options.sharding_strategy}, {what}"
+
+
+def _headline(case: Case, options: StrategyOptions, facts: ObjectFacts) -> str:
+    verb = "shard" if options.parallelism is Parallelism.FSDP else "replicate"
+    plan = plan_headline(options, facts)
+    if case is Case.RAW_MODULE:
+        return f"case 1: jit once, then {verb} - {plan}"
+    if case is Case.FUNCTION_JIT:
+        return f"case 2: {verb} in place for your jitted function - {plan}"
+    cleared = f", {facts.cached_traces} cached trace(s) cleared" if facts.has_run else ""
+    return f"case 3: {verb} your jitted module in place{cleared} - {plan}"
 
 
 def communication_plan(options: StrategyOptions, facts: ObjectFacts | None = None) -> str:
@@ -228,6 +289,7 @@ def decide(facts: ObjectFacts, options: StrategyOptions) -> Decision:
                 case=Case.RAW_MODULE,
                 action=Action.JIT_AND_DISTRIBUTE,
                 options=options,
+                headline=_headline(Case.RAW_MODULE, options, facts),
                 reason=f"a plain nn.Module and jit=True: call thunder.jit{executors} once, then {_verb(options)} in"
                 f" place so model.parameters() are what the optimizer must update{tail}",
             )
@@ -236,6 +298,7 @@ def decide(facts: ObjectFacts, options: StrategyOptions) -> Decision:
             case=Case.FUNCTION_JIT,
             action=Action.DISTRIBUTE_FOR_FUNCTION_JIT,
             options=options,
+            headline=_headline(Case.FUNCTION_JIT, options, facts),
             reason=f"jit=False: the module is not jitted here; {_verb(options)} in place and tag them, so thunder"
             " inserts the collectives when the user's jitted function is traced; cached traces of jitted functions"
             f" that already ran are cleared so none runs without collectives{tail}",
@@ -263,6 +326,7 @@ def decide(facts: ObjectFacts, options: StrategyOptions) -> Decision:
             case=Case.USER_JITTED,
             action=Action.DISTRIBUTE_IN_PLACE,
             options=options,
+            headline=_headline(Case.USER_JITTED, options, facts),
             reason=f"already jitted (not jitting twice) and already run: {_verb(options)} in place and clear its"
             f" {facts.cached_traces} cached trace(s), which were made without collectives and could still pass"
             f" thunder's checks; the next call retraces{jit_note}{tail}",
@@ -273,6 +337,7 @@ def decide(facts: ObjectFacts, options: StrategyOptions) -> Decision:
         case=Case.USER_JITTED,
         action=Action.DISTRIBUTE_IN_PLACE,
         options=options,
+        headline=_headline(Case.USER_JITTED, options, facts),
         reason=f"already jitted (not jitting twice): {_verb(options)} in place and return the user's own"
         f" ThunderModule, so no undistributed handle is left behind{jit_note}{tail}",
     )

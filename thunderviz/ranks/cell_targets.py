@@ -90,15 +90,20 @@ def forget_unreachable_modules(ns: dict[str, Any]) -> int:
 
 
 def _jitted_objects(ns: dict[str, Any]) -> dict[str, Any]:
+    """The namespace's jitted objects by name; what ``fabric.setup`` returned counts by the ThunderModule inside
+    Fabric's wrapper (a model set up by an earlier cell's strategy, used again under a new ``fabric``, is still the
+    model that ran)."""
     from thunderviz.thunder.hooks import is_jitted
+    from thunderviz.thunder.modules import unwrap_fabric
 
     found = {}
     for name, obj in list(ns.items()):
         if name.startswith("_") or isinstance(obj, (int, float, str, bytes, type(None))):
             continue
         try:
-            if is_jitted(obj):
-                found[name] = obj
+            inner = unwrap_fabric(obj)
+            if is_jitted(inner):
+                found[name] = inner
         except Exception:
             continue
     return found

@@ -26,7 +26,7 @@ import psutil
 from thunderviz.errors import RankError
 from thunderviz.ranks.watchdog import TAG_VARIABLE, kill_tagged, tagged_processes
 
-__all__ = ["AttachedCluster", "LocalCluster", "RankCluster", "controller_address"]
+__all__ = ["IPP_LOG_VARIABLE", "AttachedCluster", "LocalCluster", "RankCluster", "controller_address", "ipp_log_level"]
 
 # The controller's default heartbeat (3 s) makes a 2-engine start take 6.5 s instead of 2.5 s.
 HEARTBEAT_MS = 500
@@ -35,6 +35,24 @@ ENGINE_START_TIMEOUT_S = 120.0
 ATTACH_WAIT_S = 60.0
 RESTART_WAIT_S = 10.0
 UNREGISTER_WAIT_S = 10.0
+#: Raise ipyparallel's log level (INFO, DEBUG) to see what its controller, engines and Cluster object do.
+IPP_LOG_VARIABLE = "THUNDERVIZ_IPP_LOG_LEVEL"
+
+
+def ipp_log_level() -> tuple[int, bool]:
+    """ipyparallel's log level and whether someone asked for it (``IPP_LOG_VARIABLE``); WARNING by default.
+
+    Why: at its default, INFO, the controller logs about a hundred lines per pool start and stop, and a launcher
+    whose process exits non-zero (we kill engines on a restart) replays the last hundred of them as a warning, which
+    a JupyterLab server prints in its terminal.
+    """
+    asked = os.environ.get(IPP_LOG_VARIABLE, "").strip()
+    if not asked:
+        return logging.WARNING, False
+    level = logging.getLevelName(asked.upper()) if not asked.isdigit() else int(asked)
+    if not isinstance(level, int):
+        raise RankError(f"{IPP_LOG_VARIABLE}={asked!r}: use a logging level name (DEBUG, INFO, WARNING, ERROR)")
+    return level, True
 
 
 # Engines import torch and thunder (about 3 s) before they register, so the import overlaps the controller's
@@ -135,15 +153,18 @@ class LocalCluster(RankCluster):
             "GLOO_SOCKET_IFNAME": "lo",
             "PYTHONUNBUFFERED": "1",
         }
+        level, asked = ipp_log_level()
+        self._log_level = level  # a number: ipyparallel spells WARNING "WARN"
         self._cluster = ipp.Cluster(
             n=self.n,
             controller_ip="127.0.0.1",
-            controller_args=[f"--HeartMonitor.period={HEARTBEAT_MS}"],
+            controller_args=[f"--HeartMonitor.period={HEARTBEAT_MS}", f"--log-level={self._log_level}"],
             engine_timeout=int(ENGINE_START_TIMEOUT_S),
             delay=0.1,
             shutdown_atexit=True,
-            # ERROR: its "did not exit in 5 seconds after TERM" warnings would land in the cell; close() makes sure
-            log_level=logging.ERROR,
+            # ERROR unless asked: its "did not exit in 5 seconds after TERM" warnings would land in the cell (close()
+            # makes sure every process stops), and its replay of a killed engine's log in the server's terminal
+            log_level=level if asked else logging.ERROR,
         )
         self.description = f"local cluster {self._cluster.cluster_id} ({self.n} engines on 127.0.0.1)"
         try:
@@ -160,7 +181,7 @@ class LocalCluster(RankCluster):
             self.n,
             environment=dict(self._environment),
             engine_cmd=_ENGINE_CMD,
-            engine_args=[f"--IPEngine.wait_for_url_file={ENGINE_START_TIMEOUT_S:g}"],
+            engine_args=[f"--IPEngine.wait_for_url_file={ENGINE_START_TIMEOUT_S:g}", f"--log-level={self._log_level}"],
         )
         await self._cluster.start_controller(environment=dict(self._environment))
         client = await self._cluster.connect_client()

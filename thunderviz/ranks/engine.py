@@ -32,6 +32,7 @@ import psutil
 
 from thunderviz.errors import RankError
 from thunderviz.ranks import inside_rank
+from thunderviz.ranks.cell_numbers import CellNumbers
 from thunderviz.ranks.cluster import ATTACH_WAIT_S, AttachedCluster, LocalCluster, RankCluster, controller_address
 from thunderviz.ranks.driver import OUTPUT_MODES, Outcome, drive, output_filter
 from thunderviz.ranks.failures import CellError, FailureKind, RankFailure, RankUsageError, cell_error
@@ -44,6 +45,8 @@ from thunderviz.ranks.protocol import (
     StrategySpec,
     missing_report,
 )
+from thunderviz.ranks.rank_output import LOG as OUTPUT_LOG
+from thunderviz.ranks.rank_output import is_chatter
 from thunderviz.ranks.status import Phase, RankStatusInfo
 from thunderviz.ranks.topology import (
     DEFAULT_TIMEOUT_S,
@@ -108,6 +111,8 @@ class RankEngine:
         self._views: dict[int, Any] = {}
         self._views_client: Any = None
         self._shows_output: Callable[[int], bool] = output_filter("all")
+        #: each rank's cell numbers -> the notebook's, so tracebacks say the cell the notebook shows
+        self.cell_numbers = CellNumbers()
 
     # ----------------------------------------------------------------- construction
 
@@ -203,6 +208,7 @@ class RankEngine:
         self.phases = {rank: self.phases.get(rank, Phase.STARTING) for rank in self.ranks}
         if isinstance(self.cluster, LocalCluster):
             self.cluster.engine_pids = {e.engine_id: e.pid for e in layout.engines}
+        self.cell_numbers.reset(self.ranks, fresh=isinstance(self.cluster, LocalCluster) and not reset_in_place)
         self.backend = resolve_backend(self.requested_backend, layout.local_world_size, layout.cuda_devices_per_host)
         if reset_in_place:
             resets = {rank: self._view(rank).apply_async(inside_rank.reset) for rank in self.ranks}
@@ -307,6 +313,9 @@ class RankEngine:
             self.cluster.signal_engines(sig, engine_ids)
 
     def emit(self, rank: int, stream: str, line: str) -> None:
+        if is_chatter(line):  # gloo's and torch's, not the user's: kept in the report and the debug log
+            OUTPUT_LOG.debug("rank %d %s: %s", rank, stream, line.rstrip("\n"))
+            return
         if self._shows_output(rank):
             self.on_output(rank, stream, line)
 
@@ -339,6 +348,7 @@ class RankEngine:
         collect: bool = True,
         timeline: bool = False,
         steps: int = DEFAULT_TIMELINE_STEPS,
+        cell_label: int | None = None,
     ) -> Any:
         """Run ``source`` on every rank; return a ``RunReport`` or raise ``CellError`` naming the failed ranks.
 
@@ -346,15 +356,32 @@ class RankEngine:
         ``output``: ``all`` streams every rank, ``rank0`` only rank 0, ``none`` nothing (all of it is kept in the
         report either way). ``timeline``: record ``steps`` training steps of the cell on every rank
         (``RunReport.timeline``); when the cell fails, ``CellError.partial_report`` holds what the ranks that
-        returned recorded.
+        returned recorded. ``cell_label``: the notebook's number of this cell (``In[13]``), which the ranks'
+        tracebacks then use (``cell_numbers``).
         """
         try:
-            return self._run(source, strategy=strategy, output=output, collect=collect, timeline=timeline, steps=steps)
+            return self._run(
+                source,
+                strategy=strategy,
+                output=output,
+                collect=collect,
+                timeline=timeline,
+                steps=steps,
+                cell_label=cell_label,
+            )
         finally:
             self._forget_finished()
 
     def _run(
-        self, source: str, *, strategy: StrategySpec | None, output: str, collect: bool, timeline: bool, steps: int
+        self,
+        source: str,
+        *,
+        strategy: StrategySpec | None,
+        output: str,
+        collect: bool,
+        timeline: bool,
+        steps: int,
+        cell_label: int | None,
     ) -> Any:
         from thunderviz.ranks.report import RunReport
 
@@ -372,6 +399,7 @@ class RankEngine:
         self._set_phase(self.ranks, Phase.RUNNING)
         cell = {rank: self._view(rank).execute(source, block=False, silent=False) for rank in self.ranks}
         outcome = self._drive(cell, captured=captured, done_phase=Phase.DONE, flush_partial_lines=True)
+        self._number_cells(outcome, cell_label)
         elapsed = time.monotonic() - started
         if outcome.failures:
             self._config = None  # snapshot again before the next cell
@@ -391,6 +419,15 @@ class RankEngine:
             seconds=elapsed,
             timeline=timeline,
         )
+
+    def _number_cells(self, outcome: Outcome, cell_label: int | None) -> None:
+        """Each rank counted this cell: remember as which notebook cell, and renumber its traceback."""
+        for rank, value in outcome.values.items():
+            self.cell_numbers.ran(rank, cell_label, getattr(value, "execution_count", None))
+        for rank, failure in outcome.failures.items():
+            if failure.kind is not FailureKind.DIED and failure.kind is not FailureKind.KILLED:
+                self.cell_numbers.ran(rank, cell_label)
+            failure.traceback = self.cell_numbers.renumber(rank, failure.traceback)
 
     def _prepare(self, config: CellConfig, captured: dict[int, list[str]]) -> None:
         """Send a ``CellConfig`` when it differs from the last one (or after a failure): otherwise the rank's

@@ -36,6 +36,8 @@ class RunReport:
     problems: list[str] = field(default_factory=list)
     timeline_requested: bool = False
     timeline_data: Any = field(default=None, repr=False)
+    #: the cell's name (``--name zero2``), which every view of the report leads with ("" when unnamed)
+    name: str = ""
 
     @property
     def timeline(self) -> Any:
@@ -97,8 +99,10 @@ class RunReport:
 
     def __repr__(self) -> str:
         kind = self.strategy.describe() if self.strategy is not None else "no strategy"
+        name = f"{self.name}: " if self.name else ""
+        decided = "; ".join(d.headline for d in self.decisions) or "no decisions"
         return (
-            f"<RunReport {kind} on {self.world_size} ranks ({self.backend}), {len(self.decisions)} decisions, "
+            f"<RunReport {name}{kind} on {self.world_size} ranks ({self.backend}): {decided}; "
             f"{len(self.bundles)} traced objects, "
             f"{sum(len(m) for m in self.mismatches.values())} collective mismatches>"
         )

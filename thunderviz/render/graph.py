@@ -23,10 +23,11 @@ from typing import Any
 
 from thunderviz.trace.attribution import top_group
 from thunderviz.trace.buckets import Bucket
-from thunderviz.trace.model import OpRecord, TraceSnapshot
+from thunderviz.trace.model import OpRecord, TensorRef, TraceSnapshot
 from thunderviz.trace.units import format_bytes
 
 __all__ = [
+    "INPUT_NODE",
     "GraphView",
     "Group",
     "dot_available",
@@ -35,6 +36,8 @@ __all__ = [
     "graph_view",
     "group_ops",
     "node_metadata",
+    "op_importance",
+    "op_summary",
     "render_dot",
     "short_op_name",
     "to_dot",
@@ -44,17 +47,61 @@ __all__ = [
 _COLLECTIVE_STYLE = 'shape=hexagon, style="filled,bold", fillcolor="#f4a261", color="#9c4a00"'
 _WAIT_STYLE = 'shape=octagon, style="filled,dashed", fillcolor="#ffe08a", color="#8a6d00"'
 _OP_STYLE = 'shape=box, style="filled,rounded", fillcolor="#ffffff", color="#8aa1b8"'
+_INPUT_STYLE = 'shape=box, style="filled,rounded,dashed", fillcolor="#f4f7fa", color="#5b6b7c"'
 _GROUP_STYLE = 'shape=box, style="filled,rounded,bold", fillcolor="#dbe9f6", color="#3d6e9e"'
 _MAX_LABEL = 40
+
+# What a block's summary names first: the ops that cost (matmul, attention, embedding), then norms, softmax and
+# reductions, then elementwise math; views and reshapes last (a block's commonest ops, and the least telling).
+_HEAVY = ("linear", "matmul", "mm", "bmm", "addmm", "attention", "sdpa", "flash", "conv", "embedding")
+_NORMS = (
+    "norm",
+    "var_mean",
+    "rsqrt",
+    "softmax",
+    "gelu",
+    "erf",
+    "relu",
+    "silu",
+    "tanh",
+    "entropy",
+    "nll",
+    "sum",
+    "mean",
+    "exp",
+    "log",
+)
+_VIEWS = (
+    "unsqueeze",
+    "squeeze",
+    "expand",
+    "reshape",
+    "view",
+    "permute",
+    "transpose",
+    "shallow_copy",
+    "broadcast",
+    "slice",
+    "split",
+    "contiguous",
+    "cat",
+    "getitem",
+    "flatten",
+    "stride",
+    "convert_element_type",
+    "clone",
+)
 
 
 @dataclass
 class Group:
-    """The ops of one collapsed block, in trace order."""
+    """The ops of one collapsed block, in trace order; ``bucket`` is set for a bucket's communication (its pack,
+    collective, wait and unpack: one node of its own, see ``trace.attribution``)."""
 
     id: str
     name: str
     ops: list[OpRecord] = field(default_factory=list)
+    bucket: Bucket | None = None
 
     @property
     def collectives(self) -> list[OpRecord]:
@@ -103,6 +150,26 @@ def dot_escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
+def op_importance(name: str) -> int:
+    """0 for the ops that cost (matmul, attention, ...), 1 norms and reductions, 2 elementwise, 3 views/reshapes."""
+    if any(k in name for k in _HEAVY):
+        return 0
+    if any(name == k or name.startswith(k) for k in _VIEWS):
+        return 3
+    return 1 if any(k in name for k in _NORMS) else 2
+
+
+def op_summary(ops: list[OpRecord]) -> list[tuple[str, int]]:
+    """``[("linear", 4), ("matmul", 2), ("softmax", 1), ...]``: counts by short op name, the ops that matter first
+    (``op_importance``), then by count."""
+    counts = Counter(short_op_name(op.op) for op in ops)
+    return sorted(counts.items(), key=lambda kv: (op_importance(kv[0]), -kv[1], kv[0]))
+
+
+def _ops_word(n: int) -> str:
+    return f"{n} op" if n == 1 else f"{n} ops"
+
+
 def _clip(text: str, n: int = _MAX_LABEL) -> str:
     return text if len(text) <= n else text[: n - 1] + "\u2026"
 
@@ -125,7 +192,8 @@ def group_ops(snapshot: TraceSnapshot, *, include_bookkeeping: bool = False) -> 
         return idx[len(idx) // 2]
 
     names = sorted(by_name, key=lambda n: position(by_name[n]))
-    return [Group(id=f"g{i}", name=n, ops=by_name[n]) for i, n in enumerate(names)]
+    buckets = {b.group: b for b in snapshot.buckets if len(b.params) > 1}
+    return [Group(id=f"g{i}", name=n, ops=by_name[n], bucket=buckets.get(n)) for i, n in enumerate(names)]
 
 
 def _resolve_expand(groups: list[Group], expand: Collection[str] | None) -> frozenset[str]:
@@ -147,7 +215,7 @@ def _op_label(op: OpRecord, param_names: dict[str, str], bucket: Bucket | None =
     more = f" +{len(op.outputs) - 1}" if len(op.outputs) > 1 else ""
     label = short_op_name(op.op)
     if op.is_collective and bucket is not None and len(bucket.params) > 1:
-        label += f"\nbucket {_clip(bucket.label, 24)} ({len(bucket.params)} params)"
+        label += f"\n{_clip(bucket.summary, 32)}"
     elif op.is_collective and op.inputs:
         # A parameter's name when the collective reads one (forward all_gather), else the module whose
         # gradient it carries (backward reduce_scatter): proxy names like t3853 tell a person nothing.
@@ -175,28 +243,36 @@ def _coll_summary(g: Group, buckets: dict[int, Bucket]) -> tuple[str, int]:
     parts = [f"{n}\u00d7 {k}" for k, n in kinds.items()]
     if g.waits:
         parts.append(f"{len(g.waits)}\u00d7 wait")
-    # Buckets (thunderviz's communication pass): what each packed collective carries.
+    # Buckets (thunderviz's communication pass): what each packed collective carries, by its short name.
     named = [b for op in g.collectives if (b := buckets.get(op.index)) is not None and len(b.params) > 1]
     for b in named[:3]:
-        parts.append(f"{short_op_name(b.kind)} bucket {_clip(b.label, 20)}: {len(b.params)} params")
+        parts.append(_clip(b.short_name, 44))
     if len(named) > 3:
         parts.append(f"+{len(named) - 3} more buckets")
     return "\n".join(parts), nbytes
 
 
 def _bucket_tooltip(g: Group, buckets: dict[int, Bucket]) -> str:
-    lines = [f"{g.name}: collectives"]
+    """Short names only; the parameter lists are in the node's details (click)."""
+    lines = [f"{g.name}: collectives (click for the parameters)"]
     for op in g.collectives:
         b = buckets.get(op.index)
         if b is not None:
-            lines.append(f"{b.kind} {b.label}: {', '.join(b.params)}")
+            lines.append(b.short_name)
     return _clip("\n".join(lines), 600)
 
 
 def _bucket_meta(b: Bucket | None) -> dict[str, Any] | None:
     if b is None:
         return None
-    return {"label": b.label, "kind": b.kind, "params": list(b.params), "bytes": b.bytes, "dtype": b.dtype}
+    return {
+        "label": b.label,
+        "name": b.short_name,
+        "kind": b.kind,
+        "params": list(b.params),
+        "bytes": b.bytes,
+        "dtype": b.dtype,
+    }
 
 
 def graph_view(
@@ -217,11 +293,34 @@ def graph_view(
     node_of = _node_of(groups, opened)
     draw = _Drawing(snapshot, id_prefix)
     lines = _header(snapshot, title)
+    inputs = _forward_inputs(snapshot) if not include_bookkeeping else {}
+    if inputs:
+        lines.append(draw.input_node(inputs))
+        node_of = {**node_of, **dict.fromkeys(inputs, INPUT_NODE)}
     for g in groups:
         lines += draw.open_group(g) if g.id in opened else draw.collapsed_group(g)
     lines += _edges(snapshot, node_of)
     lines.append("}")
     return GraphView(dot="\n".join(lines) + "\n", nodes=draw.nodes, groups=groups, expanded=opened, node_of=node_of)
+
+
+#: The node id of the forward trace's inputs (the batch): where a forward graph starts reading.
+INPUT_NODE = "in"
+
+
+def _forward_inputs(snapshot: TraceSnapshot) -> dict[int, TensorRef]:
+    """The forward trace's tensor arguments that are not parameters (the batch), by the index of the hidden op
+    that unpacks each: drawn as one input node, so the forward graph reads input -> embeddings -> ... -> head."""
+    if snapshot.label != "forward":
+        return {}
+    wanted = set(snapshot.arg_names) - set(snapshot.param_names)
+    out: dict[int, TensorRef] = {}
+    for op in snapshot.ops:
+        if op.is_bookkeeping and op.op.startswith("unpack"):
+            for t in op.outputs:
+                if t.name in wanted and t.kind == "tensor":
+                    out[op.index] = t
+    return out
 
 
 def _node_of(groups: list[Group], opened: frozenset[str]) -> dict[int, str]:
@@ -232,6 +331,8 @@ def _node_of(groups: list[Group], opened: frozenset[str]) -> dict[int, str]:
         for op in g.ops:
             if g.id in opened:
                 node_of[op.index] = f"op{op.index}"
+            elif g.bucket is not None:  # a bucket's communication is one node
+                node_of[op.index] = g.id
             elif op.collective is not None:
                 node_of[op.index] = f"{g.id}c"
             else:
@@ -242,9 +343,9 @@ def _node_of(groups: list[Group], opened: frozenset[str]) -> dict[int, str]:
 def _header(snapshot: TraceSnapshot, title: str | None) -> list[str]:
     return [
         "digraph trace {",
-        '  graph [rankdir=TB, nodesep=0.25, ranksep=0.35, fontname="Helvetica", fontsize=11, '
+        '  graph [rankdir=TB, nodesep=0.25, ranksep=0.35, fontname="Helvetica", fontsize=13, '
         f'labelloc=t, label="{dot_escape(_clip(title or snapshot.label, 80))}"];',
-        '  node [fontname="Helvetica", fontsize=10, margin="0.08,0.03", height=0.3];',
+        '  node [fontname="Helvetica", fontsize=12, margin="0.08,0.03", height=0.3];',
         '  edge [color="#7f8c99", arrowsize=0.6];',
     ]
 
@@ -258,6 +359,19 @@ class _Drawing:
         self.pn = snapshot.param_names
         self.buckets = {b.issue_index: b for b in snapshot.buckets}
         self.nodes: dict[str, dict[str, Any]] = {}
+
+    def input_node(self, inputs: dict[int, TensorRef]) -> str:
+        """One node for the batch: ``input`` and each tensor's name, dtype and shape (the first three)."""
+        tensors = list(inputs.values())
+        lines = [f"{t.name}: {t.short()}" for t in tensors[:3]] + (
+            [f"+{len(tensors) - 3} more"] if len(tensors) > 3 else []
+        )
+        self.nodes[INPUT_NODE] = {"kind": "input", "tensors": [_tensor_meta(t, self.pn) for t in tensors]}
+        text = "input\n" + "\n".join(_clip(x) for x in lines)
+        return (
+            f'  {INPUT_NODE} [id="{self.prefix}{INPUT_NODE}", label="{dot_escape(text)}", tooltip="the trace\'s '
+            f'inputs", {_INPUT_STYLE}];'
+        )
 
     def open_group(self, g: Group) -> list[str]:
         """An expanded group: a cluster with one node per op."""
@@ -279,10 +393,13 @@ class _Drawing:
         return lines
 
     def collapsed_group(self, g: Group) -> list[str]:
-        """A collapsed group: one node for its compute (op count, commonest ops) and one for its collectives."""
+        """A collapsed group: one node for its compute (op count, commonest ops) and one for its collectives; a
+        bucket's communication is one collective node."""
+        if g.bucket is not None:
+            return [self._bucket_node(g, g.bucket)]
         compute = g.compute
-        label = f"{_clip(g.name)}\n{len(compute)} ops"
-        top = Counter(short_op_name(op.op) for op in compute).most_common(3)
+        label = f"{_clip(g.name)}\n{_ops_word(len(compute))}"
+        top = op_summary(compute)[:3]
         if top:
             label += "\n" + ", ".join(f"{n} {k}" for k, n in top)
         lines = [
@@ -293,6 +410,29 @@ class _Drawing:
         if g.collectives or g.waits:
             lines.append(self._collectives_node(g))
         return lines
+
+    def _bucket_node(self, g: Group, b: Bucket) -> str:
+        """``all_gather blocks.0`` / ``12 params, 97.6 KiB`` / ``wait 44 ops later``: its parameters on click."""
+        waits = [op for op in g.ops if op.is_wait]
+        between = (
+            [op for op in self.snapshot.ops[b.issue_index + 1 : waits[0].index] if not op.is_bookkeeping]
+            if (waits and b.issue_index >= 0)
+            else None
+        )
+        gap = "" if between is None else f"\nwait {_ops_word(len(between))} later"
+        text = f"{_clip(b.group)}\n{b.summary.split(' (', 1)[1].rstrip(')')}{gap}"
+        self.nodes[g.id] = {
+            "kind": "collectives",
+            "group": g.name,
+            "group_id": g.id,
+            "bucket": _bucket_meta(b),
+            "ops": [_op_meta(op, g, self.pn, self.buckets.get(op.index)) for op in g.ops if op.collective is not None],
+        }
+        tip = f"{b.short_name}: pack, {b.kind}, wait, unpack (click for its {len(b.params)} parameters)"
+        return (
+            f'  {g.id} [id="{self.prefix}{g.id}", label="{dot_escape(text)}", tooltip="{dot_escape(tip)}", '
+            f"{_COLLECTIVE_STYLE}];"
+        )
 
     def _collectives_node(self, g: Group) -> str:
         text, nbytes = _coll_summary(g, self.buckets)
@@ -363,7 +503,7 @@ def _group_meta(g: Group, snap: TraceSnapshot) -> dict[str, Any]:
         "n_compute": len(g.compute),
         "first_index": g.ops[0].index if g.ops else None,
         "last_index": g.ops[-1].index if g.ops else None,
-        "op_counts": dict(Counter(short_op_name(op.op) for op in g.compute).most_common()),
+        "op_counts": dict(op_summary(g.compute)),
         "collectives": dict(Counter(op.collective for op in g.ops if op.collective)),
         "modules": dict(modules.most_common()),
         "sources": [s for s, _ in sources.most_common(8)],

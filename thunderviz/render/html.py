@@ -23,6 +23,7 @@ from thunderviz.render.graph import Group, dot_available, graph_view, short_op_n
 from thunderviz.render.markup import decisions_table
 from thunderviz.render.markup import escape as _e
 from thunderviz.render.markup import page as _markup_page
+from thunderviz.render.style import PAGE_CSS, wrap
 from thunderviz.render.timeline_svg import timeline_html
 from thunderviz.timeline.model import Timeline
 from thunderviz.trace.diff import TraceDiff, diff_traces
@@ -34,23 +35,6 @@ if TYPE_CHECKING:
     from thunderviz.parallel.decisions import Decision
 
 __all__ = ["Report", "render_html", "render_report_body"]
-
-_CSS = """
-body{font:14px/1.45 -apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:24px;color:#1d2733;max-width:1400px}
-h1{font-size:22px} h2{font-size:18px;margin-top:32px;border-bottom:1px solid #d5dde6}
-h3{font-size:15px;margin-top:20px}
-table{border-collapse:collapse;margin:8px 0} td,th{border:1px solid #d5dde6;padding:3px 8px;text-align:left;
-vertical-align:top} th{background:#eef3f8}
-td.num{text-align:right;font-variant-numeric:tabular-nums}
-code,pre,.mono{font-family:SFMono-Regular,Menlo,Consolas,monospace;font-size:12px}
-pre{background:#f6f8fa;padding:8px;overflow:auto;max-height:420px}
-.ok{color:#1e7b34}.bad{color:#b3261e;font-weight:600}
-.graph{overflow:auto;border:1px solid #d5dde6;padding:6px;max-height:900px;background:#fff}
-.graph svg{max-width:100%;height:auto} .graph g.node{cursor:pointer}
-details{margin:4px 0} summary{cursor:pointer}
-tr.coll td{background:#fde6d2} tr.wait td{background:#fff4cc}
-.note{color:#5b6b7c}
-"""
 
 _JS = """
 document.addEventListener('click', function (ev) {
@@ -105,7 +89,7 @@ class Report:
         return path
 
     def _repr_html_(self) -> str:
-        return f"<div class='thunderviz-report'><style>{_CSS}</style>{self.body()}</div>"
+        return wrap(self.body())
 
 
 def render_html(
@@ -123,7 +107,7 @@ def render_html(
 
 
 def _page(title: str, body: str) -> str:
-    return _markup_page(title, body, style=_CSS, script=_JS)
+    return _markup_page(title, wrap(body, style=False), style=PAGE_CSS, script=_JS)
 
 
 def render_report_body(

@@ -15,8 +15,9 @@ if TYPE_CHECKING:  # read by attribute; render never imports the decision table 
 
 __all__ = ["DECISION_COLUMNS", "decisions_table", "escape", "page", "table"]
 
-#: The columns of a strategy decision shown to people (``Decision`` fields).
-DECISION_COLUMNS = ("target", "case", "action", "reason")
+#: The columns of a strategy decision shown to people: what was set up, and the decision's one-line headline (its
+#: full reasoning opens under it).
+DECISION_COLUMNS = ("target", "decision")
 
 
 def escape(value: Any) -> str:
@@ -32,8 +33,15 @@ def table(headers: Sequence[str], rows: Iterable[Iterable[Any]]) -> str:
 
 
 def decisions_table(decisions: Sequence[Decision]) -> str:
-    """The strategies' jit decisions, one row each."""
-    return table(DECISION_COLUMNS, ([str(getattr(d, c)) for c in DECISION_COLUMNS] for d in decisions))
+    """The strategies' jit decisions, one row each: the headline, and the full reasoning one click away (a
+    ``<details>``, so it needs no script)."""
+    head = "".join(f"<th>{escape(h)}</th>" for h in DECISION_COLUMNS)
+    rows = "".join(
+        f"<tr><td>{escape(d.target)}</td><td><details class='tv-decision'><summary>{escape(d.headline)}</summary>"
+        f"<p>{escape(d.case)} \u00b7 {escape(d.action)}: {escape(d.reason)}</p></details></td></tr>"
+        for d in decisions
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
 
 
 def page(title: str, body: str, *, heading: str | None = None, style: str = "", script: str = "") -> str:

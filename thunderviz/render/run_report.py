@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from thunderviz.render.html import Report
 from thunderviz.render.markup import decisions_table, escape, page, table
+from thunderviz.render.style import PAGE_CSS, wrap
 from thunderviz.render.timeline_svg import timeline_html
 from thunderviz.trace.units import format_bytes
 
@@ -25,6 +26,7 @@ __all__ = ["RunReportLike", "reports_page", "run_report_html", "run_report_title
 class RunReportLike(Protocol):
     """The fields of ``RunReport`` this module reads (a Protocol, so render never imports the rank engine)."""
 
+    name: str
     world_size: int
     backend: str
     strategy: StrategySpec | None
@@ -39,14 +41,23 @@ class RunReportLike(Protocol):
 
 
 def run_report_title(report: RunReportLike) -> str:
-    """``thunder_fsdp (FSDP ZERO2 BLOCK) on 2 ranks, gloo: 3.20 s``."""
+    """``zero2: thunder_fsdp (FSDP ZERO2 BLOCK) on 2 ranks, gloo: 3.20 s`` (the cell's name first, when it has one)."""
     what = report.strategy.describe() if report.strategy is not None else "no strategy"
-    return f"{what} on {report.world_size} ranks, {report.backend}: {report.seconds:.2f} s"
+    name = f"{report.name}: " if getattr(report, "name", "") else ""
+    return f"{name}{what} on {report.world_size} ranks, {report.backend}: {report.seconds:.2f} s"
 
 
 def run_report_html(report: RunReportLike, *, standalone: bool = True) -> str:
-    """The report as self-contained HTML (no scripts, no network): a page when ``standalone``, else a fragment."""
-    parts = [f"<div class='thunderviz-report'><h3>{escape(run_report_title(report))}</h3>"]
+    """The report as self-contained HTML (no scripts, no network): a page when ``standalone``, else a fragment
+    (inside our root element with the scoped stylesheet: nothing it styles leaks into the notebook)."""
+    body = _report_body(report)
+    if standalone:
+        return page("thunderviz report", wrap(body, style=False), style=PAGE_CSS)
+    return wrap(body)
+
+
+def _report_body(report: RunReportLike) -> str:
+    parts = [f"<h3>{escape(run_report_title(report))}</h3>"]
     traces = _traces_html(report.bundles_by_rank, report.ledgers, report.decisions)
     if traces is None or not report.bundles_by_rank:
         parts.append(_decisions_html(report.decisions))  # otherwise the trace report carries the decisions
@@ -57,18 +68,13 @@ def run_report_html(report: RunReportLike, *, standalone: bool = True) -> str:
     if report.problems:
         items = "".join(f"<li><pre>{escape(p)}</pre></li>" for p in report.problems)
         parts.append(f"<h4>Not shown</h4><ul>{items}</ul>")
-    parts.append("</div>")
-    body = "\n".join(parts)
-    return page("thunderviz report", body) if standalone else body
+    return "\n".join(parts)
 
 
 def reports_page(reports: Mapping[str, RunReportLike], *, title: str, heading: str | None = None) -> str:
     """One page with each named report as a section (no script, no network), e.g. every report of a notebook."""
-    sections = [
-        f"<section><h2>{escape(name)}</h2>{run_report_html(r, standalone=False)}</section>"
-        for name, r in reports.items()
-    ]
-    return page(title, "\n".join(sections), heading=heading)
+    sections = [f"<section><h2>{escape(name)}</h2>{_report_body(r)}</section>" for name, r in reports.items()]
+    return page(title, wrap("\n".join(sections), style=False), heading=heading, style=PAGE_CSS)
 
 
 def _timeline_html(timeline: Any) -> str:
@@ -107,5 +113,5 @@ def _traces_html(
             return None
         return "<h4>Traces</h4><p>No thunder-compiled object ran in this cell.</p>"
     bundles = [b for rank in sorted(bundles_by_rank) for b in bundles_by_rank[rank].values()]
-    # Report's notebook form is static (inline style, SVG or DOT text, no script): it survives nbconvert/GitHub.
-    return Report(bundles, decisions=decisions or None, title="traces")._repr_html_()
+    # Static (SVG or DOT text, no script): it survives nbconvert/GitHub; the caller wraps it with the stylesheet.
+    return Report(bundles, decisions=decisions or None, title="traces").body()

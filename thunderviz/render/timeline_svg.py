@@ -1,8 +1,10 @@
 """A static SVG picture of a ``Timeline``: one lane per rank, for nbconvert, GitHub and the offline HTML report.
 
-No script: each rank's lane has three rows (regions; the main thread, with collective waits marked; the
-backend's communication work), a millisecond axis, and a ``<title>`` on every collective wide enough to point at,
-so a hover names it.
+No script: each rank's lane has three labelled rows (steps and their forward/backward/optimizer regions; the main
+thread, with the time it was blocked by a collective; the backend's communication work), step markers, a
+millisecond axis (a common one for several runs with ``span_us``), and a ``<title>`` on every collective wide
+enough to point at, so a hover names it. Blocked time that outlasts the collective's work (the backend finished,
+the waiting thread had not yet run again: ranks sharing CPUs) is drawn apart, hatched, and said so.
 Collectives use the colours of the trace graph (``render.graph``: collectives orange, waits yellow, module
 blocks blue), so a collective looks the same in both pictures. Every name from user code is escaped.
 
@@ -16,10 +18,10 @@ import html
 import re
 from typing import Any
 
-from thunderviz.timeline.analysis import TimelineAnalysis, close_gaps, union
-from thunderviz.timeline.model import RankTimeline, Timeline
+from thunderviz.timeline.analysis import STRAGGLER_RULE, TimelineAnalysis, close_gaps, union
+from thunderviz.timeline.model import CollectiveEvent, RankTimeline, Timeline
 
-__all__ = ["COLOURS", "graph_colours", "timeline_html", "timeline_svg"]
+__all__ = ["COLOURS", "ROW_LABELS", "common_span_us", "graph_colours", "split_blocked", "timeline_html", "timeline_svg"]
 
 
 def graph_colours() -> dict[str, str]:
@@ -45,12 +47,14 @@ def graph_colours() -> dict[str, str]:
     }
 
 
-#: Colours of the timeline views (SVG and widget): the graph's, plus one per region kind.
+#: Colours of the timeline views (SVG and widget): the graph's, plus one per region kind (three hues a person tells
+#: apart at a glance: blue, purple, green).
 COLOURS: dict[str, str] = {
     **graph_colours(),
-    "forward": "#dbe9f6",
-    "backward": "#c5d9ee",
-    "optimizer": "#d7efd9",
+    "forward": "#90caf9",
+    "backward": "#b39ddb",
+    "optimizer": "#a5d6a7",
+    "after_work": "#fff8dc",
     "step": "#5b6b7c",
     "idle": "#ffffff",
     "highlight": "#7b2cbf",
@@ -58,10 +62,13 @@ COLOURS: dict[str, str] = {
     "muted": "#5b6b7c",
 }
 
-_LABEL_W = 70
-_ROW_H = 14
+_LABEL_W = 150
+_ROW_H = 20
 _RANK_H = 3 * _ROW_H + 6  # three rows and a margin
-_GAP = 10
+_GAP = 14
+_TOP = 34  # the axis, then the step labels
+#: The rows of a lane, top to bottom, as their labels read.
+ROW_LABELS = ("steps", "main thread", "collectives")
 
 
 def _e(x: Any) -> str:
@@ -76,27 +83,43 @@ def _ms(us: float) -> str:
     return f"{us / 1000:.1f} ms" if us >= 1000 else f"{us:.0f} us"
 
 
-def timeline_svg(timeline: Timeline, *, width: int = 960, t0: float | None = None, t1: float | None = None) -> str:
-    """SVG text for ``timeline`` between ``t0`` and ``t1`` microseconds (default: all recorded steps)."""
+def timeline_svg(timeline: Timeline, *, width: int = 1200, t0: float | None = None, t1: float | None = None) -> str:
+    """SVG text for ``timeline`` between ``t0`` and ``t1`` microseconds (default: all recorded steps; pass the same
+    ``t1`` to several runs, e.g. ``common_span_us``, to draw them on one scale)."""
     lo = 0.0 if t0 is None else t0
     hi = (timeline.duration or 1.0) if t1 is None else t1
-    height = 28 + len(timeline.ranks) * (_RANK_H + _GAP) + 6
+    height = _TOP + len(timeline.ranks) * (_RANK_H + _GAP) + 6
     plot = _Plot(lo, hi, width - _LABEL_W - 10)
     parts = [
         (
             f'<svg xmlns="http://www.w3.org/2000/svg" class="thunderviz-timeline" width="{width}" height="{height}" '
-            f'viewBox="0 0 {width} {height}" font-family="Helvetica, Arial, sans-serif" font-size="10">'
+            f'viewBox="0 0 {width} {height}" font-family="Helvetica, Arial, sans-serif" font-size="12">'
         ),
         f'<rect x="0" y="0" width="{width}" height="{height}" fill="#ffffff"/>',
+        _HATCH,
     ]
     parts += _axis(plot, height)
-    y = 22.0
+    parts += _step_markers(plot, timeline, height)
+    y = float(_TOP)
     first_rank = min(timeline.ranks, default=0)
     for rank, t in sorted(timeline.ranks.items()):
         parts += _rank_lane(plot, rank, t, y, first=rank == first_rank)
         y += _RANK_H + _GAP
     parts.append("</svg>")
     return "".join(p for p in parts if p)
+
+
+def common_span_us(*timelines: Timeline) -> float:
+    """The longest of ``timelines``: draw each with ``t1=`` this (``timeline_html(span_us=...)``) to compare runs on
+    one scale."""
+    return max((t.duration for t in timelines), default=0.0) or 1.0
+
+
+_HATCH = (
+    '<defs><pattern id="tv-after-work" width="6" height="6" patternUnits="userSpaceOnUse" '
+    'patternTransform="rotate(45)"><rect width="6" height="6" fill="#fff8dc"/>'
+    '<line x1="0" y1="0" x2="0" y2="6" stroke="#c9a400" stroke-width="2"/></pattern></defs>'
+)
 
 
 class _Plot:
@@ -131,15 +154,33 @@ class _Plot:
 def _axis(plot: _Plot, height: int) -> list[str]:
     """A grid line and a millisecond label every ``_nice_step``."""
     parts = []
-    step_ms = _nice_step(plot.span / 1000 / 8)
+    step_ms = _nice_step(plot.span / 1000 / 10)
     tick = (plot.lo // (step_ms * 1000) + 1) * step_ms * 1000 if plot.lo > 0 else 0.0
     while tick <= plot.hi:
         xt = plot.x(tick)
-        parts.append(f'<line x1="{xt:.1f}" y1="14" x2="{xt:.1f}" y2="{height - 4}" stroke="#e3e8ee" stroke-width="1"/>')
+        parts.append(f'<line x1="{xt:.1f}" y1="16" x2="{xt:.1f}" y2="{height - 4}" stroke="#e3e8ee" stroke-width="1"/>')
         parts.append(
-            f'<text x="{xt:.1f}" y="11" text-anchor="middle" fill="{COLOURS["muted"]}">{tick / 1000:g} ms</text>'
+            f'<text x="{xt:.1f}" y="13" text-anchor="middle" fill="{COLOURS["muted"]}">{tick / 1000:g} ms</text>'
         )
         tick += step_ms * 1000
+    return parts
+
+
+def _step_markers(plot: _Plot, timeline: Timeline, height: int) -> list[str]:
+    """A dashed line where each step begins (on the first rank's clock, the common one) and its number."""
+    ranks = sorted(timeline.ranks)
+    if not ranks:
+        return []
+    parts = []
+    for s in timeline.ranks[ranks[0]].steps:
+        if s.start < plot.lo or s.start > plot.hi:
+            continue
+        xs = plot.x(s.start)
+        parts.append(
+            f'<line class="step-marker" x1="{xs:.1f}" y1="18" x2="{xs:.1f}" y2="{height - 4}" '
+            f'stroke="{COLOURS["step"]}" stroke-width="1" stroke-dasharray="4 3"/>'
+        )
+        parts.append(f'<text x="{xs + 3:.1f}" y="29" font-weight="bold" fill="{COLOURS["text"]}">step {s.step}</text>')
     return parts
 
 
@@ -148,14 +189,24 @@ def _axis(plot: _Plot, height: int) -> list[str]:
 
 def _rank_lane(plot: _Plot, rank: int, t: RankTimeline, y: float, *, first: bool) -> list[str]:
     """One rank's ``<g>``: its label (and clock bound, except on the first rank, whose clock the others are
-    aligned to), then its three rows."""
+    aligned to) and each row's name, then its three rows."""
     c = COLOURS
     unc = t.clock.uncertainty
-    clock = "" if first else f"clock +/- {_ms(unc)}" if unc != float("inf") else "clock ?"
+    clock = "" if first else f"\u00b1{_ms(unc)}" if unc != float("inf") else "clock ?"
     parts = [f'<g class="rank" data-rank="{rank}">']
-    parts.append(f'<text x="4" y="{y + _ROW_H + 4:.1f}" font-weight="bold" fill="{c["text"]}">rank {rank}</text>')
-    if clock:
-        parts.append(f'<text x="4" y="{y + 2 * _ROW_H + 4:.1f}" font-size="8" fill="{c["muted"]}">{_e(clock)}</text>')
+    parts.append(
+        f'<text x="4" y="{y + 14:.1f}" font-weight="bold" font-size="13" fill="{c["text"]}">rank {rank}</text>'
+    )
+    if clock:  # the clock bound under the name, short: the row labels fill the rest of the label column
+        parts.append(
+            f'<text x="4" y="{y + _ROW_H + 14:.1f}" font-size="11" fill="{c["muted"]}"><title>clock bound</title>'
+            f"{_e(clock)}</text>"
+        )
+    for i, label in enumerate(ROW_LABELS):
+        parts.append(
+            f'<text class="row-label" x="{_LABEL_W - 6}" y="{y + i * _ROW_H + 14:.1f}" text-anchor="end" '
+            f'font-size="11" fill="{c["muted"]}">{label}</text>'
+        )
     parts += _region_row(plot, rank, t, y)
     parts += _main_thread_row(plot, rank, t, y + _ROW_H)
     parts += _communication_row(plot, rank, t, y + 2 * _ROW_H)
@@ -182,11 +233,33 @@ def _main_thread_row(plot: _Plot, rank: int, t: RankTimeline, row: float) -> lis
     busy = close_gaps(union(t.ops.intervals(0)), plot.res)
     parts = [plot.rect(a, b, row + 2, _ROW_H - 4, c["op"]) for a, b in busy]
     for col in t.collectives:
-        for a, b in col.blocked_intervals():
-            if b - a >= plot.res / 2:
+        for a, b, after in split_blocked(col):
+            if b - a < plot.res / 2:
+                continue
+            if after:
+                title = (
+                    f"rank {rank} still blocked {_ms(b - a)} after {col.label} (step {col.step}) finished its work: "
+                    "the backend completing, or the waiting thread not yet running again (ranks sharing CPUs)"
+                )
+                parts.append(plot.rect(a, b, row + 1, _ROW_H - 2, "url(#tv-after-work)", c["wait_border"], title))
+            else:
                 title = f"rank {rank} blocked by {col.label} (step {col.step}): {_ms(b - a)}"
                 parts.append(plot.rect(a, b, row + 1, _ROW_H - 2, c["wait"], c["wait_border"], title))
     return parts
+
+
+def split_blocked(col: CollectiveEvent) -> list[tuple[float, float, bool]]:
+    """The collective's blocked intervals cut where its work ended: ``(start, end, after_work)``. Why: a wait can
+    return long after the backend finished (the waiting thread must run again, and ranks sharing cores wait for
+    one), and a yellow bar running past its collective read as a collective that took longer than it did."""
+    out = []
+    for a, b in col.blocked_intervals():
+        cut = col.end if col.end is not None and a < col.end < b else None
+        if cut is None:
+            out.append((a, b, col.end is not None and a >= col.end and not col.sync))
+        else:
+            out += [(a, cut, False), (cut, b, True)]
+    return out
 
 
 def _communication_row(plot: _Plot, rank: int, t: RankTimeline, row: float) -> list[str]:
@@ -214,9 +287,10 @@ def _nice_step(ms: float) -> float:
     return 10000.0
 
 
-def timeline_html(timeline: Timeline, *, width: int = 960, worst: int = 8) -> str:
-    """The static picture with its reading: the SVG, a legend, the per-rank breakdown, the straggler and the
-    worst collectives, and what could not be recorded. No script; for nbconvert, GitHub and the HTML report."""
+def timeline_html(timeline: Timeline, *, width: int = 1200, worst: int = 8, span_us: float | None = None) -> str:
+    """The static picture with its reading: the straggler verdict and the rule it follows, the SVG, a legend, the
+    per-rank breakdown, the worst collectives (each once), and what could not be recorded. ``span_us``: draw up to
+    that time (the same for several runs: one scale). No script; for nbconvert, GitHub and the HTML report."""
     a = timeline.analysis()
     name = f": {_e(timeline.name)}" if timeline.name else ""
     parts = [
@@ -228,9 +302,10 @@ def timeline_html(timeline: Timeline, *, width: int = 960, worst: int = 8) -> st
     if not timeline.ranks or not timeline.steps:
         parts.append("<p>No step was recorded.</p>")
     else:
-        parts.append(f"<div style='overflow-x:auto'>{timeline_svg(timeline, width=width)}</div>")
+        parts.append(f"<p><b>{_e(a.summary()[0])}</b></p>")
+        parts.append(f"<p class='note' style='font-size:12px'>{_e(STRAGGLER_RULE)}</p>")
+        parts.append(f"<div style='overflow-x:auto'>{timeline_svg(timeline, width=width, t1=span_us)}</div>")
         parts.append(_legend_html())
-        parts.extend(f"<p><b>{_e(line)}</b></p>" for line in a.summary())
         parts += _breakdown_html(a)
         parts += _waits_html(a, worst)
     notes = list(timeline.problems) + [f"rank {r}: {n}" for r, t in sorted(timeline.ranks.items()) for n in t.notes]
@@ -248,16 +323,17 @@ def _legend_html() -> str:
         ("optimizer", c["optimizer"]),
         ("main thread busy", c["op"]),
         ("blocked by a collective", c["wait"]),
+        ("still blocked after its work ended (hatched)", c["after_work"]),
         ("collective in flight", c["collective"]),
     ]
     return (
         "<p style='font-size:12px'>"
         + " ".join(
-            f"<span style='display:inline-block;width:10px;height:10px;background:{col};border:1px solid #8aa1b8'>"
-            f"</span> {_e(name)}&nbsp;&nbsp;"
+            f"<span style='display:inline-block;width:12px;height:12px;background:{col};border:1px solid #8aa1b8;"
+            f"vertical-align:middle'></span> {_e(name)}&nbsp;&nbsp;"
             for name, col in legend
         )
-        + "</p>"
+        + " &nbsp;dashed lines: where each step begins</p>"
     )
 
 

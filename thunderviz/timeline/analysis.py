@@ -27,9 +27,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the model calls in here; at run time this module only reads its attributes
-    from thunderviz.timeline.model import CollectiveEvent, Timeline
+    from thunderviz.timeline.model import CollectiveEvent, RankTimeline, Timeline
 
 __all__ = [
+    "CLOCK_FACTOR",
+    "JITTER_FACTOR",
+    "STRAGGLER_RULE",
     "STRAGGLER_SHARE",
     "CollectiveWait",
     "RankBreakdown",
@@ -44,8 +47,18 @@ __all__ = [
 
 Interval = tuple[float, float]
 
-#: ``summary`` names a straggler when the waiting it caused is at least this share of the recorded time.
-STRAGGLER_SHARE = 0.05
+#: How far above the noise a rank's typical caused wait must be before it is named (see ``STRAGGLER_RULE``).
+JITTER_FACTOR = 3.0
+CLOCK_FACTOR = 3.0
+#: ... and the least share of the median step time it must be (a rank 1 ms late in a 12 ms step is no straggler).
+STRAGGLER_SHARE = 0.10
+#: The rule, as every view states it.
+STRAGGLER_RULE = (
+    f"A rank is named a straggler when, in at least 3 of every 4 recorded steps, it arrived last and the wait it "
+    f"caused (the lower quartile over steps) is above {JITTER_FACTOR:g}x the step-to-step jitter (the largest "
+    f"standard deviation of a rank's step time), {CLOCK_FACTOR:g}x the clock bound, and {STRAGGLER_SHARE:.0%} of "
+    "the median step time; anything less is within noise."
+)
 
 
 # --------------------------------------------------------------------------------------------------------------
@@ -197,21 +210,46 @@ class CollectiveWait:
 
 @dataclass(frozen=True)
 class Straggler:
-    """A rank that made the others wait: how often it came last and how much waiting it caused in total."""
+    """A rank that made the others wait: how often it came last and how much waiting it caused.
+
+    ``per_step`` is the waiting it caused in each recorded step (0.0 where it was not last), ``typical`` the lower
+    quartile of those (what it caused in 3 of every 4 steps), ``jitter`` the step-to-step jitter and ``clock`` the
+    clock bound it is compared with, ``step_time`` the median step time (see ``STRAGGLER_RULE``); ``named`` says
+    whether it passed.
+    """
 
     rank: int
     last_count: int
     collectives: int
     caused_wait: float
     worst: CollectiveWait | None = None
+    per_step: tuple[float, ...] = ()
+    typical: float = 0.0
+    jitter: float = 0.0
+    clock: float = 0.0
+    step_time: float = 0.0
+    named: bool = False
+
+    @property
+    def steps_last(self) -> int:
+        """In how many recorded steps it arrived last at a collective someone waited for."""
+        return sum(1 for w in self.per_step if w > 0)
 
     @property
     def message(self) -> str:
+        """``rank 1 arrived last in 3 of 3 steps (3 of 6 collectives) and made the other ranks wait 49.2 ms or
+        more per step ...``; the worst collective by its short name."""
         text = (
-            f"rank {self.rank} arrived last at {self.last_count} of {self.collectives} collectives and made the "
-            f"other ranks wait {_ms(self.caused_wait)} in total"
+            f"rank {self.rank} arrived last in {self.steps_last} of {len(self.per_step)} steps "
+            f"({self.last_count} of {self.collectives} collectives) and made the other ranks wait "
+            f"{_ms(self.typical)} or more per step in 3 of every 4 steps ({_ms(self.caused_wait)} in total)"
         )
         return text + (f"; worst: {self.worst.message}" if self.worst is not None else "")
+
+    @property
+    def noise(self) -> str:
+        """The noise it was compared with, in words: ``step jitter 8.6 ms, clock +/- 0.20 ms``."""
+        return f"step jitter {_ms(self.jitter)}, clock +/- {_ms(self.clock)}"
 
 
 @dataclass
@@ -233,51 +271,52 @@ class TimelineAnalysis:
         return list(self._waits)
 
     def stragglers(self, *, min_wait_us: float = 50.0) -> list[Straggler]:
-        """Ranks ordered by the waiting they caused (collectives where others waited at least ``min_wait_us``
-        count as "arrived last"); the first one is the rank to look at."""
+        """Every rank that arrived last where another waited at least ``min_wait_us`` and longer than the two
+        ranks' clock bound (below it, who came last is unknown), the named one (``STRAGGLER_RULE``) first, then by
+        the waiting they caused."""
         waits = self.collectives()
+        steps = self.timeline.steps
         per: dict[int, list[CollectiveWait]] = {}
         for w in waits:
-            if w.worst_wait >= min_wait_us:
+            if w.worst_wait >= min_wait_us and w.lateness > w.uncertainty:
                 per.setdefault(w.last_rank, []).append(w)
-        out = [
-            Straggler(
-                rank=r,
-                last_count=len(ws),
-                collectives=len(waits),
-                caused_wait=sum(w.worst_wait for w in ws),
-                worst=max(ws, key=lambda w: w.worst_wait),
-            )
-            for r, ws in per.items()
-        ]
-        return sorted(out, key=lambda s: -s.caused_wait)
+        jitter = _step_jitter(self.timeline)
+        step_time = _median([e - b for t in self.timeline.ranks.values() for b, e in _step_spans(t, steps)])
+        out = [_straggler(r, ws, len(waits), steps, jitter, step_time) for r, ws in per.items()]
+        return sorted(out, key=lambda s: (not s.named, -s.typical, -s.caused_wait))
 
     def straggler(self) -> Straggler | None:
-        """The rank that held the others up, when the waiting it caused is at least ``STRAGGLER_SHARE`` of the
-        recorded time (see ``summary``); None when no rank stands out."""
+        """The rank that held the others up when it passes ``STRAGGLER_RULE``; None when no rank stands out of the
+        noise."""
         st = self.stragglers()
-        if st and st[0].caused_wait >= STRAGGLER_SHARE * self.timeline.duration:
-            return st[0]
-        return None
+        return st[0] if st and st[0].named else None
 
     def summary(self) -> list[str]:
-        """Sentences a person reads first: the straggler (if any), and the worst collectives.
+        """Sentences a person reads first: the straggler verdict with the noise it was measured against, then the
+        worst collectives.
 
-        A rank is called the straggler when the waiting it caused is at least ``STRAGGLER_SHARE`` of the recorded
-        time; below that, ranks that take turns arriving last by a few milliseconds (what two ranks sharing CPUs
-        do) are reported as no clear straggler, with the numbers.
+        Why a noise rule: ranks sharing CPUs (or a busy neighbour) take turns arriving last by tens of
+        milliseconds, and one rank last at every collective of a few steps happens by chance; only a wait that
+        stays well above the step-to-step jitter and the clock bound in most steps is a straggler
+        (``STRAGGLER_RULE``).
         """
         lines = []
-        st = self.stragglers()
-        recorded = self.timeline.duration
         top = self.straggler()
+        st = self.stragglers()
+        n = len(self.timeline.steps)
         if top is not None:
-            lines.append("Straggler: " + top.message)
-        elif st:
-            share = st[0].caused_wait / recorded if recorded > 0 else 0.0
+            lines.append(f"Straggler: {top.message} (above the noise: {top.noise})")
+        elif n < 2:
+            largest = f" (largest wait {_ms(max(s.caused_wait for s in st))})" if st else ""
             lines.append(
-                f"No clear straggler: the most waiting one rank caused was rank {st[0].rank}'s "
-                f"{_ms(st[0].caused_wait)} in total, {share:.1%} of the {_ms(recorded)} recorded."
+                f"No straggler named: {n} step recorded{largest}; record at least 2 steps (--steps 2) to tell a "
+                "straggler from noise."
+            )
+        elif st:
+            s = max(st, key=lambda s: max(s.per_step, default=0.0))
+            lines.append(
+                f"No straggler (largest wait {_ms(max(s.per_step, default=0.0))} in one step, by rank {s.rank}, "
+                f"last in {s.steps_last} of {len(s.per_step)} steps: within noise, {s.noise})."
             )
         else:
             lines.append("No straggler: no rank made another wait 50 us or more at any collective.")
@@ -285,6 +324,68 @@ class TimelineAnalysis:
             if w.worst_wait > 0:
                 lines.append(w.message)
         return lines
+
+
+def _straggler(
+    rank: int, ws: list[CollectiveWait], n_waits: int, steps: Sequence[int], jitter: float, step_time: float
+) -> Straggler:
+    """One rank's case against ``STRAGGLER_RULE``."""
+    by_step = dict.fromkeys(steps, 0.0)
+    for w in ws:
+        if w.step in by_step:
+            by_step[w.step] += w.worst_wait
+    per_step = tuple(by_step[s] for s in steps)
+    typical = _lower_quartile(per_step)
+    clock = max((w.uncertainty for w in ws), default=0.0)
+    named = (
+        len(steps) >= 2
+        and typical > JITTER_FACTOR * jitter
+        and typical > CLOCK_FACTOR * clock
+        and typical >= STRAGGLER_SHARE * step_time
+    )
+    return Straggler(
+        rank=rank,
+        last_count=len(ws),
+        collectives=n_waits,
+        caused_wait=sum(w.worst_wait for w in ws),
+        worst=max(ws, key=lambda w: w.worst_wait),
+        per_step=per_step,
+        typical=typical,
+        jitter=jitter,
+        clock=clock,
+        step_time=step_time,
+        named=named,
+    )
+
+
+def _step_spans(t: RankTimeline, steps: Sequence[int]) -> list[Interval]:
+    wanted = set(steps)
+    return [(s.start, s.end) for s in t.steps if s.step in wanted]
+
+
+def _step_jitter(tl: Timeline) -> float:
+    """The largest standard deviation of one rank's step durations, over the steps every rank recorded."""
+    out = 0.0
+    for t in tl.ranks.values():
+        d = [e - b for b, e in _step_spans(t, tl.steps)]
+        if len(d) >= 2:
+            mean = sum(d) / len(d)
+            out = max(out, (sum((x - mean) ** 2 for x in d) / (len(d) - 1)) ** 0.5)
+    return out
+
+
+def _median(xs: Sequence[float]) -> float:
+    v = sorted(xs)
+    if not v:
+        return 0.0
+    mid = len(v) // 2
+    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2
+
+
+def _lower_quartile(xs: Sequence[float]) -> float:
+    """What a rank reached in 3 of every 4 steps: the ``n // 4``-th smallest value (the minimum below 4 steps)."""
+    v = sorted(xs)
+    return v[len(v) // 4] if v else 0.0
 
 
 def _ms(us: float) -> str:

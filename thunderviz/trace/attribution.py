@@ -14,7 +14,10 @@ flow and the names of the module's tensors (``t_blocks_0_attn_qkv_weight``). So:
    matches the parameter's position in the forward's arguments;
 4. an op whose only users sit in another block moves there, unless it reads its own module's parameter-reading
    ops (a layer norm's statistics belong to the norm's block; the residual add closing a block stays);
-5. ops still unattributed (unpacks, constants) take their first consumer's module, then their predecessor's.
+5. ops still unattributed (unpacks, constants) take their first consumer's module, then their predecessor's;
+6. last, the communication of each bucket of two or more parameters (its pack, collective, wait and unpack) is
+   named after the bucket (``all_gather blocks.0``), not a model module: it serves every module whose parameters
+   it carries, and giving it to one (the root bucket's to ``lm_head``) drew the graph against the data flow.
 
 Functions traced without a module have no parameter names; their ops are grouped by source line instead
 (``@file.py:12``).
@@ -24,17 +27,19 @@ from __future__ import annotations
 
 import os
 
+from thunderviz.trace.buckets import Bucket, is_bucket_group
 from thunderviz.trace.model import TraceSnapshot
 
-__all__ = ["assign_modules", "module_of_param", "top_group"]
+__all__ = ["assign_communication", "assign_modules", "bucket_ops", "module_of_param", "top_group"]
 
 _TENSOR_KINDS = ("tensor", "future")
+_ROOT = "(root)"
 
 
 def module_of_param(qualified_name: str) -> str:
     """``blocks.0.attn_qkv.weight`` -> ``blocks.0.attn_qkv``; a root-level parameter -> ``(root)``."""
     head, _, _ = qualified_name.rpartition(".")
-    return head or "(root)"
+    return head or _ROOT
 
 
 def top_group(module: str | None) -> str:
@@ -42,7 +47,7 @@ def top_group(module: str | None) -> str:
     first two components; source-line groups (``@file.py:12``) are kept whole."""
     if not module:
         return "(other)"
-    if module.startswith(("@", "(")):
+    if module.startswith(("@", "(")) or is_bucket_group(module):
         return module
     parts = module.split(".")
     for i, p in enumerate(parts):
@@ -53,6 +58,58 @@ def top_group(module: str | None) -> str:
 
 def assign_modules(forward: TraceSnapshot, backward: TraceSnapshot | None = None) -> None:
     """Set ``op.module`` on every op of ``forward`` (and ``backward``, using what forward taught us)."""
+    _assign_modules(forward, backward)
+    for snap in (forward, backward):
+        if snap is not None:
+            assign_communication(snap)
+
+
+def assign_communication(snap: TraceSnapshot) -> None:
+    """Name every op of a bucket's communication after the bucket (rule 6 of the module docstring)."""
+    for bucket in snap.buckets:
+        if len(bucket.params) > 1:
+            for i in bucket_ops(snap, bucket):
+                snap.ops[i].module = bucket.group
+
+
+def bucket_ops(snap: TraceSnapshot, bucket: Bucket) -> list[int]:
+    """The indices of one bucket's communication: the collective and its wait, the ops that only pack what it sends
+    (walking back from the collective, stopping at whoever computed the sent values) and the ops that unpack what
+    the wait returned (walking on from the wait through ops that read nothing else), bookkeeping included."""
+    issue, wait = bucket.issue_index, bucket.wait_index
+    members = {i for i in (issue, wait) if 0 <= i < len(snap.ops)}
+    if not members:
+        return []
+    sends, results = set(bucket.sends), set(bucket.results)
+    producer = snap.producers()
+    consumers = snap.consumers()
+    stack = [issue] if issue in members else []
+    while stack:  # packing: producers whose outputs only this bucket reads
+        for t in snap.ops[stack.pop()].inputs:
+            j = producer.get(t.name)
+            if j is None or j in members or any(o.name in sends for o in snap.ops[j].outputs):
+                continue
+            users = [c for c in consumers.get(j, []) if not snap.ops[c].is_bookkeeping]
+            if users and all(u in members for u in users):
+                members.add(j)
+                stack.append(j)
+    stack = [wait] if wait in members else []
+    while stack:  # unpacking: consumers that read only what this bucket produced, up to the unpacked results
+        for c in consumers.get(stack.pop(), []):
+            op = snap.ops[c]
+            if c in members or op.is_bookkeeping:
+                continue
+            ins = [t for t in op.inputs if t.kind in _TENSOR_KINDS]
+            if all(producer.get(t.name) in members and t.name not in results for t in ins):
+                members.add(c)
+                stack.append(c)
+    for op in snap.ops:  # the deletes of what only the bucket used
+        if op.is_bookkeeping and op.inputs and all(producer.get(t.name) in members for t in op.inputs):
+            members.add(op.index)
+    return sorted(members)
+
+
+def _assign_modules(forward: TraceSnapshot, backward: TraceSnapshot | None) -> None:
     origin = {name: module_of_param(q) for name, q in forward.param_names.items()}
     if origin:
         origin.update(_bucket_origins(forward))
@@ -124,6 +181,11 @@ def _assign_by_dataflow(
     for op in snap.ops:
         ins = [t.name for t in op.inputs if t.kind in _TENSOR_KINDS]
         from_params = [origin[n] for n in ins if n in origin]
+        shared: set[str] = set()
+        if from_params and all(m == _ROOT for m in from_params) and any(n in active for n in ins if n not in origin):
+            # A root-level buffer every block reads (litgpt's RoPE cos/sin) does not make the op the root's: the
+            # activation it is applied to says which block computes it.
+            from_params, shared = [], {n for n in ins if n in origin}
         if from_params:
             mod = from_params[-1]
             strong.add(op.index)
@@ -133,7 +195,7 @@ def _assign_by_dataflow(
             if not op.is_bookkeeping:
                 last_touch[mod] = op.index
         else:
-            cands = [active[n] for n in ins if n in active and n not in carried]
+            cands = [active[n] for n in ins if n in active and n not in carried and n not in shared]
             mod = max(cands, key=lambda m: last_touch.get(m, -1)) if cands else None
         op.module = mod
         if mod is not None:
@@ -147,7 +209,7 @@ def _assign_by_dataflow(
 
 def _pull_into_consumers(snap: TraceSnapshot, strong: set[int]) -> None:
     """Move an op whose only users sit in another block into that block, unless it reads a parameter-reading
-    op of its own module.
+    op of its own module (a root-level buffer's views move wherever they are used alone).
 
     A layer norm computes its statistics (var_mean, sub, rsqrt) from the residual stream before it reads its
     weight: by inputs alone those ops belong to the previous block, by purpose to the next. The residual add
@@ -156,7 +218,7 @@ def _pull_into_consumers(snap: TraceSnapshot, strong: set[int]) -> None:
     producer = snap.producers()
     consumers = snap.consumers()
     for op in reversed(snap.ops):
-        if op.index in strong or op.module is None or op.is_bookkeeping:
+        if (op.index in strong and op.module != _ROOT) or op.module is None or op.is_bookkeeping:
             continue
         users = {snap.ops[c].module for c in consumers.get(op.index, []) if not snap.ops[c].is_bookkeeping}
         if len(users) != 1:
@@ -164,7 +226,9 @@ def _pull_into_consumers(snap: TraceSnapshot, strong: set[int]) -> None:
         (target,) = users
         if target is None or top_group(target) == top_group(op.module):
             continue
-        anchored = any(
+        # Views of a root-level buffer (litgpt's RoPE cos/sin, reshaped again in every block) belong to the one
+        # block that uses them, however they were anchored.
+        anchored = op.module != _ROOT and any(
             (j := producer.get(t.name)) is not None and j in strong and snap.ops[j].module == op.module
             for t in op.inputs
         )

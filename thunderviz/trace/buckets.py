@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["BUCKET_KINDS", "ROOT_LABEL", "Bucket"]
+from thunderviz.trace.units import format_bytes
+
+__all__ = ["BUCKET_KINDS", "ROOT_LABEL", "Bucket", "is_bucket_group"]
 
 #: The collectives a bucket can be packed for.
 BUCKET_KINDS = ("all_gather", "reduce_scatter", "all_reduce")
@@ -39,6 +41,31 @@ class Bucket:
     reshard_after_forward: bool = False
     future: str = ""
 
+    # -- one short name everywhere: the parameter list is for details, never for a label
+
+    @property
+    def title(self) -> str:
+        """``blocks.0``, ``root``, ``bucket #0`` (DDP numbers its buckets)."""
+        if self.label == ROOT_LABEL:
+            return "root"
+        return f"bucket {self.label}" if self.label.startswith("#") else self.label
+
+    @property
+    def group(self) -> str:
+        """``all_gather blocks.0``: the graph node (and the module name of the ops) of this bucket's communication."""
+        return f"{self.kind} {self.title}"
+
+    @property
+    def summary(self) -> str:
+        """``blocks.0 (12 params, 97.6 KiB)``; a reduction carries gradients: ``blocks.0 (12 grads, 97.6 KiB)``."""
+        what = "params" if self.kind == "all_gather" else "grads"
+        return f"{self.title} ({len(self.params)} {what}, {format_bytes(self.bytes)})"
+
+    @property
+    def short_name(self) -> str:
+        """``all_gather blocks.0 (12 params, 97.6 KiB)``: how every summary, headline and tooltip names it."""
+        return f"{self.kind} {self.summary}"
+
     def to_dict(self) -> dict[str, object]:
         return {
             "kind": self.kind,
@@ -59,3 +86,8 @@ class Bucket:
     def from_dict(cls, d: dict[str, object]) -> Bucket:
         """The inverse of ``to_dict`` for trusted data (trace files are read through ``trace_file``'s checks)."""
         return cls(**{k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in d.items()})  # type: ignore[arg-type]
+
+
+def is_bucket_group(name: str | None) -> bool:
+    """Whether a module group name is a bucket's (``all_gather blocks.0``), not a model module's."""
+    return bool(name) and name.split(" ", 1)[0] in BUCKET_KINDS and " " in name  # type: ignore[union-attr]

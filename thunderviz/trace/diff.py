@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from thunderviz.trace.model import COLLECTIVE_KINDS, OpRecord, TraceBundle, TraceSnapshot
 from thunderviz.trace.units import format_bytes
 
-__all__ = ["DiffRow", "TraceDiff", "canonical_names", "collective_changes", "diff_traces"]
+__all__ = ["DiffRow", "TraceDiff", "canonical_names", "collective_changes", "diff_traces", "memory_changes"]
 
 
 @dataclass(frozen=True)
@@ -63,15 +63,35 @@ class TraceDiff:
         delta = {k: add.get(k, 0) - rem.get(k, 0) for k in COLLECTIVE_KINDS}
         return {k: v for k, v in delta.items() if v}
 
-    @property
-    def summary(self) -> str:
-        """One line: ``+53 all_gather, +53 wait, −0; other ops +91, −144, ~0 changed``."""
+    def summary_parts(self) -> list[str]:
+        """The summary's clauses, each one kind of change, empty ones left out: ``["+53 all_gather, +53 wait",
+        "other ops +91, −144"]``. A new kind of change (recomputed ops, ...) is one more clause here, and every view
+        that prints the summary shows it."""
         delta = self.collective_delta()
-        added = [f"+{v} {k}" for k, v in delta.items() if v > 0] or ["+0"]
-        removed = [f"−{-v} {k}" for k, v in delta.items() if v < 0] or ["−0"]
+        collectives = [f"+{v} {k}" for k, v in delta.items() if v > 0] + [
+            f"−{-v} {k}" for k, v in delta.items() if v < 0
+        ]
         n_add = sum(1 for op in self.added if not op.collective)
         n_rem = sum(1 for op in self.removed if not op.collective)
-        return f"{', '.join(added + removed)}; other ops +{n_add}, −{n_rem}, ~{len(self.changed)} changed"
+        other = [
+            t
+            for n, t in (
+                (n_add, f"+{n_add}"),
+                (n_rem, f"−{n_rem}"),
+                (len(self.changed), f"~{len(self.changed)} changed"),
+            )
+            if n
+        ]
+        parts = [", ".join(collectives)] if collectives else []
+        if other:
+            parts.append("other ops " + ", ".join(other))
+        return parts
+
+    @property
+    def summary(self) -> str:
+        """One line: ``+53 all_gather, +53 wait; other ops +91, −144`` (terms that are zero are left out; ``no
+        differences`` when nothing differs)."""
+        return "; ".join(self.summary_parts()) or "no differences"
 
     def describe(self, op: OpRecord, side: str) -> str:
         names = self.names_a if side == "a" else self.names_b
@@ -194,3 +214,18 @@ def collective_changes(a: TraceBundle, b: TraceBundle) -> str:
     if saved_a["tensors"] or saved_b["tensors"]:
         line += f"; saved for backward {format_bytes(saved_a['bytes'])} -> {format_bytes(saved_b['bytes'])}"
     return line
+
+
+def memory_changes(a: TraceBundle, b: TraceBundle, label: str | None = None) -> list[str]:
+    """What changed in memory from run ``a`` to run ``b``, as clauses, unchanged ones left out: what forward saves
+    for backward (``saved for backward 218.1 KiB -> 178.3 KiB``), and thunder's estimated peak of trace ``label``
+    (``est. peak backward 1.2 MiB -> 1.0 MiB``; both traces without ``label``)."""
+    out = []
+    saved_a, saved_b = a.saved_for_backward, b.saved_for_backward
+    if (saved_a["tensors"] or saved_b["tensors"]) and saved_a["bytes"] != saved_b["bytes"]:
+        out.append(f"saved for backward {format_bytes(saved_a['bytes'])} -> {format_bytes(saved_b['bytes'])}")
+    for name in [label] if label else ["forward", "backward"]:
+        pa, pb = a.memory.get(name), b.memory.get(name)
+        if pa is not None and pb is not None and pa != pb:
+            out.append(f"est. peak {name} {format_bytes(pa)} -> {format_bytes(pb)}")
+    return out

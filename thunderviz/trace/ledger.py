@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from thunderviz.trace.buckets import Bucket
 from thunderviz.trace.model import COLLECTIVE_KINDS, OpRecord, TraceBundle, TraceSnapshot
 
 __all__ = [
@@ -34,7 +35,8 @@ class LedgerEntry:
     ``distance`` is the number of non-bookkeeping ops from the collective to its wait (None for a wait, or for
     a synchronous collective): small distances mean little overlap of communication with compute. A collective that
     thunderviz's communication pass packed for several parameters is one entry: ``bucket`` is its label and
-    ``params`` the parameters it carries (``tensor`` names them too), ``bytes`` the whole bucket.
+    ``params`` the parameters it carries, ``bytes`` the whole bucket; ``tensor`` names it briefly
+    (``blocks.0 (12 params, 97.6 KiB)``), the parameter list stays in ``params`` for details.
     """
 
     position: int
@@ -227,7 +229,7 @@ def _append_snapshot(ledger: Ledger, snap: TraceSnapshot, grads: Mapping[str, st
         tensor = "?" if inp is None else snap.param_names.get(inp.name, inp.name)
         bucket = buckets.get(op.index)
         if bucket is not None:
-            tensor = bucket_description(bucket.kind, bucket.label, bucket.params)
+            tensor = bucket_description(bucket)
         ledger.entries.append(
             LedgerEntry(
                 position=pos,
@@ -250,13 +252,14 @@ def _append_snapshot(ledger: Ledger, snap: TraceSnapshot, grads: Mapping[str, st
                 pending[pos] = op
 
 
-def bucket_description(kind: str, label: str, params: Iterable[str]) -> str:
-    """How a ledger row names a bucket: ``bucket blocks.0 = blocks.0.ln_1.weight, ...`` (``grads of`` when reduced)."""
-    params = list(params)
-    grads = kind != "all_gather"
+def bucket_description(bucket: Bucket) -> str:
+    """How a ledger row (and so every message and view) names a bucket: ``blocks.0 (12 params, 97.6 KiB)``; a
+    bucket of one parameter by that parameter (``grad of ...`` when reduced). Never the parameter list: a real
+    model's buckets hold hundreds."""
+    params = list(bucket.params)
     if len(params) == 1:
-        return f"grad of {params[0]}" if grads else params[0]
-    return f"bucket {label} = {'grads of ' if grads else ''}{', '.join(params)}"
+        return params[0] if bucket.kind == "all_gather" else f"grad of {params[0]}"
+    return bucket.summary
 
 
 def _replace(e: LedgerEntry, **kw: Any) -> LedgerEntry:

@@ -5,10 +5,11 @@
 // every string that comes from user code (tensor and module names) reaches the page through textContent.
 // Nothing is fetched: no CDN, no network.
 
-const ROW = 14;
-const LABEL_W = 74;
-const RANK_GAP = 12;
-const ROWS = ["regions", "modules", "main", "comm"];
+const ROW = 18;
+const LABEL_W = 150;
+const RANK_GAP = 14;
+// Each lane's rows, top to bottom, as their labels read.
+const ROWS = ["steps", "compute by module", "main thread", "collectives"];
 
 function fmtMs(us) {
   const ms = us / 1000;
@@ -49,16 +50,18 @@ function render({ model, el: host }) {
   };
   toolbar.append(title);
   const summary = el("div", "tl-summary");
+  const note = el("div", "tl-note");
   const plot = el("div", "tl-plot");
   const tip = el("div", "tl-tip");
   tip.style.display = "none";
   const legend = el("div", "tl-legend");
   const details = el("div", "tl-details");
   const groupBox = el("div", "tl-group");
-  root.append(toolbar, summary, plot, legend, tip, groupBox, details);
+  root.append(toolbar, summary, note, plot, legend, tip, groupBox, details);
 
   let data = model.get("data");
-  let view = [0, Math.max(data.duration || 1, 1)];
+  const fullSpan = () => Math.max(data.span || data.duration || 1, 1); // span: a common scale across runs
+  let view = [0, fullSpan()];
   let width = 960;
   let selectedKey = null;
   const byKey = new Map(); // "step:index" -> [{rank, c}]
@@ -77,7 +80,7 @@ function render({ model, el: host }) {
 
   btn("\u2212", "zoom out", () => zoom(2, 0.5));
   btn("+", "zoom in", () => zoom(0.5, 0.5));
-  btn("fit", "show all recorded steps", () => setView([0, Math.max(data.duration || 1, 1)]));
+  btn("fit", "show all recorded steps (on the common scale when one was set)", () => setView([0, fullSpan()]));
   const worstBtn = btn("worst wait", "select the collective that made a rank wait longest", () => {
     if (data.worst) select(data.worst);
   });
@@ -106,7 +109,7 @@ function render({ model, el: host }) {
     const plotW = width - LABEL_W - 8;
     const c = data.colours;
     const rankH = ROWS.length * ROW + 6;
-    const height = 24 + data.ranks.length * (rankH + RANK_GAP);
+    const height = 36 + data.ranks.length * (rankH + RANK_GAP);
     const res = (view[1] - view[0]) / plotW;
     const out = [];
     items = [];
@@ -123,13 +126,23 @@ function render({ model, el: host }) {
       out.push(`<line x1="${xt}" y1="14" x2="${xt}" y2="${height}" stroke="#e3e8ee"/>`);
       out.push(`<text x="${xt}" y="11" text-anchor="middle" class="tl-axis">${+(t / 1000).toFixed(3)} ms</text>`);
     }
+    // Step markers: where each step begins on the common clock (the first rank's steps), with its number.
+    const first = data.ranks[0];
+    for (const st of first ? first.steps : []) {
+      if (st[0] < view[0] || st[0] > view[1]) continue;
+      const xs = x(st[0], plotW).toFixed(1);
+      out.push(`<line class="tl-step-marker" x1="${xs}" y1="16" x2="${xs}" y2="${height}" stroke="${c.step}" stroke-dasharray="4 3"/>`);
+      out.push(`<text x="${(+xs + 3).toFixed(1)}" y="27" class="tl-step-label">step ${st[2]}</text>`);
+    }
     const hl = model.get("highlight") || {};
     const hlSpans = hl.spans || {};
-    let y = 20;
+    let y = 32;
     for (const r of data.ranks) {
       out.push(`<g class="tl-lane" data-rank="${r.rank}">`);
-      out.push(`<text x="4" y="${y + ROW + 4}" class="tl-rank">rank ${r.rank}</text>`);
-      if (r.clock_us > 0) out.push(`<text x="4" y="${y + 2 * ROW + 4}" class="tl-clock">\u00b1${(r.clock_us / 1000).toFixed(2)} ms</text>`);
+      out.push(`<text x="4" y="${y + 14}" class="tl-rank">rank ${r.rank}</text>`);
+      // the clock bound beside the rank's name (the row labels fill the rest of the label column)
+      if (r.clock_us > 0) out.push(`<text x="54" y="${y + 14}" class="tl-clock">\u00b1${(r.clock_us / 1000).toFixed(2)} ms</text>`);
+      ROWS.forEach((name, i) => out.push(`<text x="${LABEL_W - 6}" y="${y + i * ROW + 13}" text-anchor="end" class="tl-row-label">${name}</text>`));
       for (const s of r.steps) if (vis(s[0], s[1])) rect(s[0], s[1], y, rankH - 6, "none", c.step);
       r.regions.forEach((g, i) => {
         if (!vis(g[1], g[2])) return;
@@ -159,10 +172,17 @@ function render({ model, el: host }) {
         const key = `${k[1]}:${k[2]}`;
         const sel = key === selectedKey ? ' class="tl-sel"' : "";
         const blk = k[12] ? [[k[5], k[6]]] : [[k[5], k[6]]].concat(k[9] !== null ? [[k[9], k[10]]] : []);
+        // Cut where the collective's work ended: what follows is the thread not yet running again, drawn apart.
+        const end = k[8];
+        const pieces = [];
         for (const [a, b] of blk) {
+          if (end !== null && a < end && end < b) pieces.push([a, end, false], [end, b, true]);
+          else pieces.push([a, b, end !== null && a >= end && !k[12]]);
+        }
+        for (const [a, b, after] of pieces) {
           if (vis(a, b) && b - a >= res / 2) {
-            rect(a, b, y2 + 1, ROW - 2, c.wait, c.wait_border, ` data-item="${items.length}" data-key="${key}"${sel}`);
-            items.push({ kind: "wait", rank: r.rank, i });
+            rect(a, b, y2 + 1, ROW - 2, after ? "url(#tl-after-work)" : c.wait, c.wait_border, ` data-item="${items.length}" data-key="${key}"${sel}${after ? ' data-after="1"' : ""}`);
+            items.push({ kind: after ? "after" : "wait", rank: r.rank, i });
           }
         }
       });
@@ -184,7 +204,8 @@ function render({ model, el: host }) {
       out.push("</g>");
       y += rankH + RANK_GAP;
     }
-    plot.innerHTML = `<svg class="tl-svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}">${out.join("")}</svg>`;
+    const defs = '<defs><pattern id="tl-after-work" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="6" height="6" fill="#fff8dc"/><line x1="0" y1="0" x2="0" y2="6" stroke="#c9a400" stroke-width="2"/></pattern></defs>';
+    plot.innerHTML = `<svg class="tl-svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}">${defs}${out.join("")}</svg>`;
     root.dataset.drawn = String(Number(root.dataset.drawn) + 1);
     root.dataset.view = `${view[0].toFixed(1)},${view[1].toFixed(1)}`;
   }
@@ -202,6 +223,7 @@ function render({ model, el: host }) {
     const k = r.coll[item.i];
     const label = `${k[3]} #${k[2]} ${k[4]}`;
     if (item.kind === "wait") return `rank ${r.rank} blocked by ${label} (step ${k[1]})`;
+    if (item.kind === "after") return `rank ${r.rank} still blocked after ${label} (step ${k[1]}) finished its work: the backend completing, or the waiting thread not yet running again (ranks sharing CPUs)`;
     const s = k[7] !== null ? k[7] : k[5];
     const e = k[8] !== null ? k[8] : k[6];
     return `rank ${r.rank} ${label} (step ${k[1]}): in flight ${fmtMs(e - s)}`;
@@ -300,16 +322,35 @@ function render({ model, el: host }) {
     if (t) select(t.dataset.key);
   });
 
+  // The legend shows the colours the bars use: the region kinds, each module group's own colour, the rest.
   const drawLegend = () => {
     const c = data.colours;
     legend.replaceChildren();
-    for (const [name, col] of [["forward", c.forward], ["backward", c.backward], ["optimizer", c.optimizer],
-      ["compute by module (row 2)", "hsl(200, 55%, 78%)"], ["main thread busy (row 3)", c.op],
-      ["blocked by a collective", c.wait], ["collective in flight (row 4)", c.collective]]) {
-      const sw = el("span", "tl-swatch");
-      sw.style.background = col;
+    const swatch = (name, col, cls) => {
+      const sw = el("span", "tl-swatch" + (cls ? ` ${cls}` : ""));
+      if (col) sw.style.background = col;
       legend.append(sw, el("span", "tl-legend-text", name));
+    };
+    for (const [name, col] of [["forward", c.forward], ["backward", c.backward], ["optimizer", c.optimizer]]) swatch(name, col);
+    const groups = data.groups || [];
+    const line = el("div", "tl-legend-groups");
+    line.append(el("span", "tl-legend-text", "compute by module:"));
+    legend.append(line);
+    for (const g of groups.slice(0, 12)) {
+      const sw = el("span", "tl-swatch");
+      sw.style.background = groupColour(g);
+      line.append(sw, el("span", "tl-legend-text", g));
     }
+    if (groups.length > 12) line.append(el("span", "tl-legend-text", `+${groups.length - 12} more`));
+    const rest = el("div", "tl-legend-rest");
+    legend.append(rest);
+    for (const [name, col, cls] of [["main thread busy", c.op], ["blocked by a collective", c.wait],
+      ["still blocked after its work ended", null, "tl-swatch-after"], ["collective in flight", c.collective]]) {
+      const sw = el("span", "tl-swatch" + (cls ? ` ${cls}` : ""));
+      if (col) sw.style.background = col;
+      rest.append(sw, el("span", "tl-legend-text", name));
+    }
+    rest.append(el("span", "tl-legend-text tl-legend-steps", "\u00b7 dashed lines: where each step begins"));
   };
 
   const refresh = () => {
@@ -318,9 +359,11 @@ function render({ model, el: host }) {
     index();
     title.textContent = model.get("title");
     summary.replaceChildren(...(model.get("summary") || []).map((s) => el("div", "tl-line", s)));
+    note.textContent = model.get("note") || "";
     worstBtn.disabled = !data.worst;
     const v = model.get("view");
     if (v && v.length === 2 && v[1] > v[0]) view = v.slice();
+    else view = [0, fullSpan()];
     draw();
     showDetails();
   };

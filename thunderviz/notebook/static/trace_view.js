@@ -7,6 +7,8 @@
 // before it is adopted into the page.
 
 const GV_KEY = "__thunderviz_graphviz_wasm_1_29_2";
+// No text is drawn smaller than this, at the default view, at "fit" or after zooming out.
+const MIN_TEXT_PX = 11;
 
 // Layout runs in a Web Worker so a big expanded block (hundreds of ops, ~0.5 s of Graphviz) never blocks the
 // page; if a worker cannot be made (very old browser, strict CSP), it runs on the main thread instead.
@@ -136,6 +138,32 @@ class Pane {
     this.data = null;
   }
 
+  // The smallest font in this graph (Graphviz writes font-size on every text); the view never scales text below
+  // MIN_TEXT_PX: a graph too big for the pane at that size is panned or collapsed, not shrunk.
+  minFont() {
+    if (this._minFont === undefined) {
+      const sizes = [...this.svg.querySelectorAll("text")].map((t) => parseFloat(t.getAttribute("font-size"))).filter((x) => x > 0);
+      this._minFont = sizes.length ? Math.min(...sizes) : 12;
+    }
+    return this._minFont;
+  }
+
+  fitScale() {
+    const r = this.box.getBoundingClientRect();
+    return Math.min(Math.max(r.width, 1) / this.base.w, Math.max(r.height, 1) / this.base.h);
+  }
+
+  // The least zoom (1 = the whole graph in the pane) at which its text is still MIN_TEXT_PX.
+  minZoom() {
+    if (!this.svg || !this.base || this.box.getBoundingClientRect().width < 2) return 0.2; // not laid out yet
+    return Math.max(0.2, MIN_TEXT_PX / (this.minFont() * this.fitScale()));
+  }
+
+  textPx() {
+    if (!this.svg || !this.base) return null;
+    return this.minFont() * this.fitScale() * this.view.viewport.k;
+  }
+
   async draw(data, gv) {
     let ms = null;
     if (data.dot !== this.dot) {
@@ -151,6 +179,7 @@ class Pane {
       svg.classList.add("tv-svg");
       this.box.replaceChildren(svg);
       this.svg = svg;
+      this._minFont = undefined;
       this.dot = data.dot;
       ms = performance.now() - t0;
     }
@@ -217,26 +246,65 @@ function render({ model, el }) {
   const toolbar = h("div", { class: "tv-toolbar" },
     h("span", { class: "tv-title", text: model.get("title") }), traceSel, search,
     btn("\u2212", "zoom out", () => zoom(1 / 1.4)), btn("+", "zoom in", () => zoom(1.4)),
-    btn("fit", "zoom to fit", () => { state.viewport = { k: 1, cx: 0.5, cy: 0.5 }; applyViews(); }),
+    btn("fit", "the whole graph, or as much as fits with readable text (drag to pan)", () => { fitView(); }),
     btn("collapse all", "collapse every block", () => { model.set("expanded", []); model.save_changes(); }),
     status);
   const summary = h("div", { class: "tv-summary" });
+  // What the comparison's outlines mean (the diff marks of viewdata.diff_marks), in the outlines' own colours.
+  const legend = model.get("mode") === "compare" ? h("div", { class: "tv-legend" },
+    "outlines: ",
+    h("span", { class: "tv-swatch tv-swatch-add" }), " only in the right run (added)  ",
+    h("span", { class: "tv-swatch tv-swatch-rem" }), " only in the left run (removed)  ",
+    h("span", { class: "tv-swatch tv-swatch-chg" }), " in both, shapes changed") : null;
   const matchesBox = h("div", { class: "tv-matches" });
   const panesBox = h("div", { class: "tv-panes" });
   const tabs = h("div", { class: "tv-tabs" });
   const panel = h("div", { class: "tv-panel" });
-  root.append(toolbar, summary, matchesBox, panesBox, tabs, panel);
+  root.append(...[toolbar, summary, legend, matchesBox, panesBox, tabs, panel].filter((x) => x));
 
   const setStatus = (text, isError) => {
     status.textContent = text;
     status.classList.toggle("tv-error", !!isError);
   };
 
-  function applyViews() { for (const p of state.panes) p.applyView(); }
+  function applyViews() {
+    for (const p of state.panes) p.applyView();
+    const px = state.panes.map((p) => p.textPx()).filter((x) => x !== null);
+    if (px.length) root.dataset.minTextPx = Math.min(...px).toFixed(2);
+  }
+
+  const minZoom = () => Math.max(0.2, ...state.panes.map((p) => p.minZoom()));
+
+  // The pane grows (up to 1.6x its height) when the graph needs it to be readable, then pans.
+  function sizePanes() {
+    const h = model.get("height");
+    for (const p of state.panes) {
+      if (!p.base) { p.box.style.height = `${h}px`; continue; }
+      const r = p.box.getBoundingClientRect();
+      const scale = Math.max(Math.min(r.width / p.base.w, 10), MIN_TEXT_PX / p.minFont());
+      p.box.style.height = `${Math.round(Math.min(1.6 * h, Math.max(h * 0.6, p.base.h * scale + 8)))}px`;
+    }
+    const tallest = Math.max(...state.panes.map((p) => parseFloat(p.box.style.height) || h));
+    for (const p of state.panes) p.box.style.height = `${tallest}px`;
+  }
+
+  // Fit: the whole graph when its text stays readable; otherwise readable, from the top (where data enters).
+  function fitView() {
+    const k = Math.max(1, minZoom());
+    const p = state.panes.find((q) => q.base);
+    let cy = 0.5;
+    if (p && k > 1) {
+      const r = p.box.getBoundingClientRect();
+      const visible = r.height / (p.fitScale() * k); // graph units in view, vertically
+      cy = Math.min(0.5, visible / 2 / p.base.h);
+    }
+    state.viewport = { k, cx: 0.5, cy };
+    applyViews();
+  }
 
   function zoom(f, fx = 0.5, fy = 0.5) {
     const v = state.viewport;
-    const k2 = Math.min(60, Math.max(0.2, v.k * f));
+    const k2 = Math.min(60, Math.max(minZoom(), v.k * f));
     // Keep the point under (fx, fy) (fractions of the visible window) where it is.
     v.cx += (fx - 0.5) * (1 / v.k - 1 / k2);
     v.cy += (fy - 0.5) * (1 / v.k - 1 / k2);
@@ -254,7 +322,7 @@ function render({ model, el }) {
       attachPointer(p);
     }
     while (state.panes.length > data.length) state.panes.pop().el.remove();
-    for (const p of state.panes) p.box.style.height = `${model.get("height")}px`;
+    for (const p of state.panes) if (!p.box.style.height) p.box.style.height = `${model.get("height")}px`;
     panesBox.classList.toggle("tv-two", data.length > 1);
     setStatus("laying out\u2026");
     const gv = layoutService(model);
@@ -275,7 +343,10 @@ function render({ model, el }) {
     }
     const opened = model.get("expanded").filter((x) => !state.lastExpanded.includes(x));
     state.lastExpanded = [...model.get("expanded")];
+    sizePanes();
     if (opened.length) focusGroup(opened[opened.length - 1]);
+    else if (times.length && state.viewport.k < minZoom()) fitView();
+    else applyViews();
     root.dataset.drawn = String(Number(root.dataset.drawn || 0) + 1);
     markMatches();
     showSelected();
@@ -325,20 +396,24 @@ function render({ model, el }) {
   }
 
   function focusGroup(name) {
-    // Zoom so the block just opened fills the pane's width, its first ops at the top: at "fit", a block of
-    // a few hundred ops would be too small to read.
+    // Show the block just opened whole when it fits with readable text, else readable from its top (pan for the
+    // rest): zooming to its width alone made a tall block's first few ops fill the pane.
     for (const p of state.panes) {
       const g = (p.data.groups || []).find((x) => x.name === name);
       const el = g && p.nodeEl(g.id);
       if (!el || !p.base) continue;
       const bb = el.getBBox();
       const m = p.svg.getScreenCTM().inverse().multiply(el.getScreenCTM());
-      const x0 = m.a * bb.x + m.e, y0 = m.d * bb.y + m.f, bw = m.a * bb.width;
+      const x0 = m.a * bb.x + m.e, y0 = m.d * bb.y + m.f, bw = m.a * bb.width, bh = m.d * bb.height;
       const r = p.box.getBoundingClientRect();
-      const fit = Math.min(r.width / p.base.w, r.height / p.base.h);
-      const k = Math.min(60, Math.max(1, r.width / (1.15 * bw * fit)));
+      const fit = p.fitScale();
+      const whole = Math.min(r.width / (1.06 * bw * fit), r.height / (1.06 * bh * fit));
+      const most = Math.max(minZoom(), 18 / (p.minFont() * fit)); // never more than ~18 px text either
+      const k = Math.min(most, Math.max(minZoom(), whole));
       const s = k * fit;
-      state.viewport = { k, cx: (x0 + bw / 2 - p.base.x) / p.base.w, cy: (y0 - 10 + r.height / s / 2 - p.base.y) / p.base.h };
+      const fitsTall = bh * s <= r.height;
+      const cy = fitsTall ? (y0 + bh / 2 - p.base.y) / p.base.h : (y0 - 10 + r.height / s / 2 - p.base.y) / p.base.h;
+      state.viewport = { k, cx: (x0 + bw / 2 - p.base.x) / p.base.w, cy };
       applyViews();
       return;
     }
@@ -459,7 +534,7 @@ function render({ model, el }) {
       for (const e of p.svg.querySelectorAll(".tv-match")) e.classList.remove("tv-match");
     }
     const hits = model.get("matches");
-    const q = model.get("search");
+    const q = model.get("searched");
     for (const m of hits) {
       const p = state.panes[m.pane];
       const e = p && p.nodeEl(m.node);
@@ -467,6 +542,10 @@ function render({ model, el }) {
     }
     if (!q) { matchesBox.replaceChildren(); return; }
     const total = model.get("match_total");
+    if (!total) {
+      matchesBox.replaceChildren(h("div", { class: "tv-match-count tv-no-match", text: `no matches for \u201c${q}\u201d in the ${model.get("trace")} trace (search reads op names, tensor and parameter names, and modules)` }));
+      return;
+    }
     const list = h("ol", { class: "tv-match-list" });
     for (const m of hits.slice(0, 50)) {
       const side = state.panes.length > 1 ? (m.pane === 0 ? "left: " : "right: ") : "";
@@ -491,14 +570,27 @@ function render({ model, el }) {
     const panels = model.get("panels") || {};
     if (name === "details") { showSelected(); return; }
     if (name === "ledger") panel.replaceChildren(ledgerPanel(panels.ledger));
-    else if (name === "decisions") panel.replaceChildren(panels.decisions.length
-      ? table(["target", "case", "action", "reason"], panels.decisions.map((d) => [d.target, d.case, d.action, d.reason]))
-      : h("p", { class: "tv-hint", text: "No jit decisions were recorded for this object." }));
-    else if (name === "memory") {
-      const rows = panels.memory || [];
-      const keys = [...new Set(rows.flatMap((r) => Object.keys(r)))];
-      panel.replaceChildren(table(keys, rows.map((r) => keys.map((k) => (typeof r[k] === "number" && k.includes("peak") ? fmtBytes(r[k]) : r[k])))));
-    } else if (name === "diff") panel.replaceChildren(diffPanel(panels.diff));
+    else if (name === "decisions") panel.replaceChildren(decisionsPanel(panels.decisions));
+    else if (name === "memory") panel.replaceChildren(memoryPanel(panels.memory));
+    else if (name === "diff") panel.replaceChildren(diffPanel(panels.diff));
+  }
+
+  // One line per decision; its full reasoning (mechanism, why this default, measured numbers) one click away.
+  function decisionsPanel(rows) {
+    if (!rows || !rows.length) return h("p", { class: "tv-hint", text: "No jit decisions were recorded for this object." });
+    return h("div", { class: "tv-decisions" }, ...rows.map((d) => h("details", { class: "tv-decision" },
+      h("summary", {}, h("b", { text: d.target }), ": ", h("span", { class: "tv-headline", text: d.headline || `${d.case}: ${d.action}` })),
+      h("p", { class: "tv-reason", text: `${d.case} \u00b7 ${d.action}: ${d.reason}` }))));
+  }
+
+  // The memory panel (viewdata.MemoryPanel): titled columns, sizes in KiB/MiB, "-" where a rank has no number.
+  function memoryPanel(mem) {
+    if (!mem || !mem.rows || !mem.rows.length) return h("p", { class: "tv-hint", text: "No memory was recorded." });
+    const cols = mem.columns;
+    const cell = (v, c) => (v === null || v === undefined ? "-" : c.unit === "bytes" ? fmtBytes(v) : String(v));
+    const heads = ["rank", ...cols.map((c) => (c.source === "measured" ? `${c.title} (measured)` : c.title))];
+    return h("div", { class: "tv-memory" }, table(heads, mem.rows.map((r) => [r.rank, ...cols.map((c) => cell(r[c.key], c))])),
+      h("p", { class: "tv-hint", text: mem.note }));
   }
 
   function ledgerPanel(led) {
@@ -527,7 +619,8 @@ function render({ model, el }) {
   // ---------------------------------------------------------------- model wiring
   function drawTraces() {
     const cur = model.get("trace");
-    traceSel.replaceChildren(...model.get("traces").map((x) => { const o = h("option", { value: x, text: x }); o.selected = x === cur; return o; }));
+    const names = model.get("trace_names") || {};
+    traceSel.replaceChildren(...model.get("traces").map((x) => { const o = h("option", { value: x, text: names[x] || x }); o.selected = x === cur; return o; }));
   }
   traceSel.addEventListener("change", () => { model.set("trace", traceSel.value); model.save_changes(); });
   const drawSummary = () => { summary.textContent = model.get("summary"); summary.hidden = !model.get("summary"); };
@@ -537,8 +630,10 @@ function render({ model, el }) {
   model.on("change:panes", redraw);
   model.on("change:matches", markMatches);
   model.on("change:match_total", markMatches);
+  model.on("change:searched", markMatches);
   model.on("change:trace", onTrace);
   model.on("change:traces", drawTraces);
+  model.on("change:trace_names", drawTraces);
   model.on("change:summary", drawSummary);
   model.on("change:panels", () => showTab(state.tab));
   model.on("change:selected", () => {

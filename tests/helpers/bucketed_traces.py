@@ -1,0 +1,145 @@
+"""Real traces under the strategies' default buckets, once per pytest session: the tutorial's model (TinyGPT, 4
+blocks, d=32) under FSDP ZERO2 and ZERO3 and DDP, and a litgpt ``GPT`` under FSDP ZERO3, on 2 gloo ranks.
+
+The graph-order test, the comparison's naming and summary, and the browser tour's readability checks need what a
+person sees by default: BLOCK buckets (a root bucket and one per block), not the one-collective-per-parameter
+layout of ``gpt_traces``. One ``run_ranks`` call makes all of them (about a minute on 2 CPU cores); every run saves
+one file per rank and its decision log, as a torchrun job would.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from thunderviz.parallel.decisions import Decision
+
+__all__ = ["RUNS", "TUTORIAL_MODEL", "bucketed_trace_files", "decisions_of", "run_report", "write_bucketed_traces"]
+
+#: The tutorial's model (``thunderviz/demos/tutorial.ipynb``).
+TUTORIAL_MODEL = {"n_layer": 4, "d_model": 32, "n_head": 2, "block_size": 16, "vocab_size": 64}
+#: run name -> (model, strategy keywords, strategy class name)
+RUNS = {
+    "zero2": ("tiny", {}, "fsdp"),
+    "zero3": ("tiny", {"sharding_strategy": "ZERO3"}, "fsdp"),
+    "ddp": ("tiny", {}, "ddp"),
+    "litgpt": ("litgpt", {"sharding_strategy": "ZERO3"}, "fsdp"),
+}
+
+
+def _model(which: str) -> Any:
+    import torch
+
+    torch.manual_seed(0)
+    if which == "tiny":
+        from thunderviz.demos.models import TinyGPT
+
+        return TinyGPT(**TUTORIAL_MODEL)
+    from litgpt import GPT, Config
+
+    from tests.strategies.litgpt_scenarios import CONFIG
+
+    return GPT(Config(**{**CONFIG, "n_layer": 4}))
+
+
+def capture_on_rank(rank: int, world_size: int, out_dir: str) -> dict[str, str]:
+    import torch
+    from lightning.fabric import Fabric
+
+    from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
+    from thunderviz.demos.models import make_batch
+    from thunderviz.thunder.capture import capture
+    from thunderviz.trace.file import save
+
+    paths = {}
+    for run, (which, kwargs, kind) in RUNS.items():
+        strategy = ThunderFSDPStrategy(**kwargs) if kind == "fsdp" else ThunderDDPStrategy(**kwargs)
+        fabric = Fabric(accelerator="cpu", devices=world_size, strategy=strategy)
+        fabric.launch()
+        model = fabric.setup(_model(which))
+        x, y = make_batch(batch=2, block_size=16, vocab_size=64, seed=rank)
+        logits = model(x)
+        fabric.backward(torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten()))
+        path = Path(out_dir) / f"{run}-rank{rank}.json"
+        save(capture(model, name="GPT" if which == "litgpt" else "TinyGPT", rank=rank, stages=False), path)
+        paths[run] = str(path)
+        if rank == 0:
+            log = [d.to_dict() for d in strategy.decisions]
+            (Path(out_dir) / f"{run}-decisions.json").write_text(json.dumps(log), encoding="utf-8")
+    return paths
+
+
+def write_bucketed_traces(out_dir: str | Path, nproc: int = 2) -> dict[str, list[str]]:
+    """Run the ranks; ``{run: [rank0.json, rank1.json]}``."""
+    from thunderviz.ranks.spawn import run_ranks
+
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    per_rank = run_ranks(capture_on_rank, str(out_dir), nproc=nproc, timeout=600)
+    return {run: [r[run] for r in per_rank] for run in RUNS}
+
+
+def decisions_of(files: list[str]) -> list[Decision]:
+    p = Path(files[0])
+    log = p.with_name(p.name.split("-rank")[0] + "-decisions.json")
+    return [Decision.from_dict(d) for d in json.loads(log.read_text(encoding="utf-8"))]
+
+
+def run_report(run: str, files: list[str]) -> Any:
+    """The ``RunReport`` a ``%%thunder_fsdp --name <run>`` cell would have returned for these files: every rank's
+    bundle and ledger, the decision log, the run's strategy, each rank's measured RSS (this process's, a stand-in)."""
+    import psutil
+
+    from thunderviz.ranks.protocol import ReportData, StrategySpec
+    from thunderviz.ranks.report import RunReport
+    from thunderviz.trace.file import load
+    from thunderviz.trace.ledger import ledger_from_bundle
+
+    _, kwargs, kind = RUNS[run]
+    decisions = decisions_of(files)
+    collected = {}
+    for path in files:
+        (bundle,) = load(path)
+        collected[bundle.rank] = ReportData(
+            rank=bundle.rank,
+            decisions=decisions,
+            bundles={bundle.name: bundle},
+            ledgers={bundle.name: ledger_from_bundle(bundle)},
+            memory={"rss_bytes": psutil.Process().memory_info().rss},
+            problems=[],
+        )
+    spec = StrategySpec(f"thunder_{kind}", dict(kwargs))
+    report = RunReport.from_ranks(
+        collected, outputs=dict.fromkeys(collected, ""), world_size=2, backend="gloo", strategy=spec, seconds=1.0
+    )
+    report.name = run
+    return report
+
+
+@functools.lru_cache(maxsize=1)
+def bucketed_trace_files() -> dict[str, list[str]]:
+    """``write_bucketed_traces`` once per process, into a fresh temporary folder.
+
+    ``THUNDERVIZ_BUCKETED_TRACES=<folder>`` reuses files an earlier ``python -m tests.helpers.bucketed_traces
+    <folder>`` wrote (while working on the views; CI never sets it, so it always tests fresh traces).
+    """
+    reuse = os.environ.get("THUNDERVIZ_BUCKETED_TRACES")
+    if reuse:
+        files = {run: [str(Path(reuse) / f"{run}-rank{r}.json") for r in range(2)] for run in RUNS}
+        missing = [f for fs in files.values() for f in fs if not Path(f).exists()]
+        if missing:
+            raise FileNotFoundError(f"THUNDERVIZ_BUCKETED_TRACES={reuse!r}: missing {missing}")
+        return files
+    return write_bucketed_traces(tempfile.mkdtemp(prefix="thunderviz-bucketed-traces-"))
+
+
+if __name__ == "__main__":
+    import sys
+    import time
+
+    t0 = time.perf_counter()
+    print(write_bucketed_traces(sys.argv[1] if len(sys.argv) > 1 else "test-output/bucketed-traces"))
+    print(f"{time.perf_counter() - t0:.1f} s")
