@@ -28,6 +28,7 @@ from thunderviz.errors import JitDecisionError
 from thunderviz.parallel.decisions import Action, decide, impossible
 from thunderviz.parallel.options import Parallelism, StateDictType, StrategyOptions, options_for, parse_options
 from thunderviz.strategies import checkpoint, clipping
+from thunderviz.strategies.activation_checkpointing import checkpoint_modules_
 from thunderviz.strategies.materialize import has_meta_tensors
 from thunderviz.thunder import hooks
 from thunderviz.thunder.comm_setup import configure_comm
@@ -167,7 +168,7 @@ class ThunderParallelStrategy(DDPStrategy):
         return self._setup_module(module)[0]
 
     def _setup_module(self, module: nn.Module) -> tuple[nn.Module, dict[int, torch.Tensor]]:
-        facts = inspect_object(module)
+        facts = inspect_object(module, self.options.activation_checkpointing_policy)
         try:
             decision = decide(facts, self.options)
         except JitDecisionError as err:
@@ -178,6 +179,8 @@ class ThunderParallelStrategy(DDPStrategy):
                 f"{type(self).__name__} needs a process group before `fabric.setup`: call `fabric.launch()` first."
             )
         self.decisions.append(decision)
+        # Before anything traces the module: thunder must see the checkpointed forwards (strategies.activation_...).
+        checkpoint_modules_(user_module(module), facts.checkpointed)
         if decision.action is Action.JIT_AND_DISTRIBUTE:
             jitted = hooks.jit(module, executors=self.executors, **self.jit_kwargs)
             replaced = self._distribute_(module)

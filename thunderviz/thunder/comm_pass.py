@@ -703,6 +703,7 @@ class CommTransform(Transform):
 
     def __init__(self) -> None:
         self.pending: dict[str, ParamRecord] = {}
+        self.pending_kept: list[Any] = []
         self.current: dict[str, ParamRecord] = {}
         self.forward_flat_args: list[str | None] | None = None
         self.zero3: _Zero3Plan | None = None
@@ -711,9 +712,21 @@ class CommTransform(Transform):
     def note_param(self, shard_name: str, record: ParamRecord) -> None:
         self.pending[shard_name] = record
 
+    def note_kept(self, proxies: Sequence[Any]) -> None:
+        """Proxies of gathered parameters that backward must find saved, never recompute (ZERO2)."""
+        self.pending_kept.extend(proxies)
+
     def transform_traces_pre_prologue(
         self, prologue_trace: Any, computation_trace: Any, epilogue_trace: Any, **kwargs: Any
     ) -> tuple[Any, Any, Any]:
+        # A ZERO2 parameter first read inside a checkpointed region was gathered inside it, so thunder's checkpoint
+        # lookaside tagged its gathered value *recompute in backward* along with the region: backward would gather
+        # it again (ZERO3's cost without being asked). Gathered parameters are not activations: untag them.
+        from thunder.core.proxies import ProxyTag
+
+        for proxy in self.pending_kept:
+            proxy.tags.discard(ProxyTag.RECOMPUTE_IN_BACKWARD)
+        self.pending_kept = []
         # Tracing just finished: what it recorded belongs to the cache entry being built now.
         self.current, self.pending = self.pending, {}
         self.forward_flat_args = None

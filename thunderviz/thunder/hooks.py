@@ -360,17 +360,18 @@ def _synchronized(value: Any, p: Any, group: tdist.ProcessGroup) -> Any:
         return p
     config = comm_config(value.original_value)
     recompute = bool(config is not None and config.reshard_after_forward)
-    synced = _recompute_if(recompute, dist_prims.synchronize(p, group, p.distparallel_type))
+    made = [_recompute_if(recompute, dist_prims.synchronize(p, group, p.distparallel_type))]
     padding = p.thunder_fsdp_padding_size
     if isinstance(padding, int) and padding > 0:
-        synced = _recompute_if(recompute, synced[: synced.shape[0] - padding])
+        made.append(_recompute_if(recompute, made[-1][: made[-1].shape[0] - padding]))
     full = getattr(value.original_value, _FULL_SHAPE_ATTR, None)
-    if full is not None and tuple(synced.shape) != tuple(full):
+    if full is not None and tuple(made[-1].shape) != tuple(full):
         # A 0-dim parameter was sharded as shape (1,). Its reshape is not recomputed: thunder 0.2.6's recompute pass
         # then feeds the reshape a wrong input in backward, and keeping 4 bytes for backward costs nothing.
-        synced = synced.reshape(full)
+        made.append(made[-1].reshape(full))
+    synced = made[-1]
     if config is not None:
-        _note_for_comm_pass(p, config, group)
+        _note_for_comm_pass(p, config, group, () if recompute else made)
     # The prologue must still unpack and check the local shard (``p``); the computation sees ``synced``.
     value.value = synced
     if p.distparallel_type.name == SyncKind.REPLICATED:
@@ -392,7 +393,9 @@ def _recompute_if(recompute: bool, proxy: Any) -> Any:
     return proxy
 
 
-def _note_for_comm_pass(p: Any, config: Any, group: tdist.ProcessGroup) -> None:
+def _note_for_comm_pass(p: Any, config: Any, group: tdist.ProcessGroup, kept: Any = ()) -> None:
+    """Record the parameter for the communication pass; ``kept`` are the proxies that must stay saved for backward
+    (ZERO2's gathered weight), even when the parameter is first read inside a checkpointed region."""
     from thunder.core.compile_data import get_compile_data
 
     from thunderviz.thunder.comm_pass import ParamRecord, ensure_comm_transform
@@ -400,7 +403,9 @@ def _note_for_comm_pass(p: Any, config: Any, group: tdist.ProcessGroup) -> None:
     cd = get_compile_data()
     if cd is None:
         return
-    ensure_comm_transform(cd).note_param(p.name, ParamRecord(config, group, tdist.get_world_size(group)))
+    t = ensure_comm_transform(cd)
+    t.note_param(p.name, ParamRecord(config, group, tdist.get_world_size(group)))
+    t.note_kept(kept)
 
 
 def _key_cache_on_no_sync() -> None:
