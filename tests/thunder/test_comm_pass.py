@@ -34,6 +34,7 @@ from torch import nn
 from torch.distributed import ProcessGroup
 
 from thunderviz.parallel.buckets import CommConfig, bucket_label, find_blocks
+from thunderviz.parallel.options import parse_options
 from thunderviz.thunder import distribute, hooks
 from thunderviz.thunder.comm_pass import (
     CommTransform,
@@ -167,7 +168,12 @@ class Traced(Pass):
 
 
 def _trace_without_communicating(
-    model: nn.Module, batch: torch.Tensor, parallelism: str, sharding: str = "ZERO2", bucketing: str = "BLOCK"
+    model: nn.Module,
+    batch: torch.Tensor,
+    parallelism: str,
+    sharding: str = "ZERO2",
+    bucketing: str = "BLOCK",
+    options: dict[str, Any] | None = None,
 ) -> Traced:
     hooks.install_sync_hook()
     group = ProcessGroup(0, WORLD)  # a size and no backend: a collective run on it would raise
@@ -182,7 +188,8 @@ def _trace_without_communicating(
     jitted = thunder.jit(model, transforms=[recorder])
     if parallelism == "ddp":
         hooks.mark_module_ddp(model, jitted, group, 25.0)
-    configure_comm(model, sharding_strategy=sharding, bucketing_strategy=bucketing)
+    knobs = {"sharding_strategy": sharding, "bucketing_strategy": bucketing} if parallelism == "fsdp" else {}
+    configure_comm(model, parse_options(parallelism, {**knobs, **(options or {})}))
     cd = thunder.compile_data(jitted)
     entry, _inputs, _ = cd.get_computation_and_inputs(batch)
     transform = comm_transform_of(cd)

@@ -24,6 +24,7 @@ from thunderviz.trace.diff import TraceDiff, diff_traces
 from thunderviz.trace.file import bundle_from_dict, load
 from thunderviz.trace.ledger import Ledger, find_mismatches, ledger_from_bundle
 from thunderviz.trace.model import TraceBundle, TraceSnapshot
+from thunderviz.trace.units import format_bytes
 
 __all__ = [
     "DecisionRow",
@@ -350,8 +351,15 @@ def diff_marks(diff: TraceDiff) -> tuple[dict[int, str], dict[int, str]]:
 
 
 def compare_header(a: Subject, b: Subject, label: str, diff: TraceDiff) -> str:
-    """``gpt-ddp → gpt-fsdp (backward): +53 reduce_scatter, −53 all_reduce; other ops ...``"""
-    return f"{a.title} \u2192 {b.title} ({label}): {diff.summary}"
+    """``gpt-ddp → gpt-fsdp (backward): +53 reduce_scatter, −53 all_reduce; other ops ...``, then what forward
+    saves for backward on each side when it differs (``; saved for backward 4.1 KiB -> 1.9 KiB``)."""
+    line = f"{a.title} \u2192 {b.title} ({label}): {diff.summary}"
+    if label not in ("forward", "backward"):
+        return line
+    saved_a, saved_b = a.primary.saved_for_backward, b.primary.saved_for_backward
+    if saved_a["bytes"] != saved_b["bytes"]:
+        line += f"; saved for backward {format_bytes(saved_a['bytes'])} -> {format_bytes(saved_b['bytes'])}"
+    return line
 
 
 def diff_for(a: Subject, b: Subject, label: str) -> TraceDiff:
@@ -391,6 +399,11 @@ def memory_rows(subject: Subject) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"rank": r}
         if b is not None:
             row.update({f"est_peak_{k}": v for k, v in b.memory.items()})
+            row["saved_for_backward_bytes"] = b.saved_for_backward["bytes"]
+            if b.backward is not None and b.backward.recomputed_ops:
+                row["recomputed_ops"] = b.backward.recomputed_ops
+            if b.accumulated_gradients["bytes"]:
+                row["kept_for_accumulation_bytes"] = b.accumulated_gradients["bytes"]
         for k, v in subject.memory.get(r, {}).items():
             if isinstance(v, (int, float, str)) or v is None:
                 row[k] = v

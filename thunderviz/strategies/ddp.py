@@ -76,15 +76,11 @@ class ThunderDDPStrategy(ThunderParallelStrategy):
         super().backward(tensor, module, *args, **kwargs)
 
     @override
-    def _refuse_unsynced_gradients(self) -> None:
+    def _pending_accumulation(self) -> list[str]:
         control = self._backward_sync_control
-        if isinstance(control, _ReplicatedBackwardSyncControl) and control.pending:
-            raise RuntimeError(
-                "`fabric.clip_gradients` was called while gradients accumulated under `fabric.no_backward_sync` are"
-                " not yet averaged across ranks, so each rank would clip by a different norm. Call it after the"
-                " backward that runs outside `no_backward_sync` (the last micro-batch), right before"
-                " `optimizer.step()`."
-            )
+        if not isinstance(control, _ReplicatedBackwardSyncControl) or not control.pending:
+            return []
+        return [n for m in control.pending.values() for n, p in user_module(m).named_parameters() if p.grad is not None]
 
     @classmethod
     @override

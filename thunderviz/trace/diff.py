@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from thunderviz.trace.model import COLLECTIVE_KINDS, OpRecord, TraceBundle, TraceSnapshot
 from thunderviz.trace.units import format_bytes
 
-__all__ = ["DiffRow", "TraceDiff", "canonical_names", "collective_changes", "diff_traces"]
+__all__ = ["DiffRow", "TraceDiff", "canonical_names", "collective_changes", "diff_traces", "memory_changes"]
 
 
 @dataclass(frozen=True)
@@ -63,15 +63,22 @@ class TraceDiff:
         delta = {k: add.get(k, 0) - rem.get(k, 0) for k in COLLECTIVE_KINDS}
         return {k: v for k, v in delta.items() if v}
 
+    def recomputed_delta(self) -> int:
+        """Net change in ops that recompute forward ops in backward (``OpRecord.recomputed``), from a to b."""
+        return sum(1 for op in self.added if op.recomputed) - sum(1 for op in self.removed if op.recomputed)
+
     @property
     def summary(self) -> str:
-        """One line: ``+53 all_gather, +53 wait, −0; other ops +91, −144, ~0 changed``."""
+        """One line: ``+53 all_gather, +53 wait, −0; other ops +91, −144, ~0 changed`` (and ``; +87 recomputed
+        ops`` when activation checkpointing or ZERO3 changed what backward recomputes)."""
         delta = self.collective_delta()
         added = [f"+{v} {k}" for k, v in delta.items() if v > 0] or ["+0"]
         removed = [f"−{-v} {k}" for k, v in delta.items() if v < 0] or ["−0"]
         n_add = sum(1 for op in self.added if not op.collective)
         n_rem = sum(1 for op in self.removed if not op.collective)
-        return f"{', '.join(added + removed)}; other ops +{n_add}, −{n_rem}, ~{len(self.changed)} changed"
+        line = f"{', '.join(added + removed)}; other ops +{n_add}, −{n_rem}, ~{len(self.changed)} changed"
+        recomputed = self.recomputed_delta()
+        return line + (f"; {recomputed:+d} recomputed ops" if recomputed else "")
 
     def describe(self, op: OpRecord, side: str) -> str:
         names = self.names_a if side == "a" else self.names_b
@@ -177,7 +184,7 @@ def collective_changes(a: TraceBundle, b: TraceBundle) -> str:
 
     ``+4 all_gather (backward), +4 wait (backward); saved for backward 41.2 MiB -> 37.7 MiB`` for ZERO2 -> ZERO3:
     the collectives each trace gained or lost (net, as ``TraceDiff.collective_delta``), then what forward keeps
-    for backward when either run recorded it.
+    for backward when either run recorded it (``memory_changes``).
     """
     if not isinstance(a, TraceBundle) or not isinstance(b, TraceBundle):
         raise TypeError(
@@ -190,7 +197,24 @@ def collective_changes(a: TraceBundle, b: TraceBundle) -> str:
         if sa is not None and sb is not None:
             parts += [f"{v:+d} {k} ({label})" for k, v in diff_traces(sa, sb).collective_delta().items()]
     line = ", ".join(parts) or "the same collectives"
+    memory = memory_changes(a, b)
+    return f"{line}; {memory}" if memory else line
+
+
+def memory_changes(a: TraceBundle, b: TraceBundle) -> str:
+    """What the memory between forward and backward does from run ``a`` to ``b``, in one phrase ("" if nothing
+    was recorded): ``saved for backward 41.2 MiB -> 12.0 MiB; +87 recomputed ops`` (activation checkpointing:
+    saved activations traded for recomputation), and the unsharded gradients a no_backward_sync backward keeps
+    between micro-batches when either run had some (``kept for accumulation 0 B -> 3.7 KiB``)."""
+    parts = []
     saved_a, saved_b = a.saved_for_backward, b.saved_for_backward
     if saved_a["tensors"] or saved_b["tensors"]:
-        line += f"; saved for backward {format_bytes(saved_a['bytes'])} -> {format_bytes(saved_b['bytes'])}"
-    return line
+        parts.append(f"saved for backward {format_bytes(saved_a['bytes'])} -> {format_bytes(saved_b['bytes'])}")
+    if a.backward is not None and b.backward is not None:
+        recomputed = b.backward.recomputed_ops - a.backward.recomputed_ops
+        if recomputed:
+            parts.append(f"{recomputed:+d} recomputed ops")
+    kept_a, kept_b = a.accumulated_gradients["bytes"], b.accumulated_gradients["bytes"]
+    if kept_a or kept_b:
+        parts.append(f"kept for accumulation {format_bytes(kept_a)} -> {format_bytes(kept_b)}")
+    return "; ".join(parts)

@@ -497,7 +497,7 @@ function render({ model, el }) {
     else if (name === "memory") {
       const rows = panels.memory || [];
       const keys = [...new Set(rows.flatMap((r) => Object.keys(r)))];
-      panel.replaceChildren(table(keys, rows.map((r) => keys.map((k) => (typeof r[k] === "number" && k.includes("peak") ? fmtBytes(r[k]) : r[k])))));
+      panel.replaceChildren(table(keys, rows.map((r) => keys.map((k) => (typeof r[k] === "number" && (k.includes("peak") || k.endsWith("_bytes")) ? fmtBytes(r[k]) : r[k])))));
     } else if (name === "diff") panel.replaceChildren(diffPanel(panels.diff));
   }
 
