@@ -27,6 +27,7 @@ from thunderviz.trace.model import OpRecord, TraceSnapshot
 from thunderviz.trace.units import format_bytes
 
 __all__ = [
+    "RECOMPUTED_MARK",
     "GraphView",
     "Group",
     "dot_available",
@@ -45,6 +46,11 @@ _COLLECTIVE_STYLE = 'shape=hexagon, style="filled,bold", fillcolor="#f4a261", co
 _WAIT_STYLE = 'shape=octagon, style="filled,dashed", fillcolor="#ffe08a", color="#8a6d00"'
 _OP_STYLE = 'shape=box, style="filled,rounded", fillcolor="#ffffff", color="#8aa1b8"'
 _GROUP_STYLE = 'shape=box, style="filled,rounded,bold", fillcolor="#dbe9f6", color="#3d6e9e"'
+#: ops backward recomputes (activation checkpointing, ZERO3) and the groups holding them: dashed, violet
+_RECOMPUTED_OP_STYLE = 'shape=box, style="filled,rounded,dashed", fillcolor="#f1e8fb", color="#6a3d9a"'
+_RECOMPUTED_GROUP_STYLE = 'shape=box, style="filled,rounded,bold,dashed", fillcolor="#ece1f7", color="#6a3d9a"'
+#: how a label marks recomputation (graph nodes, the HTML report)
+RECOMPUTED_MARK = "\u21bb"
 _MAX_LABEL = 40
 
 
@@ -67,6 +73,11 @@ class Group:
     @property
     def compute(self) -> list[OpRecord]:
         return [op for op in self.ops if op.collective is None]
+
+    @property
+    def recomputed(self) -> list[OpRecord]:
+        """Ops that recompute forward values in backward (activation checkpointing, ZERO3): drawn dashed."""
+        return [op for op in self.ops if op.recomputed]
 
 
 @dataclass
@@ -145,7 +156,7 @@ def _resolve_expand(groups: list[Group], expand: Collection[str] | None) -> froz
 def _op_label(op: OpRecord, param_names: dict[str, str], bucket: Bucket | None = None) -> str:
     out = op.outputs[0].short() if op.outputs else ""
     more = f" +{len(op.outputs) - 1}" if len(op.outputs) > 1 else ""
-    label = short_op_name(op.op)
+    label = short_op_name(op.op) + (f" {RECOMPUTED_MARK} recomputed" if op.recomputed else "")
     if op.is_collective and bucket is not None and len(bucket.params) > 1:
         label += f"\nbucket {_clip(bucket.label, 24)} ({len(bucket.params)} params)"
     elif op.is_collective and op.inputs:
@@ -267,7 +278,15 @@ class _Drawing:
             f'color="#3d6e9e"; id="{self.prefix}{g.id}"; tooltip="{dot_escape(g.name)}";',
         ]
         for op in g.ops:
-            style = _COLLECTIVE_STYLE if op.is_collective else _WAIT_STYLE if op.is_wait else _OP_STYLE
+            style = (
+                _COLLECTIVE_STYLE
+                if op.is_collective
+                else _WAIT_STYLE
+                if op.is_wait
+                else _RECOMPUTED_OP_STYLE
+                if op.recomputed
+                else _OP_STYLE
+            )
             nid = f"op{op.index}"
             label = _op_label(op, self.pn, self.buckets.get(op.index))
             lines.append(
@@ -285,9 +304,14 @@ class _Drawing:
         top = Counter(short_op_name(op.op) for op in compute).most_common(3)
         if top:
             label += "\n" + ", ".join(f"{n} {k}" for k, n in top)
+        recomputed = g.recomputed
+        if recomputed:
+            label += f"\n{RECOMPUTED_MARK} {len(recomputed)} recomputed"
+        style = _RECOMPUTED_GROUP_STYLE if recomputed else _GROUP_STYLE
+        tip = f" ({len(recomputed)} ops recompute forward values instead of reading saved ones)" if recomputed else ""
         lines = [
-            f'  {g.id} [id="{self.prefix}{g.id}", label="{dot_escape(label)}", tooltip="{dot_escape(g.name)}: '
-            f'click to expand", {_GROUP_STYLE}];'
+            f'  {g.id} [id="{self.prefix}{g.id}", label="{dot_escape(label)}", tooltip="{dot_escape(g.name)}{tip}: '
+            f'click to expand", {style}];'
         ]
         self.nodes[g.id] = _group_meta(g, self.snapshot)
         if g.collectives or g.waits:
@@ -345,6 +369,7 @@ def _op_meta(op: OpRecord, g: Group, pn: dict[str, str], bucket: Bucket | None =
         "op": op.op,
         "group": g.name,
         "module": op.module,
+        "recomputed": op.recomputed,
         "python": op.python,
         "source": None if (src := op.source) is None else {"file": src.file, "line": src.line, "code": src.code},
         "inputs": [_tensor_meta(t, pn) for t in op.inputs],
@@ -361,6 +386,7 @@ def _group_meta(g: Group, snap: TraceSnapshot) -> dict[str, Any]:
         "name": g.name,
         "n_ops": len(g.ops),
         "n_compute": len(g.compute),
+        "n_recomputed": len(g.recomputed),
         "first_index": g.ops[0].index if g.ops else None,
         "last_index": g.ops[-1].index if g.ops else None,
         "op_counts": dict(Counter(short_op_name(op.op) for op in g.compute).most_common()),

@@ -64,8 +64,10 @@ class TraceDiff:
         return {k: v for k, v in delta.items() if v}
 
     def recomputed_delta(self) -> int:
-        """Net change in ops that recompute forward ops in backward (``OpRecord.recomputed``), from a to b."""
-        return sum(1 for op in self.added if op.recomputed) - sum(1 for op in self.removed if op.recomputed)
+        """How many more ops recompute forward values in b than in a (``OpRecord.recomputed``). Counted over both
+        sides whole: a recomputed op can align with the same op of a, which computed it once from saved values."""
+        in_b = sum(1 for r in self.rows if r.b is not None and r.b.recomputed)
+        return in_b - sum(1 for r in self.rows if r.a is not None and r.a.recomputed)
 
     @property
     def summary(self) -> str:
