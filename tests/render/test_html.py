@@ -132,7 +132,9 @@ def test_run_report_html_shows_decisions_memory_traces_and_problems():
     assert "<script" not in frag  # static: nbconvert and GitHub show it as it is
     assert report.to_html(standalone=False) == frag and report._repr_html_() == frag
     full = report.to_html()
-    assert full.startswith("<!DOCTYPE html>") and "<title>thunderviz report</title>" in full and frag in full
+    assert full.startswith("<!DOCTYPE html>") and "<title>thunderviz report</title>" in full
+    # a page holds the same root element; its stylesheet sits once in the head (with the page's body margins)
+    assert frag.replace(f"<style>{REPORT_CSS}</style>", "") in full and full.count(REPORT_CSS) == 1
 
 
 def test_every_rule_of_the_stylesheet_is_scoped_to_our_root():
@@ -141,7 +143,8 @@ def test_every_rule_of_the_stylesheet_is_scoped_to_our_root():
     for rule in rules:
         selectors = rule.split("{", 1)[0].split(",")
         assert all(sel.strip().startswith(ROOT) for sel in selectors), rule
-    assert not re.search(r"(^|[},\s])(body|html|pre|h2|table|td)\s*\{", REPORT_CSS)  # nothing global
+    # nothing global: no rule starts with a bare element (inside our root, `... h2{` is scoped and fine)
+    assert not re.search(r"(^|[},])\s*(body|html|pre|h2|table|td)\s*\{", REPORT_CSS, re.M)
     assert "div." + ROOT_CLASSES.replace(" ", ".") == ROOT  # two classes and an element: beats JupyterLab's (0,2,1)
 
 
@@ -155,7 +158,12 @@ def test_a_page_of_several_named_reports():
     text = reports_page({"zero2": a, "<i>cell</i>": b}, title="thunderviz demo", heading="the tutorial")
     assert "<title>thunderviz demo</title>" in text and "<h1>the tutorial</h1>" in text
     assert text.index("<h2>zero2</h2>") < text.index("<h2>&lt;i&gt;cell&lt;/i&gt;</h2>")
-    assert run_report_html(b, standalone=False) in text
+    # each report's body inside one root element, the stylesheet once in the head
+    body_b = run_report_html(b, standalone=False).removeprefix(
+        f"<div class='{ROOT_CLASSES}'><style>{REPORT_CSS}</style>"
+    )
+    assert body_b.removesuffix("</div>") + "</section>" in text
+    assert text.count(f"class='{ROOT_CLASSES}'") == 1 and text.count(REPORT_CSS) == 1
 
 
 # ---------------------------------------------------------------------------------------------- shared pieces

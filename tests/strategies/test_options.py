@@ -266,10 +266,21 @@ def test_every_option_of_fabrics_own_strategy_is_taken_or_refused_with_what_to_u
 
 
 def test_fabric_fsdp_spelling_of_activation_checkpointing_says_what_to_do():
+    """``activation_checkpointing_policy`` is implemented (issue 17); Fabric's older spelling says to use it."""
     from torch import nn
 
-    with pytest.raises(OptionError, match=r"activation_checkpointing_policy=.*torch.utils.checkpoint.checkpoint"):
-        ThunderFSDPStrategy(activation_checkpointing_policy={nn.Linear})
+    from thunderviz.parallel.options import CheckpointPolicy
+
+    policy = ThunderFSDPStrategy(activation_checkpointing_policy={nn.Linear}).options.activation_checkpointing_policy
+    assert policy == CheckpointPolicy(classes=(nn.Linear,))
+    with pytest.raises(OptionError) as err:
+        ThunderFSDPStrategy(activation_checkpointing={nn.Linear})
+    assert str(err.value) == (
+        "You set `ThunderFSDPStrategy(activation_checkpointing=...)`, an option of Lightning's FSDPStrategy (or"
+        " torch's FSDP) that thunderviz does not take: it is Fabric's deprecated spelling; pass the same module"
+        " classes as `activation_checkpointing_policy={Block}` (a set of classes, class names, or a callable"
+        " `module -> bool`)."
+    )
 
 
 def test_the_signature_and_docstring_are_the_option_table():

@@ -34,6 +34,7 @@ from torch import nn
 from torch.distributed import ProcessGroup
 
 from thunderviz.parallel.buckets import CommConfig, bucket_label, find_blocks
+from thunderviz.parallel.options import parse_options
 from thunderviz.thunder import distribute, hooks
 from thunderviz.thunder.comm_pass import (
     CommTransform,
@@ -167,7 +168,12 @@ class Traced(Pass):
 
 
 def _trace_without_communicating(
-    model: nn.Module, batch: torch.Tensor, parallelism: str, sharding: str = "ZERO2", bucketing: str = "BLOCK"
+    model: nn.Module,
+    batch: torch.Tensor,
+    parallelism: str,
+    sharding: str = "ZERO2",
+    bucketing: str = "BLOCK",
+    options: dict[str, Any] | None = None,
 ) -> Traced:
     hooks.install_sync_hook()
     group = ProcessGroup(0, WORLD)  # a size and no backend: a collective run on it would raise
@@ -182,7 +188,8 @@ def _trace_without_communicating(
     jitted = thunder.jit(model, transforms=[recorder])
     if parallelism == "ddp":
         hooks.mark_module_ddp(model, jitted, group, 25.0)
-    configure_comm(model, sharding_strategy=sharding, bucketing_strategy=bucketing)
+    knobs = {"sharding_strategy": sharding, "bucketing_strategy": bucketing} if parallelism == "fsdp" else {}
+    configure_comm(model, parse_options(parallelism, {**knobs, **(options or {})}))
     cd = thunder.compile_data(jitted)
     entry, _inputs, _ = cd.get_computation_and_inputs(batch)
     transform = comm_transform_of(cd)
@@ -591,3 +598,73 @@ def test_reduce_scatter_buffer_gives_each_rank_its_rows_of_every_gradient():
     for rank, chunk in enumerate(buffer.chunk(WORLD)):  # reduce_scatter hands rank r chunk r
         expected = torch.cat([g.chunk(WORLD)[rank].reshape(-1) for g in grads]) / WORLD
         torch.testing.assert_close(chunk, expected)
+
+
+# -- reduce_dtype and no_backward_sync (issue 17) -------------------------------------------------------------------
+
+
+def _returned_names(trace: Any) -> list[str | None]:
+    return [getattr(p, "name", None) for p in trace.bound_symbols[-1].args[0]]
+
+
+def test_reduce_dtype_casts_each_gradient_bucket_for_its_collective_and_back(zero2):
+    """``reduce_dtype="float32"``: the bf16 bucket is packed and reduced in float32, its gradients come back bf16;
+    the float32 buckets are not cast at all."""
+    got = _rerun(zero2, lambda c: {"reduce_dtype": "float32"})
+    reductions = got.buckets["backward"]
+    assert {b.dtype for b in reductions} == {"float32"}
+    (bf16,) = [b for b in reductions if set(b.params) == BLOCK1_BF16]
+    numel = sum(math.prod(zero2.model.get_parameter(p).shape) * WORLD for p in bf16.params)  # unsharded gradients
+    assert bf16.bytes == 4 * numel
+    packs = [b for b in got.backward.bound_symbols if b.sym.name == "thunderviz_pack_for_reduce_scatter"]
+    assert sorted(b.args[5] or "none" for b in packs) == ["float32", "none", "none", "none"]  # the bf16 one only
+    unpacks = [b for b in got.backward.bound_symbols if b.sym.name == "thunderviz_unpack_views"]
+    assert {_dtype(o) for u in unpacks for o in u.flat_proxy_outs} == {"float32", "bfloat16"}  # gradients' own
+    assert {
+        _dtype(b.flat_proxy_outs[0]) for b in got.backward.bound_symbols if b.sym.name.startswith("torch_reduce")
+    } == {"float32"}
+
+
+def test_an_accumulating_backward_reduces_nothing_and_returns_no_sharded_gradient(zero2):
+    """Traced under no_backward_sync: each bucket's unsharded gradients go to the accumulators in one op, no
+    reduce_scatter or wait is left, and the backward returns None where it returned the sharded gradients."""
+    t = CommTransform()
+    for shard, rec in zero2.records.items():
+        t.note_param(shard, rec)
+    with hooks.skip_grad_sync():
+        t.transform_traces_pre_prologue(None, None, None)
+    assert t.accumulating
+    t.transform_trace_post_optimization(zero2.forward_in)
+    backward = t.transform_trace_post_optimization(zero2.backward_in)
+    assert _collectives(backward) == {}
+    assert t.buckets["backward"] == []
+    expected = EXPECTED_LAYOUT["BLOCK"]
+    assert {(b.label, b.dtype, frozenset(b.params)) for b in t.accumulated} == expected
+    assert [b.kind for b in t.accumulated] == ["accumulate"] * len(expected)
+    adds = [b for b in backward.bound_symbols if b.sym.name == "thunderviz_accumulate_unsharded_grads"]
+    assert len(adds) == len(expected)
+    assert hooks.trace_accumulated(backward) == t.accumulated
+    synced = _returned_names(zero2.backward)
+    assert sum(n is not None for n in synced) == len(NET_PARAMS)  # every parameter's sharded gradient
+    assert _returned_names(backward) == [None] * len(synced)
+
+
+def test_accumulated_gradients_are_added_once_to_the_next_reduction():
+    from thunderviz.thunder import accumulation
+    from thunderviz.thunder.comm_pass import _accumulate_impl
+
+    accs = [accumulation.register(accumulation.GradAccumulator(f"p{i}", f"test:{i}"), f"test:{i}") for i in range(2)]
+    first = [torch.arange(16.0).reshape(8, 2), torch.arange(100.0, 104.0)]
+    _accumulate_impl(first, ("test:0", "test:1"), False, ("float32", "float64"), "b")
+    _accumulate_impl(first, ("test:0", "test:1"), False, ("float32", "float64"), "b")
+    assert accs[1].undivided.dtype == torch.float64 and all(a.pending for a in accs)
+    now = [torch.ones(8, 2), torch.ones(4)]
+    buffer = _pack_scatter_impl(now, WORLD, True, "b", (), "float32", ("test:0", "test:1"))
+    expected = _pack_scatter_impl([n + 2 * f for n, f in zip(now, first, strict=True)], WORLD, True, "b", ())
+    torch.testing.assert_close(buffer, expected)
+    assert buffer.dtype == torch.float32 and not any(a.pending for a in accs)  # taken: the next window starts empty
+    # A gradient that arrived divided by the world size (its division fused away from the pass) is kept apart and
+    # added as it is to a pack of divided gradients.
+    _accumulate_impl([first[0] / WORLD], ("test:0",), True, ("float32",), "b")
+    got = _pack_scatter_impl([now[0] / WORLD], WORLD, False, "b", (), None, ("test:0",))
+    torch.testing.assert_close(got, _pack_scatter_impl([(now[0] + first[0]) / WORLD], WORLD, False, "b", ()))

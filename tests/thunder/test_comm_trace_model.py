@@ -134,8 +134,8 @@ def test_the_ledger_has_one_row_per_bucket_naming_its_parameters_and_bytes():
     ledger = ledger_from_bundle(_bundle("zero3", backward_gather=True, saved=0))
     gathers = [e for e in ledger.entries if e.kind == "all_gather"]
     assert [(e.trace, e.tensor, e.bytes, e.bucket, e.params) for e in gathers] == [
-        ("forward", "bucket blocks.0 = blocks.0.a, blocks.0.b", 40, "blocks.0", ("blocks.0.a", "blocks.0.b")),
-        ("backward", "bucket blocks.0 = blocks.0.a, blocks.0.b", 40, "blocks.0", ("blocks.0.a", "blocks.0.b")),
+        ("forward", "blocks.0 (2 params, 40 B)", 40, "blocks.0", ("blocks.0.a", "blocks.0.b")),
+        ("backward", "blocks.0 (2 params, 40 B)", 40, "blocks.0", ("blocks.0.a", "blocks.0.b")),
     ]
     waits = [e for e in ledger.entries if e.kind == "wait"]
     assert all(w.bucket == "blocks.0" and w.tensor == gathers[0].tensor for w in waits)
@@ -146,18 +146,20 @@ def test_the_collapsed_graph_shows_buckets_and_escapes_their_labels():
     snap = _snapshot("forward", gather=True, bucket_label=EVIL)
     view = graph_view(snap)
     (coll,) = [line for line in view.dot.splitlines() if "hexagon" in line]
-    assert "all_gather bucket <script>alert(1)</s\u2026: 2 params" in coll  # clipped, and quoted DOT text
-    assert 'tooltip="blocks.0: collectives\\nall_gather <script>alert(1)</script>: blocks.0.a, blocks.0.b"' in coll
+    # one short name per bucket, clipped in the label, whole in the tooltip; the parameter list stays in the metadata
+    assert "all_gather <script>alert(1)</script> (2 par\u2026" in coll
+    assert "\\nall_gather <script>alert(1)</script> (2 params, 40 B)\"" in coll and "blocks.0.a" not in coll
     node = next(v for v in view.nodes.values() if v["kind"] == "collectives")
     assert node["ops"][0]["bucket"] == {
         "label": EVIL,
+        "name": f"all_gather {EVIL} (2 params, 40 B)",
         "kind": "all_gather",
         "params": ["blocks.0.a", "blocks.0.b"],
         "bytes": 40,
         "dtype": "float32",
     }
     opened = graph_view(snap, expand=["blocks.0"]).dot
-    assert "bucket <script>alert(1)</scrip\u2026 (2 params)" in opened
+    assert "<script>alert(1)</script> (2 pa\u2026" in opened
 
 
 def test_zero2_to_zero3_reads_as_gathers_added_to_backward():

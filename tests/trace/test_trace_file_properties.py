@@ -312,7 +312,8 @@ def sensible_nonsense(draw: st.DrawFn, doc: Any, path: tuple) -> tuple[tuple, An
 
 def _snapshots(doc: Any) -> list[dict]:
     out = []
-    for b in doc.get("bundles", []) if isinstance(doc, dict) else []:
+    bundles = doc.get("bundles") if isinstance(doc, dict) else None
+    for b in bundles if isinstance(bundles, list) else []:  # an earlier edit may have made it any JSON value
         if isinstance(b, dict):
             out += [s for s in (b.get("forward"), b.get("backward"), *(b.get("stages") or [])) if isinstance(s, dict)]
     return [s for s in out if isinstance(s.get("ops"), list) and s["ops"] and isinstance(s.get("edges"), list)]

@@ -493,6 +493,8 @@ MEMORY_COLUMNS: tuple[MemoryColumn, ...] = (
     MemoryColumn(key="est_peak_forward", title="est. peak, forward", unit="bytes", source="estimated"),
     MemoryColumn(key="est_peak_backward", title="est. peak, backward", unit="bytes", source="estimated"),
     MemoryColumn(key="saved_for_backward", title="saved for backward", unit="bytes", source="estimated"),
+    MemoryColumn(key="recomputed_ops", title="recomputed ops", unit="count", source="estimated"),
+    MemoryColumn(key="kept_for_accumulation", title="kept for accumulation", unit="bytes", source="estimated"),
     MemoryColumn(key="rss_bytes", title="process RSS", unit="bytes", source="measured"),
     MemoryColumn(key="cuda_max_allocated_bytes", title="CUDA peak allocated", unit="bytes", source="measured"),
     MemoryColumn(key="cuda_allocated_bytes", title="CUDA allocated now", unit="bytes", source="measured"),
@@ -514,6 +516,10 @@ def memory_rows(subject: Subject) -> list[dict[str, Any]]:
             row.update({f"est_peak_{k}": v for k, v in b.memory.items()})
             if b.backward is not None:
                 row["saved_for_backward"] = b.saved_for_backward["bytes"]
+                if b.backward.recomputed_ops:
+                    row["recomputed_ops"] = b.backward.recomputed_ops
+            if b.accumulated_gradients["bytes"]:
+                row["kept_for_accumulation"] = b.accumulated_gradients["bytes"]
         for k, v in subject.memory.get(r, {}).items():
             if isinstance(v, (int, float, str)) or v is None:
                 row[k] = v

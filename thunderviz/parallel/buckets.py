@@ -50,7 +50,8 @@ class CommConfig:
     ``bucketing`` says how it was chosen (``None`` for DDP, whose buckets are size-capped at trace time);
     ``reshard_after_forward`` is ZERO3 for this parameter (backward gathers it again from its shard);
     ``bucket_cap_bytes`` is the DDP bucket size (``0``: one gradient per all_reduce), ``first_bucket_cap_bytes`` an
-    optional smaller cap for the first one.
+    optional smaller cap for the first one; ``reduce_dtype`` (a torch dtype name such as ``float32``, or None for the
+    gradient's own) is what the gradient bucket is cast to for its reduction.
     """
 
     param_name: str
@@ -62,6 +63,12 @@ class CommConfig:
     reshard_after_forward: bool = False
     bucket_cap_bytes: int = 0
     first_bucket_cap_bytes: int = 0
+    reduce_dtype: str | None = None
+
+    @property
+    def key(self) -> str:
+        """Names this parameter of this set-up module uniquely in a process (a trace can print it)."""
+        return f"{self.owner_id}:{self.param_name}"
 
 
 def _is_repeated(container: nn.Module) -> bool:

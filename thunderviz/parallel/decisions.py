@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from thunderviz.errors import JitDecisionError
+from thunderviz.parallel.checkpointing import span
 from thunderviz.parallel.options import (
     DEFAULT_BUCKETING,
     FIRST_BUCKET_SIZE_IN_MB,
@@ -34,6 +35,7 @@ __all__ = [
     "Decision",
     "ObjectFacts",
     "ObjectKind",
+    "checkpointing_plan",
     "communication_plan",
     "decide",
     "headline_of",
@@ -81,6 +83,10 @@ class ObjectFacts:
     distributed_by_thunder: str | None = None  # "fsdp" / "ddp" when thunder's own fsdp()/ddp() was applied
     distributed_by_us: bool = False
     blocks: tuple[str, ...] = ()  # the module's blocks (``parallel.buckets.find_blocks``), for FSDP's BLOCK buckets
+    #: modules the ``activation_checkpointing_policy`` selects (``parallel.checkpointing``); "" is the model itself
+    checkpointed: tuple[str, ...] = ()
+    #: the class names inside the module, for the error when a policy selects nothing
+    module_classes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -192,6 +198,53 @@ def _headline(case: Case, options: StrategyOptions, facts: ObjectFacts) -> str:
 
 def communication_plan(options: StrategyOptions, facts: ObjectFacts | None = None) -> str:
     """What the strategy does with the collectives (``thunder.comm_setup``), in the words of the decision log."""
+    return _collectives_plan(options, facts) + _reduce_dtype_plan(options)
+
+
+def _reduce_dtype_plan(options: StrategyOptions) -> str:
+    if options.reduce_dtype is None:
+        return ""
+    what = "reduce_scatter" if options.parallelism is Parallelism.FSDP else "all_reduce"
+    return (
+        f"; gradients are reduced in {options.reduce_dtype} (reduce_dtype): each bucket is cast to it before its"
+        f" {what} and the result back to the gradient's dtype"
+    )
+
+
+def checkpointing_plan(options: StrategyOptions, facts: ObjectFacts, case: Case) -> str:
+    """What ``activation_checkpointing_policy`` does to this object, in the words of the decision log ("" if unset).
+
+    Raises ``JitDecisionError`` when the policy selects no module: a policy that silently does nothing is the bug
+    this option replaced.
+    """
+    policy = options.activation_checkpointing_policy
+    if policy is None:
+        return ""
+    if not facts.checkpointed:
+        classes = ", ".join(facts.module_classes) or "none"
+        raise JitDecisionError(
+            f"You set `{options.strategy_name}(activation_checkpointing_policy={policy.describe()})`, but it selects"
+            f" no module of the {facts.type_name} you set up, so nothing would be checkpointed. Its module classes"
+            f" are: {classes}. Name one of them (a class, its name, or a callable `module -> bool`)."
+        )
+    n = len(facts.checkpointed)
+    what = (
+        f"activation checkpointing: {n} module{'s' if n != 1 else ''} selected by {policy.describe()}"
+        f" ({span(facts.checkpointed)}) run their forward under torch.utils.checkpoint.checkpoint(...,"
+        " use_reentrant=False), which thunder traces into its recompute-in-backward: forward saves their inputs only"
+        " and backward recomputes the rest"
+    )
+    if case is Case.FUNCTION_JIT:
+        return what + "; your jitted function sees the checkpointed forwards when it traces the module"
+    if case is Case.USER_JITTED and facts.has_run:
+        return what + (
+            "; the traces it already made had no checkpointing (they are the ones cleared): the next call"
+            " traces the checkpointed forwards"
+        )
+    return what
+
+
+def _collectives_plan(options: StrategyOptions, facts: ObjectFacts | None) -> str:
     if options.parallelism is Parallelism.DDP:
         if options.bucket_size_in_mb <= 0:
             return (
@@ -252,7 +305,11 @@ def _verb(options: StrategyOptions) -> str:
 def decide(facts: ObjectFacts, options: StrategyOptions) -> Decision:
     """The decision table. Raises ``JitDecisionError`` where no choice would be correct."""
     name = options.strategy_name
-    tail = f"; {communication_plan(options, facts)}"
+    comm = f"; {communication_plan(options, facts)}"
+
+    def tail(case: Case) -> str:
+        checkpointing = checkpointing_plan(options, facts, case)
+        return (f"; {checkpointing}" if checkpointing else "") + comm
 
     if facts.kind is ObjectKind.JITTED_FUNCTION:
         raise JitDecisionError(
@@ -291,7 +348,7 @@ def decide(facts: ObjectFacts, options: StrategyOptions) -> Decision:
                 options=options,
                 headline=_headline(Case.RAW_MODULE, options, facts),
                 reason=f"a plain nn.Module and jit=True: call thunder.jit{executors} once, then {_verb(options)} in"
-                f" place so model.parameters() are what the optimizer must update{tail}",
+                f" place so model.parameters() are what the optimizer must update{tail(Case.RAW_MODULE)}",
             )
         return Decision(
             target=facts.type_name,
@@ -301,7 +358,7 @@ def decide(facts: ObjectFacts, options: StrategyOptions) -> Decision:
             headline=_headline(Case.FUNCTION_JIT, options, facts),
             reason=f"jit=False: the module is not jitted here; {_verb(options)} in place and tag them, so thunder"
             " inserts the collectives when the user's jitted function is traced; cached traces of jitted functions"
-            f" that already ran are cleared so none runs without collectives{tail}",
+            f" that already ran are cleared so none runs without collectives{tail(Case.FUNCTION_JIT)}",
             clear_cache=True,
         )
 
@@ -329,7 +386,7 @@ def decide(facts: ObjectFacts, options: StrategyOptions) -> Decision:
             headline=_headline(Case.USER_JITTED, options, facts),
             reason=f"already jitted (not jitting twice) and already run: {_verb(options)} in place and clear its"
             f" {facts.cached_traces} cached trace(s), which were made without collectives and could still pass"
-            f" thunder's checks; the next call retraces{jit_note}{tail}",
+            f" thunder's checks; the next call retraces{jit_note}{tail(Case.USER_JITTED)}",
             clear_cache=True,
         )
     return Decision(
@@ -339,5 +396,5 @@ def decide(facts: ObjectFacts, options: StrategyOptions) -> Decision:
         options=options,
         headline=_headline(Case.USER_JITTED, options, facts),
         reason=f"already jitted (not jitting twice): {_verb(options)} in place and return the user's own"
-        f" ThunderModule, so no undistributed handle is left behind{jit_note}{tail}",
+        f" ThunderModule, so no undistributed handle is left behind{jit_note}{tail(Case.USER_JITTED)}",
     )

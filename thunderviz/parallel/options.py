@@ -38,10 +38,12 @@ __all__ = [
     "OPTIONS",
     "REGISTERED_STRATEGIES",
     "Bucketing",
+    "CheckpointPolicy",
     "Flag",
     "Option",
     "OptionError",
     "Parallelism",
+    "ReduceDtype",
     "RegisteredStrategy",
     "Sharding",
     "StateDictType",
@@ -93,6 +95,46 @@ class Bucketing(TextEnum):
 class StateDictType(TextEnum):
     FULL = "full"
     SHARDED = "sharded"
+
+
+class ReduceDtype(TextEnum):
+    """The dtype gradients are reduced in (``reduce_dtype``); torch's dtype names without ``torch.``."""
+
+    FLOAT32 = "float32"
+    BFLOAT16 = "bfloat16"
+    FLOAT16 = "float16"
+    FLOAT64 = "float64"
+
+
+@dataclass(frozen=True)
+class CheckpointPolicy:
+    """Which modules run their forward under activation checkpointing (``activation_checkpointing_policy``).
+
+    A module is selected when it is an instance of one of ``classes``, its class is named in ``names`` (its
+    ``__name__`` or ``module.QualName``; what a notebook flag can spell), or ``predicate(module)`` is true. Plain
+    data, so options cross to rank processes by pickle (``classes`` must then be importable there, and
+    ``predicate`` is for in-process use: a lambda does not pickle).
+    """
+
+    classes: tuple[type, ...] = ()
+    names: tuple[str, ...] = ()
+    predicate: Callable[[Any], bool] | None = None
+
+    def matches(self, module: Any) -> bool:
+        cls = type(module)
+        if self.classes and isinstance(module, self.classes):
+            return True
+        if self.names and (cls.__name__ in self.names or f"{cls.__module__}.{cls.__qualname__}" in self.names):
+            return True
+        return bool(self.predicate(module)) if self.predicate is not None else False
+
+    def describe(self) -> str:
+        """``{Block}``, ``{Block, MLP}`` or ``a callable``: how logs and titles name the policy."""
+        named = [c.__name__ for c in self.classes] + list(self.names)
+        parts = ["{" + ", ".join(named) + "}"] if named else []
+        if self.predicate is not None:
+            parts.append(f"callable {getattr(self.predicate, '__name__', type(self.predicate).__name__)}")
+        return " or ".join(parts)
 
 
 #: FSDP's default sharding: ZERO2 keeps the gathered parameters for backward, so backward needs no second gather.
@@ -197,6 +239,81 @@ def _timeout(value: Any, strategy: str, name: str) -> timedelta | None:
     if value is None or isinstance(value, timedelta):
         return value
     raise OptionError(f"{_call(strategy, name, value)}; it must be a datetime.timedelta (or None).")
+
+
+def _reduce_dtype(value: Any, strategy: str, name: str) -> ReduceDtype | None:
+    """``None`` (the gradients' own dtype), a ``torch.dtype`` or its name: ``torch.float32`` / ``"float32"``."""
+    if value is None:
+        return None
+    text = str(value).removeprefix("torch.") if not isinstance(value, bool) else ""
+    for member in ReduceDtype:
+        if text.lower() == member.value:
+            return member
+    choices = ", ".join(f"torch.{m.value}" for m in ReduceDtype)
+    raise OptionError(
+        f"{_call(strategy, name, value)}; it must be None (reduce gradients in their own dtype, the parameters') or"
+        f" one of {choices} (or its name, e.g. 'float32')."
+    )
+
+
+def _checkpoint_policy(value: Any, strategy: str, name: str) -> CheckpointPolicy | None:
+    """A set of module classes, class names, a callable ``module -> bool`` (or Fabric's/torch's auto-wrap form
+    ``(module, recurse, nonwrapped_numel) -> bool``), torch's ``ModuleWrapPolicy``, or None."""
+    if value is None or isinstance(value, CheckpointPolicy):
+        return value
+    if hasattr(value, "_module_classes"):  # torch's ModuleWrapPolicy, as Fabric accepts it
+        value = set(value._module_classes)
+    if isinstance(value, (str, type)):
+        value = [value]
+    if isinstance(value, Iterable) and not callable(value):
+        items = list(value)
+        bad = [i for i in items if not isinstance(i, (str, type))]
+        if not items or bad:
+            raise OptionError(
+                f"{_call(strategy, name, value)}; give a set of module classes (e.g. `{{Block}}`), class names, or a"
+                " callable `module -> bool`" + (f"; {bad[0]!r} is neither a class nor a name." if bad else ".")
+            )
+        return CheckpointPolicy(
+            classes=tuple(i for i in items if isinstance(i, type)), names=tuple(i for i in items if isinstance(i, str))
+        )
+    if callable(value):
+        return CheckpointPolicy(predicate=_one_argument(value))
+    raise OptionError(
+        f"{_call(strategy, name, value)}; give a set of module classes (e.g. `{{Block}}`), class names, or a callable"
+        " `module -> bool`."
+    )
+
+
+def _one_argument(fn: Callable[..., Any]) -> Callable[[Any], bool]:
+    """A policy callable as ``module -> bool``: Fabric's FSDPStrategy also takes torch's auto-wrap form."""
+    import inspect
+
+    try:
+        params = [
+            p
+            for p in inspect.signature(fn).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
+        return fn
+    if len(params) < 3:
+        return fn
+    return _AutoWrapPolicy(fn)
+
+
+@dataclass(frozen=True)
+class _AutoWrapPolicy:
+    """torch's auto-wrap policy signature ``(module, recurse, nonwrapped_numel)``, asked about one module."""
+
+    fn: Callable[..., Any]
+
+    @property
+    def __name__(self) -> str:
+        return getattr(self.fn, "__name__", "policy")
+
+    def __call__(self, module: Any) -> bool:
+        numel = sum(p.numel() for p in module.parameters(recurse=True))
+        return bool(self.fn(module, False, numel))
 
 
 def _anything(value: Any, strategy: str, name: str) -> Any:
@@ -339,6 +456,27 @@ OPTIONS: tuple[Option, ...] = (
         defaults={Parallelism.FSDP: StateDictType.SHARDED, Parallelism.DDP: StateDictType.FULL},
         flag=Flag("--state-dict-type"),
     ),
+    Option(
+        "activation_checkpointing_policy",
+        "modules whose forward runs under torch.utils.checkpoint (non-reentrant), so backward recomputes their"
+        " activations instead of saving them: a set of module classes (e.g. {Block}), class names, or a callable"
+        " module -> bool, as Fabric's FSDPStrategy takes it. Default: none.",
+        BOTH,
+        default=None,
+        convert=_checkpoint_policy,
+        flag=Flag("--activation-checkpointing", parse=_comma_list, metavar="CLASSES"),
+    ),
+    Option(
+        "reduce_dtype",
+        "the dtype gradients are reduced in (reduce_scatter for FSDP, all_reduce for DDP): each bucket is cast to it"
+        " before the collective and back after, as FSDP2's MixedPrecisionPolicy(reduce_dtype=...). Default: the"
+        " gradients' own dtype (the parameters').",
+        BOTH,
+        default=None,
+        convert=_reduce_dtype,
+        choices=ReduceDtype,
+        flag=Flag("--reduce-dtype"),
+    ),
     # Lightning's own DDPStrategy arguments (both strategies are built on it): passed through unchanged. Fabric sets
     # accelerator, devices, cluster environment, checkpoint I/O and precision itself when it builds the strategy.
     Option(
@@ -391,14 +529,8 @@ def flag_options(parallelism: Parallelism) -> tuple[Option, ...]:
 #: Lightning and torch signatures, so it cannot drift.
 FOREIGN_OPTIONS: dict[str, str] = {
     "activation_checkpointing": (
-        "activation checkpointing is not implemented by thunderviz's strategies yet; wrap the module's forward in"
-        " `torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False)` yourself: thunder traces it into its own"
-        " recompute-in-backward"
-    ),
-    "activation_checkpointing_policy": (
-        "activation checkpointing is not implemented by thunderviz's strategies yet; wrap the selected modules' forward"
-        " in `torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False)` yourself: thunder traces it into its"
-        " own recompute-in-backward"
+        "it is Fabric's deprecated spelling; pass the same module classes as `activation_checkpointing_policy={Block}`"
+        " (a set of classes, class names, or a callable `module -> bool`)"
     ),
     "auto_wrap_policy": (
         "thunderviz shards every parameter; which parameters share one collective is `bucketing_strategy` ('BLOCK':"
@@ -408,7 +540,11 @@ FOREIGN_OPTIONS: dict[str, str] = {
         "CPU offload is not supported (thunder 0.2.6 has none for FSDP); `sharding_strategy='ZERO3'` keeps only shards"
         " between forward and backward"
     ),
-    "mixed_precision": "choose the precision on Fabric instead: `Fabric(precision='bf16-mixed')` or 'bf16-true'",
+    "mixed_precision": (
+        "choose the compute precision on Fabric instead (`Fabric(precision='bf16-true')`: bf16 parameters and"
+        " compute; 'bf16-mixed' or '16-mixed': fp32 parameters under autocast), and the gradient reduction dtype with"
+        " `reduce_dtype=torch.float32`"
+    ),
     "device_mesh": "thunderviz shards over the whole world (no hybrid or 2-D mesh); leave it out",
     "use_orig_params": "not needed: `model.parameters()` are always the real shards the optimizer updates",
     "limit_all_gathers": (
@@ -469,6 +605,8 @@ class StrategyOptions:
     bucketing_strategy: Bucketing = DEFAULT_BUCKETING
     bucket_size_in_mb: float = DEFAULT_BUCKET_SIZE_IN_MB
     state_dict_type: StateDictType = StateDictType.SHARDED
+    activation_checkpointing_policy: CheckpointPolicy | None = None
+    reduce_dtype: ReduceDtype | None = None
     jit_kwargs: tuple[tuple[str, Any], ...] = ()
     fabric_kwargs: tuple[tuple[str, Any], ...] = ()
 
@@ -507,6 +645,10 @@ class StrategyOptions:
         else:
             size = f"{self.bucket_size_in_mb:g} MB buckets" if self.bucket_size_in_mb > 0 else "one all_reduce each"
             parts = [self.parallelism.title, size]
+        if self.activation_checkpointing_policy is not None:
+            parts.append(f"checkpointing {self.activation_checkpointing_policy.describe()}")
+        if self.reduce_dtype is not None:
+            parts.append(f"reduce in {self.reduce_dtype}")
         if not self.jit:
             parts.append("no jit")
         if self.executors:

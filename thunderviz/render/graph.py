@@ -28,6 +28,7 @@ from thunderviz.trace.units import format_bytes
 
 __all__ = [
     "INPUT_NODE",
+    "RECOMPUTED_MARK",
     "GraphView",
     "Group",
     "dot_available",
@@ -49,6 +50,11 @@ _WAIT_STYLE = 'shape=octagon, style="filled,dashed", fillcolor="#ffe08a", color=
 _OP_STYLE = 'shape=box, style="filled,rounded", fillcolor="#ffffff", color="#8aa1b8"'
 _INPUT_STYLE = 'shape=box, style="filled,rounded,dashed", fillcolor="#f4f7fa", color="#5b6b7c"'
 _GROUP_STYLE = 'shape=box, style="filled,rounded,bold", fillcolor="#dbe9f6", color="#3d6e9e"'
+#: ops backward recomputes (activation checkpointing, ZERO3) and the groups holding them: dashed, violet
+_RECOMPUTED_OP_STYLE = 'shape=box, style="filled,rounded,dashed", fillcolor="#f1e8fb", color="#6a3d9a"'
+_RECOMPUTED_GROUP_STYLE = 'shape=box, style="filled,rounded,bold,dashed", fillcolor="#ece1f7", color="#6a3d9a"'
+#: how a label marks recomputation (graph nodes, the HTML report)
+RECOMPUTED_MARK = "\u21bb"
 _MAX_LABEL = 40
 
 # What a block's summary names first: the ops that cost (matmul, attention, embedding), then norms, softmax and
@@ -114,6 +120,11 @@ class Group:
     @property
     def compute(self) -> list[OpRecord]:
         return [op for op in self.ops if op.collective is None]
+
+    @property
+    def recomputed(self) -> list[OpRecord]:
+        """Ops that recompute forward values in backward (activation checkpointing, ZERO3): drawn dashed."""
+        return [op for op in self.ops if op.recomputed]
 
 
 @dataclass
@@ -213,7 +224,7 @@ def _resolve_expand(groups: list[Group], expand: Collection[str] | None) -> froz
 def _op_label(op: OpRecord, param_names: dict[str, str], bucket: Bucket | None = None) -> str:
     out = op.outputs[0].short() if op.outputs else ""
     more = f" +{len(op.outputs) - 1}" if len(op.outputs) > 1 else ""
-    label = short_op_name(op.op)
+    label = short_op_name(op.op) + (f" {RECOMPUTED_MARK} recomputed" if op.recomputed else "")
     if op.is_collective and bucket is not None and len(bucket.params) > 1:
         label += f"\n{_clip(bucket.summary, 32)}"
     elif op.is_collective and op.inputs:
@@ -381,7 +392,15 @@ class _Drawing:
             f'color="#3d6e9e"; id="{self.prefix}{g.id}"; tooltip="{dot_escape(g.name)}";',
         ]
         for op in g.ops:
-            style = _COLLECTIVE_STYLE if op.is_collective else _WAIT_STYLE if op.is_wait else _OP_STYLE
+            style = (
+                _COLLECTIVE_STYLE
+                if op.is_collective
+                else _WAIT_STYLE
+                if op.is_wait
+                else _RECOMPUTED_OP_STYLE
+                if op.recomputed
+                else _OP_STYLE
+            )
             nid = f"op{op.index}"
             label = _op_label(op, self.pn, self.buckets.get(op.index))
             lines.append(
@@ -402,9 +421,14 @@ class _Drawing:
         top = op_summary(compute)[:3]
         if top:
             label += "\n" + ", ".join(f"{n} {k}" for k, n in top)
+        recomputed = g.recomputed
+        if recomputed:
+            label += f"\n{RECOMPUTED_MARK} {len(recomputed)} recomputed"
+        style = _RECOMPUTED_GROUP_STYLE if recomputed else _GROUP_STYLE
+        tip = f" ({len(recomputed)} ops recompute forward values instead of reading saved ones)" if recomputed else ""
         lines = [
-            f'  {g.id} [id="{self.prefix}{g.id}", label="{dot_escape(label)}", tooltip="{dot_escape(g.name)}: '
-            f'click to expand", {_GROUP_STYLE}];'
+            f'  {g.id} [id="{self.prefix}{g.id}", label="{dot_escape(label)}", tooltip="{dot_escape(g.name)}{tip}: '
+            f'click to expand", {style}];'
         ]
         self.nodes[g.id] = _group_meta(g, self.snapshot)
         if g.collectives or g.waits:
@@ -485,6 +509,7 @@ def _op_meta(op: OpRecord, g: Group, pn: dict[str, str], bucket: Bucket | None =
         "op": op.op,
         "group": g.name,
         "module": op.module,
+        "recomputed": op.recomputed,
         "python": op.python,
         "source": None if (src := op.source) is None else {"file": src.file, "line": src.line, "code": src.code},
         "inputs": [_tensor_meta(t, pn) for t in op.inputs],
@@ -501,6 +526,7 @@ def _group_meta(g: Group, snap: TraceSnapshot) -> dict[str, Any]:
         "name": g.name,
         "n_ops": len(g.ops),
         "n_compute": len(g.compute),
+        "n_recomputed": len(g.recomputed),
         "first_index": g.ops[0].index if g.ops else None,
         "last_index": g.ops[-1].index if g.ops else None,
         "op_counts": dict(op_summary(g.compute)),

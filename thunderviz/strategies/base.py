@@ -28,6 +28,7 @@ from thunderviz.errors import JitDecisionError
 from thunderviz.parallel.decisions import Action, decide, impossible
 from thunderviz.parallel.options import Parallelism, StateDictType, StrategyOptions, options_for, parse_options
 from thunderviz.strategies import checkpoint, clipping
+from thunderviz.strategies.activation_checkpointing import checkpoint_modules_
 from thunderviz.strategies.materialize import has_meta_tensors
 from thunderviz.thunder import hooks
 from thunderviz.thunder.comm_setup import configure_comm
@@ -97,6 +98,7 @@ class ThunderParallelStrategy(DDPStrategy):
         self.options = options
         self.decisions: list[Any] = []
         self.thunder_modules: list[tuple[str, Any]] = []
+        self._setup_modules: list[nn.Module] = []
         self._backward_sync_control = self._make_backward_sync_control()
 
     # -- the options, read back -------------------------------------------------------------------------------------
@@ -167,7 +169,7 @@ class ThunderParallelStrategy(DDPStrategy):
         return self._setup_module(module)[0]
 
     def _setup_module(self, module: nn.Module) -> tuple[nn.Module, dict[int, torch.Tensor]]:
-        facts = inspect_object(module)
+        facts = inspect_object(module, self.options.activation_checkpointing_policy)
         try:
             decision = decide(facts, self.options)
         except JitDecisionError as err:
@@ -178,6 +180,8 @@ class ThunderParallelStrategy(DDPStrategy):
                 f"{type(self).__name__} needs a process group before `fabric.setup`: call `fabric.launch()` first."
             )
         self.decisions.append(decision)
+        # Before anything traces the module: thunder must see the checkpointed forwards (strategies.activation_...).
+        checkpoint_modules_(user_module(module), facts.checkpointed)
         if decision.action is Action.JIT_AND_DISTRIBUTE:
             jitted = hooks.jit(module, executors=self.executors, **self.jit_kwargs)
             replaced = self._distribute_(module)
@@ -199,6 +203,7 @@ class ThunderParallelStrategy(DDPStrategy):
         return module, replaced
 
     def _register(self, name: str, inner: nn.Module, jitted: Any) -> None:
+        self._setup_modules.append(inner)
         self._after_distribute(inner, jitted)
         # The communication plan rides on each distributed parameter into whatever thunder traces it
         # (thunder.comm_setup).
@@ -231,10 +236,30 @@ class ThunderParallelStrategy(DDPStrategy):
                     group["params"] = [replaced.get(id(p), p) for p in group["params"]]
         return module, optimizers, scheduler
 
-    # -- gradient clipping ---------------------------------------------------------------------------------------
+    # -- gradient accumulation (fabric.no_backward_sync) -------------------------------------------------------
 
-    def _refuse_unsynced_gradients(self) -> None:
-        """Raise where clipping now would not be exact (DDP: gradients accumulated without sync are pending)."""
+    def _pending_accumulation(self) -> list[str]:
+        """Parameters whose gradients accumulated under ``no_backward_sync`` are not reduced across ranks yet."""
+        return []
+
+    def _refuse_unsynced_gradients(self, what: str = "`fabric.clip_gradients`") -> None:
+        """Raise where using the gradients now would not be exact: micro-batches accumulated under
+        ``no_backward_sync`` are not reduced until the next backward outside it."""
+        pending = self._pending_accumulation()
+        if pending:
+            raise RuntimeError(
+                f"{what} was called while gradients accumulated under `fabric.no_backward_sync` are not yet reduced"
+                f" across ranks ({', '.join(pending[:3])}{' ...' if len(pending) > 3 else ''}), so each rank would"
+                " use its own partial sum. Run the last micro-batch's backward outside `no_backward_sync`"
+                " (`fabric.no_backward_sync(model, enabled=not is_last_micro_batch)`), then clip and step."
+            )
+
+    @override
+    def optimizer_step(self, optimizer: Any, **kwargs: Any) -> Any:
+        self._refuse_unsynced_gradients("`optimizer.step()`")
+        return super().optimizer_step(optimizer, **kwargs)
+
+    # -- gradient clipping ---------------------------------------------------------------------------------------
 
     @override
     def clip_gradients_norm(

@@ -47,7 +47,8 @@ class ThunderDDPStrategy(ThunderParallelStrategy):
 
     @override
     def _make_backward_sync_control(self) -> _BackwardSyncControl | None:
-        return _ReplicatedBackwardSyncControl()
+        reduce_dtype = self.options.reduce_dtype
+        return _ReplicatedBackwardSyncControl(None if reduce_dtype is None else getattr(torch, str(reduce_dtype)))
 
     @override
     def _distribute_(self, module: nn.Module) -> dict[int, torch.Tensor]:
@@ -76,15 +77,11 @@ class ThunderDDPStrategy(ThunderParallelStrategy):
         super().backward(tensor, module, *args, **kwargs)
 
     @override
-    def _refuse_unsynced_gradients(self) -> None:
+    def _pending_accumulation(self) -> list[str]:
         control = self._backward_sync_control
-        if isinstance(control, _ReplicatedBackwardSyncControl) and control.pending:
-            raise RuntimeError(
-                "`fabric.clip_gradients` was called while gradients accumulated under `fabric.no_backward_sync` are"
-                " not yet averaged across ranks, so each rank would clip by a different norm. Call it after the"
-                " backward that runs outside `no_backward_sync` (the last micro-batch), right before"
-                " `optimizer.step()`."
-            )
+        if not isinstance(control, _ReplicatedBackwardSyncControl) or not control.pending:
+            return []
+        return [n for m in control.pending.values() for n, p in user_module(m).named_parameters() if p.grad is not None]
 
     @classmethod
     @override
@@ -101,8 +98,9 @@ class _ReplicatedBackwardSyncControl(_BackwardSyncControl):
     ``AllReduce(sum of micro-batch gradients) / world_size`` and the collectives are paid once per window.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, reduce_dtype: torch.dtype | None = None) -> None:
         self.pending: dict[int, nn.Module] = {}
+        self.reduce_dtype = reduce_dtype
 
     @override
     def no_backward_sync(self, module: nn.Module, enabled: bool) -> AbstractContextManager:
@@ -117,7 +115,8 @@ class _ReplicatedBackwardSyncControl(_BackwardSyncControl):
         self.pending[id(module)] = module
 
     def sync_pending(self) -> None:
-        """One all_reduce per process group and dtype (not per gradient), as the bucketed backward does."""
+        """One all_reduce per process group and dtype (not per gradient), as the bucketed backward does, in
+        ``reduce_dtype`` when one is set (the result is copied back into each gradient's own dtype)."""
         buckets: dict[tuple[int, torch.dtype, torch.device], list[torch.Tensor]] = {}
         groups: dict[int, tdist.ProcessGroup] = {}
         for module in self.pending.values():
@@ -129,7 +128,10 @@ class _ReplicatedBackwardSyncControl(_BackwardSyncControl):
         with torch.no_grad():
             for (gid, _, _), grads in buckets.items():
                 group = groups[gid]
-                flat = torch.cat([g.reshape(-1) for g in grads]).div_(tdist.get_world_size(group))
+                flat = torch.cat([g.reshape(-1) for g in grads])
+                if self.reduce_dtype is not None:
+                    flat = flat.to(self.reduce_dtype)  # as the backward's buckets are reduced (reduce_dtype)
+                flat.div_(tdist.get_world_size(group))
                 tdist.all_reduce(flat, group=group)
                 pieces = flat.split([g.numel() for g in grads])
                 torch._foreach_copy_(grads, [piece.view_as(g) for piece, g in zip(pieces, grads, strict=True)])

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
 from lightning.fabric.strategies.registry import _StrategyRegistry
+from lightning.fabric.strategies.strategy import _BackwardSyncControl
 from torch import nn
 from typing_extensions import override
 
@@ -13,8 +15,9 @@ from thunderviz.parallel.options import Parallelism
 from thunderviz.strategies.base import ThunderParallelStrategy
 from thunderviz.strategies.materialize import has_meta_tensors, materialize_, rank0_generator_state
 from thunderviz.strategies.registry import register_strategy_names
-from thunderviz.thunder import distribute
+from thunderviz.thunder import distribute, hooks
 from thunderviz.thunder.hooks import fsdp_enums
+from thunderviz.thunder.modules import user_module
 
 __all__ = ["ThunderFSDPStrategy"]
 
@@ -25,7 +28,9 @@ class ThunderFSDPStrategy(ThunderParallelStrategy):
     A model built under ``fabric.init_module(empty_init=True)`` stays on the meta device until ``fabric.setup``,
     which materializes it module by module with each module's ``reset_parameters()`` (rank 0's random generator
     on every rank) and keeps only this rank's shard of each parameter right away: a rank's peak memory is its
-    shards plus the largest single module. The options are ``parallel.options.OPTIONS``; ``sharding_strategy`` and
+    shards plus the largest single module. ``fabric.no_backward_sync(model)`` accumulates micro-batches without
+    any reduce_scatter (``_ShardedBackwardSyncControl``), at the cost of one unsharded gradient per parameter kept
+    between micro-batches. The options are ``parallel.options.OPTIONS``; ``sharding_strategy`` and
     ``bucketing_strategy`` read back as thunder's own enums (``strategy.sharding_strategy is FSDPType.ZERO3``).
     """
 
@@ -42,6 +47,10 @@ class ThunderFSDPStrategy(ThunderParallelStrategy):
         return fsdp_enums()[1][self.options.bucketing_strategy.value]
 
     @override
+    def _make_backward_sync_control(self) -> _BackwardSyncControl | None:
+        return _ShardedBackwardSyncControl()
+
+    @override
     def _distribute_(self, module: nn.Module) -> dict[int, torch.Tensor]:
         group, device = self.process_group, self.root_device
         replaced: dict[int, torch.Tensor] = {}
@@ -53,7 +62,52 @@ class ThunderFSDPStrategy(ThunderParallelStrategy):
         distribute.shard_params_(module, group, device, done=done)
         return replaced
 
+    @override
+    def backward(self, tensor: torch.Tensor, module: nn.Module | None, *args: Any, **kwargs: Any) -> None:
+        super().backward(tensor, module, *args, **kwargs)
+        if not hooks.is_skipping_grad_sync():
+            # A synchronizing backward reduces every bucket together with what was accumulated for it; anything
+            # still pending was left out of a reduction, and the gradients would silently miss those micro-batches.
+            left = _pending_params(self._setup_modules)
+            if left:
+                raise RuntimeError(
+                    f"thunderviz: after a synchronizing backward, gradients accumulated under `no_backward_sync` for"
+                    f" {', '.join(left[:3])}{' ...' if len(left) > 3 else ''} were not reduced (their reduction is not"
+                    " one thunderviz's communication pass recognised). Accumulate without `no_backward_sync` for this"
+                    " model, and report this."
+                )
+
+    @override
+    def _pending_accumulation(self) -> list[str]:
+        return _pending_params(self._setup_modules)
+
     @classmethod
     @override
     def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
         register_strategy_names(strategy_registry, only=Parallelism.FSDP)
+
+
+def _pending_params(modules: list[nn.Module]) -> list[str]:
+    """Names of sharded parameters whose accumulated gradient waits for a synchronizing backward."""
+    out = []
+    for module in modules:
+        for name, p in user_module(module).named_parameters():
+            acc = hooks.accumulator(p)
+            if acc is not None and acc.pending:
+                out.append(name)
+    return out
+
+
+class _ShardedBackwardSyncControl(_BackwardSyncControl):
+    """FSDP's ``no_backward_sync``: backward inside it reduce_scatters nothing.
+
+    thunder keys the jitted object's cache on the no-sync mode (``hooks._key_cache_on_no_sync``), so micro-batches
+    inside the block run a backward of their own, in which the communication pass adds each bucket's unsharded
+    gradients to the parameters' accumulators (``thunder.accumulation``) and returns no gradient for them; the next
+    backward outside the block reduces each bucket once, accumulated micro-batches included. The result equals
+    reducing the sum of all micro-batches' gradients, as torch FSDP2's ``set_requires_gradient_sync(False)`` does.
+    """
+
+    @override
+    def no_backward_sync(self, module: nn.Module, enabled: bool) -> AbstractContextManager:
+        return hooks.skip_grad_sync() if enabled else nullcontext()

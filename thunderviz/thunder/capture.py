@@ -20,7 +20,7 @@ from thunderviz.errors import TraceCaptureError
 from thunderviz.process_rank import process_rank
 from thunderviz.thunder.find_target import find_target
 from thunderviz.thunder.param_names import param_names as _param_names
-from thunderviz.thunder.snapshot import snapshot_trace, stage_label, tensor_ref
+from thunderviz.thunder.snapshot import recomputed_ops, snapshot_trace, stage_label, tensor_ref
 from thunderviz.trace.attribution import assign_modules
 from thunderviz.trace.model import TraceBundle, TraceSnapshot
 
@@ -54,10 +54,10 @@ def capture(obj: Any, name: str | None = None, *, rank: int | None = None, stage
             "and out.sum().backward() for the backward trace), then capture it."
         )
     fwd_traces = list(thunder.last_traces(target))
-    try:
-        bwd_traces = list(thunder.last_backward_traces(target) or [])
-    except Exception:
-        bwd_traces = []
+    from thunderviz.thunder import hooks  # imports torch: only once a capture is asked for
+
+    # The backward of the entry that ran last (thunder.last_backward_traces can belong to another cache entry).
+    bwd_traces = hooks.backward_traces_of_last_run(target)
     names = _param_names(target, fwd_traces[-1])
     forward = snapshot_trace(fwd_traces[-1], label="forward", param_names=names)
     backward = snapshot_trace(bwd_traces[-1], label="backward") if bwd_traces else None
@@ -83,7 +83,8 @@ def capture(obj: Any, name: str | None = None, *, rank: int | None = None, stage
 
 
 def _add_communication(forward: TraceSnapshot, fwd: Any, backward: TraceSnapshot | None, bwd: Any) -> None:
-    """What forward saves for backward, and the buckets thunderviz's communication pass laid out in each trace."""
+    """What forward saves for backward, what backward recomputes, and the buckets thunderviz's communication pass
+    laid out in each trace (and, under no_backward_sync, the gradient buckets it accumulated instead)."""
     from thunderviz.thunder import hooks
     from thunderviz.trace.buckets import Bucket
 
@@ -92,3 +93,6 @@ def _add_communication(forward: TraceSnapshot, fwd: Any, backward: TraceSnapshot
     forward.buckets = [Bucket.from_dict(b.to_dict()) for b in hooks.trace_buckets(fwd)]
     if backward is not None:
         backward.buckets = [Bucket.from_dict(b.to_dict()) for b in hooks.trace_buckets(bwd)]
+        backward.accumulated = [Bucket.from_dict(b.to_dict()) for b in hooks.trace_accumulated(bwd)]
+        for i in recomputed_ops(fwd, bwd):
+            backward.ops[i].recomputed = True

@@ -84,30 +84,90 @@ def _unpack_gather_impl(
     return [o.view(s) for o, s in zip(outs, full_shapes, strict=True)]
 
 
+def _with_accumulated(grads: list[torch.Tensor], keys: tuple[str, ...], world: int, divide: bool) -> list[torch.Tensor]:
+    """The synchronizing backward's gradients plus what no_backward_sync micro-batches accumulated for them.
+
+    ``divide``: the pack divides by the world size afterwards (it gets undivided gradients); otherwise the gradients
+    arrive divided already and so must the accumulated sums.
+    """
+    from thunderviz.thunder import accumulation
+
+    out = []
+    for g, key in zip(grads, keys, strict=True):
+        undivided, divided = accumulation.lookup(key).take()
+        if undivided is not None or divided is not None:
+            total = g.to(undivided.dtype if undivided is not None else divided.dtype)
+            if undivided is not None:
+                total = total + (undivided if divide else undivided / world)
+            if divided is not None:
+                total = total + (divided * world if divide else divided)
+            g = total
+        out.append(g)
+    return out
+
+
+def _cast(buffer: torch.Tensor, dtype_name: str | None) -> torch.Tensor:
+    return buffer if dtype_name is None else buffer.to(getattr(torch, dtype_name))
+
+
 def _pack_scatter_impl(
-    grads: list[torch.Tensor], world: int, divide: bool, label: str, names: tuple[str, ...]
+    grads: list[torch.Tensor],
+    world: int,
+    divide: bool,
+    label: str,
+    names: tuple[str, ...],
+    reduce_dtype: str | None = None,
+    accumulated: tuple[str, ...] = (),
 ) -> torch.Tensor:
+    if accumulated:
+        grads = _with_accumulated(grads, accumulated, world, divide)
     # Rank r must receive [grad 0's rows for r | grad 1's rows for r | ...]: interleave the dim-0 chunks.
     if len(grads) == 1:
-        flat = grads[0].reshape(-1)
+        flat = _cast(grads[0].reshape(-1), reduce_dtype)
         return flat / world if divide else flat
-    buffer = torch.cat([g.reshape(world, -1) for g in grads], dim=1).view(-1)
+    buffer = _cast(torch.cat([g.reshape(world, -1) for g in grads], dim=1).view(-1), reduce_dtype)
     return buffer.div_(world) if divide else buffer
 
 
 def _pack_flat_impl(
-    grads: list[torch.Tensor], world: int, divide: bool, label: str, names: tuple[str, ...]
+    grads: list[torch.Tensor],
+    world: int,
+    divide: bool,
+    label: str,
+    names: tuple[str, ...],
+    reduce_dtype: str | None = None,
+    accumulated: tuple[str, ...] = (),
 ) -> torch.Tensor:
     if len(grads) == 1:
         flat = grads[0].reshape(-1)
-        return flat / world if divide else flat.clone()  # all_reduce works in place: never on the caller's tensor
-    buffer = torch.cat([g.reshape(-1) for g in grads])
+        if divide:
+            return _cast(flat, reduce_dtype) / world
+        # all_reduce works in place: never on the caller's tensor (a cast to another dtype is a copy already)
+        return (
+            flat.clone()
+            if reduce_dtype is None or flat.dtype == getattr(torch, reduce_dtype)
+            else _cast(flat, reduce_dtype)
+        )
+    buffer = _cast(torch.cat([g.reshape(-1) for g in grads]), reduce_dtype)
     return buffer.div_(world) if divide else buffer
 
 
-def _unpack_views_impl(buffer: torch.Tensor, shapes: tuple[tuple[int, ...], ...], label: str) -> list[torch.Tensor]:
+def _unpack_views_impl(
+    buffer: torch.Tensor, shapes: tuple[tuple[int, ...], ...], label: str, out_dtype: str | None = None
+) -> list[torch.Tensor]:
     sizes = [math.prod(s) for s in shapes]
-    return [piece.view(s) for piece, s in zip(torch.split(buffer, sizes), shapes, strict=True)]
+    pieces = torch.split(_cast(buffer, out_dtype), sizes)
+    return [piece.view(s) for piece, s in zip(pieces, shapes, strict=True)]
+
+
+def _accumulate_impl(
+    grads: list[torch.Tensor], keys: tuple[str, ...], divided: bool, dtypes: tuple[str, ...], label: str
+) -> torch.Tensor:
+    from thunderviz.thunder import accumulation
+
+    for g, key, dtype in zip(grads, keys, dtypes, strict=True):
+        accumulation.lookup(key).add(g, divided=divided, dtype=getattr(torch, dtype))
+    return grads[0]
 
 
 def _flat_meta(tensors: Sequence[Any], numel: int) -> Any:
@@ -121,8 +181,33 @@ def _pack_gather_meta(shards: list[Any], label: str, names: tuple[str, ...]) -> 
     return _flat_meta(shards, sum(s.numel for s in shards))
 
 
-def _pack_reduce_meta(grads: list[Any], world: int, divide: bool, label: str, names: tuple[str, ...]) -> Any:
-    return _flat_meta(grads, sum(g.numel for g in grads))
+def _pack_reduce_meta(
+    grads: list[Any],
+    world: int,
+    divide: bool,
+    label: str,
+    names: tuple[str, ...],
+    reduce_dtype: str | None = None,
+    accumulated: tuple[str, ...] = (),
+) -> Any:
+    from thunder.core.proxies import TensorProxy
+
+    flat = _flat_meta(grads, sum(g.numel for g in grads))
+    if reduce_dtype is None:
+        return flat
+    return TensorProxy(like=flat, dtype=_thunder_dtype(reduce_dtype))
+
+
+def _thunder_dtype(name: str) -> Any:
+    from thunder.core import dtypes
+
+    return dtypes.to_dtype(getattr(torch, name))
+
+
+def _accumulate_meta(grads: list[Any], keys: tuple, divided: bool, dtypes: tuple, label: str) -> Any:
+    from thunder.core.proxies import TensorProxy
+
+    return TensorProxy(like=grads[0])
 
 
 def _unpack_gather_meta(buffer: Any, full_shapes: tuple, world: int, label: str) -> list[Any]:
@@ -131,10 +216,11 @@ def _unpack_gather_meta(buffer: Any, full_shapes: tuple, world: int, label: str)
     return [TensorProxy(like=buffer, shape=tuple(s)) for s in full_shapes]
 
 
-def _unpack_views_meta(buffer: Any, shapes: tuple, label: str) -> list[Any]:
+def _unpack_views_meta(buffer: Any, shapes: tuple, label: str, out_dtype: str | None = None) -> list[Any]:
     from thunder.core.proxies import TensorProxy
 
-    return [TensorProxy(like=buffer, shape=tuple(s)) for s in shapes]
+    dtype = buffer.dtype if out_dtype is None else _thunder_dtype(out_dtype)
+    return [TensorProxy(like=buffer, shape=tuple(s), dtype=dtype) for s in shapes]
 
 
 class _Ops:
@@ -162,6 +248,9 @@ class _Ops:
         )
         self.unpack_views = ex.register_operator(
             "thunderviz_unpack_views", meta=_unpack_views_meta, fn=_unpack_views_impl
+        )
+        self.accumulate = ex.register_operator(
+            "thunderviz_accumulate_unsharded_grads", meta=_accumulate_meta, fn=_accumulate_impl
         )
         # The reduced gradients are views of the bucket: thunder's memory estimate must not count them twice.
         register_memory_calculate_function(self.unpack_views.id)(track_alias_op_memory)
@@ -428,12 +517,22 @@ def _emit_gathers(
 
 
 def rewrite_reductions(
-    trace: Any, bsyms: list[Any], grad_records: dict[str, ParamRecord], trace_name: str
+    trace: Any,
+    bsyms: list[Any],
+    grad_records: dict[str, ParamRecord],
+    trace_name: str,
+    *,
+    accumulate: bool = False,
 ) -> tuple[list[Any], list[Bucket]]:
     """Bucket the gradient ``reduce_scatter`` / ``all_reduce`` of recorded parameters.
 
     ``grad_records`` maps the name of each *returned* reduced gradient to its parameter. Each bucket is issued right
-    after its last gradient is produced and waited for just before the return.
+    after its last gradient is produced and waited for just before the return; a sharded bucket's pack adds what
+    earlier no_backward_sync micro-batches accumulated for its parameters (``thunder.accumulation``).
+
+    ``accumulate`` (a backward traced under ``fabric.no_backward_sync``): sharded buckets are not reduced at all;
+    their unsharded gradients go to the parameters' accumulators and the backward returns no gradient for them.
+    Returns the new bound symbols and the buckets (accumulated ones have kind ``accumulate``), in issue order.
     """
     idx = _Index(bsyms)
     members = _find_reductions(bsyms, idx, grad_records)
@@ -442,11 +541,33 @@ def rewrite_reductions(
     groups = _reduction_groups(members)
     issue_after: dict[int, list[int]] = {}
     codes: list[_BucketCode] = []
+    kept: list[_BucketCode] = []
     for k, g in enumerate(groups):
-        code, ready = _reduction_code(trace, k, g, idx, trace_name)
-        issue_after.setdefault(ready, []).append(k)
+        if accumulate and g[0].kind == "reduce_scatter":
+            code, ready = _accumulation_code(trace, k, g, idx, trace_name)
+            kept.append(code)
+        else:
+            code, ready = _reduction_code(trace, k, g, idx, trace_name)
+        issue_after.setdefault(ready, []).append(len(codes))
         codes.append(code)
-    return _emit_reductions(bsyms, _removed(members), codes, issue_after), [c.bucket for c in codes]
+    dropped = {name for code in kept for name in code.bucket.results}
+    out = _emit_reductions(bsyms, _removed(members), codes, issue_after, dropped)
+    return out, [c.bucket for c in codes]
+
+
+def _divisions(g: list[_Member], idx: _Index) -> tuple[bool, list[Any], int]:
+    """Whether the bucket's per-gradient divisions by the world size fold into the pack, what it packs, and the
+    position after which all of that exists."""
+    divide = all(m.undivided is not None for m in g)
+    sends = [m.undivided if divide else m.send for m in g]
+    ready = max(idx.producer.get(s.name, m.ready) for s, m in zip(sends, g, strict=True))
+    if not divide:
+        # Keep the per-gradient divisions we could not fold (e.g. fused by nvFuser): they stay where they were.
+        for m in g:
+            if m.undivided is not None:
+                m.removed.remove(idx.producer[m.send.name])
+        ready = max(idx.producer.get(m.send.name, m.ready) for m in g)
+    return divide, sends, ready
 
 
 def _is_division_by(b: Any, world: int) -> bool:
@@ -500,38 +621,36 @@ def _reduction_groups(members: list[_Member]) -> list[list[_Member]]:
 
 
 def _reduction_code(trace: Any, k: int, g: list[_Member], idx: _Index, trace_name: str) -> tuple[_BucketCode, int]:
-    """Pack the gradients (divided by the world size once, when every member's division could be folded), reduce
-    once, unpack views of the result; and the position after which all of them exist."""
+    """Pack the gradients (divided by the world size once, when every member's division could be folded; cast to
+    the reduce dtype), reduce once, unpack views of the result (cast back); and the position after which all of
+    them exist."""
     ops = _Ops.get()
     rec = g[0].record
     kind = g[0].kind
-    divide = all(m.undivided is not None for m in g)
-    sends = [m.undivided if divide else m.send for m in g]
+    divide, sends, ready = _divisions(g, idx)
     names = tuple(m.record.config.param_name for m in g)
     label = _label(g, f"#{k}") if kind == "reduce_scatter" else f"#{k}"
-    ready = max(idx.producer.get(s.name, m.ready) for s, m in zip(sends, g, strict=True))
-    if not divide:
-        # Keep the per-gradient divisions we could not fold (e.g. fused by nvFuser): they stay where they were.
-        for m in g:
-            if m.undivided is not None:
-                m.removed.remove(idx.producer[m.send.name])
-        ready = max(idx.producer.get(m.send.name, m.ready) for m in g)
+    reduce_dtype = rec.config.reduce_dtype
+    if reduce_dtype is not None and reduce_dtype == dtype_name(sends[0].dtype):
+        reduce_dtype = None  # already in it: no cast
+    accumulated = tuple(m.record.config.key for m in g) if kind == "reduce_scatter" else ()
     pack = ops.pack_scatter if kind == "reduce_scatter" else ops.pack_flat
-    buf, made = _record_new(trace, pack, sends, rec.world, divide, label, names)
+    buf, made = _record_new(trace, pack, sends, rec.world, divide, label, names, reduce_dtype, accumulated)
     if kind == "reduce_scatter":
         fut, made_c = _record_new(trace, _torchex("reduce_scatter_prim_impl"), buf, _sum_op(), rec.group, True, None)
     else:
         fut, made_c = _record_new(trace, _torchex("all_reduce_prim_impl"), buf, _sum_op(), rec.group, True, True)
     reduced, made_w = _record_new(trace, _torchex("wait_prim_impl"), fut)
     shapes = tuple(tuple(m.result.shape) for m in g)
-    unpack = ops.unpack_views.bind(reduced, shapes, label, output=[m.result for m in g])
+    back = None if reduce_dtype is None else dtype_name(g[0].result.dtype)
+    unpack = ops.unpack_views.bind(reduced, shapes, label, back, output=[m.result for m in g])
     bucket = Bucket(
         kind,
         trace_name,
         label,
         list(names),
-        sum(s.numel * s.dtype.bytes for s in sends),
-        dtype_name(sends[0].dtype),
+        buf.numel * buf.dtype.bytes,
+        dtype_name(buf.dtype),
         sends=[s.name for s in sends],
         results=[m.result.name for m in g],
         future=fut.name,
@@ -539,23 +658,70 @@ def _reduction_code(trace: Any, k: int, g: list[_Member], idx: _Index, trace_nam
     return _BucketCode(bucket, made + made_c, [*made_w, unpack]), ready
 
 
+def _accumulation_code(trace: Any, k: int, g: list[_Member], idx: _Index, trace_name: str) -> tuple[_BucketCode, int]:
+    """no_backward_sync: add the bucket's unsharded gradients to their accumulators instead of reducing them."""
+    from thunder.core import dtypes
+
+    from thunderviz.thunder.accumulation import accumulation_dtype
+
+    ops = _Ops.get()
+    divide, sends, ready = _divisions(g, idx)
+    label = _label(g, f"#{k}")
+    reduce_dtype = g[0].record.config.reduce_dtype
+    wanted = None if reduce_dtype is None else getattr(torch, reduce_dtype)
+    kept = [accumulation_dtype(dtypes.to_torch_dtype(s.dtype), wanted) for s in sends]
+    keys = tuple(m.record.config.key for m in g)
+    out, made = _record_new(
+        trace, ops.accumulate, sends, keys, not divide, tuple(str(d).removeprefix("torch.") for d in kept), label
+    )
+    bucket = Bucket(
+        "accumulate",
+        trace_name,
+        label,
+        [m.record.config.param_name for m in g],
+        sum(s.numel * torch.empty((), dtype=d).element_size() for s, d in zip(sends, kept, strict=True)),
+        str(kept[0]).removeprefix("torch."),
+        sends=[s.name for s in sends],
+        results=[m.result.name for m in g],
+        future=out.name,
+    )
+    return _BucketCode(bucket, made, []), ready
+
+
 def _emit_reductions(
-    bsyms: list[Any], removed: set[int], codes: list[_BucketCode], issue_after: dict[int, list[int]]
+    bsyms: list[Any],
+    removed: set[int],
+    codes: list[_BucketCode],
+    issue_after: dict[int, list[int]],
+    dropped: set[str] = frozenset(),  # type: ignore[assignment]
 ) -> list[Any]:
+    """Lay the buckets' code into the trace; the return gives no gradient (None) for the ``dropped`` results."""
     from thunder.core import prims
 
     out: list[Any] = []
     for i, b in enumerate(bsyms):
         if b.sym.id == prims.PrimIDs.RETURN:
             for code in sorted(codes, key=lambda c: c.bucket.issue_index):
-                code.bucket.wait_index = len(out)
-                out.extend(code.wait)
+                if code.wait:
+                    code.bucket.wait_index = len(out)
+                    out.extend(code.wait)
+            if dropped:
+                b = b.from_bsym(args=_without(b.args, dropped))
         if i not in removed:
             out.append(b)
         for k in issue_after.get(i, ()):
             codes[k].bucket.issue_index = len(out)
             out.extend(codes[k].issue)
     return out
+
+
+def _without(args: Any, names: set[str]) -> Any:
+    """``args`` with every proxy named in ``names`` replaced by None (tuples and lists kept as they are)."""
+    if isinstance(args, Proxy):
+        return None if args.name in names else args
+    if isinstance(args, (tuple, list)):
+        return type(args)(_without(a, names) for a in args)
+    return args
 
 
 # -- the pass: ZERO3, forward saves shards and backward recomputes from them ----------------------------------------
@@ -703,22 +869,42 @@ class CommTransform(Transform):
 
     def __init__(self) -> None:
         self.pending: dict[str, ParamRecord] = {}
+        self.pending_kept: list[Any] = []
         self.current: dict[str, ParamRecord] = {}
         self.forward_flat_args: list[str | None] | None = None
         self.zero3: _Zero3Plan | None = None
         self.buckets: dict[str, list[Bucket]] = {}
+        #: the entry being built was traced under no_backward_sync: its backward accumulates, never reduces
+        self.accumulating = False
+        self.accumulated: list[Bucket] = []
 
     def note_param(self, shard_name: str, record: ParamRecord) -> None:
         self.pending[shard_name] = record
 
+    def note_kept(self, proxies: Sequence[Any]) -> None:
+        """Proxies of gathered parameters that backward must find saved, never recompute (ZERO2)."""
+        self.pending_kept.extend(proxies)
+
     def transform_traces_pre_prologue(
         self, prologue_trace: Any, computation_trace: Any, epilogue_trace: Any, **kwargs: Any
     ) -> tuple[Any, Any, Any]:
+        # A ZERO2 parameter first read inside a checkpointed region was gathered inside it, so thunder's checkpoint
+        # lookaside tagged its gathered value *recompute in backward* along with the region: backward would gather
+        # it again (ZERO3's cost without being asked). Gathered parameters are not activations: untag them.
+        from thunder.core.proxies import ProxyTag
+
+        for proxy in self.pending_kept:
+            proxy.tags.discard(ProxyTag.RECOMPUTE_IN_BACKWARD)
+        self.pending_kept = []
         # Tracing just finished: what it recorded belongs to the cache entry being built now.
         self.current, self.pending = self.pending, {}
         self.forward_flat_args = None
         self.zero3 = None
         self.buckets = {}
+        self.accumulated = []
+        from thunder.distributed import get_skip_data_parallel_grad_sync
+
+        self.accumulating = bool(get_skip_data_parallel_grad_sync())
         return prologue_trace, computation_trace, epilogue_trace
 
     def transform_trace_post_optimization(self, computation_trace: Any, **kwargs: Any) -> Any:
@@ -755,11 +941,13 @@ class CommTransform(Transform):
             for name, out in zip(self.forward_flat_args, outs, strict=False):
                 if name in self.current and isinstance(out, Proxy):
                     grad_records[out.name] = self.current[name]
-        bsyms, reductions = rewrite_reductions(new_trace, bsyms, grad_records, "backward")
+        bsyms, reductions = rewrite_reductions(new_trace, bsyms, grad_records, "backward", accumulate=self.accumulating)
+        self.accumulated = [b for b in reductions if b.kind == "accumulate"]
+        reductions = [b for b in reductions if b.kind != "accumulate"]
         self.buckets["backward"] = gathers + reductions
-        if not gathers and not reductions:
+        if not gathers and not reductions and not self.accumulated:
             return trace
-        return _finish(new_trace, bsyms, backward=True, buckets=gathers + reductions)
+        return _finish(new_trace, bsyms, backward=True, buckets=gathers + reductions, accumulated=self.accumulated)
 
 
 def _resharded_weights(
@@ -775,7 +963,9 @@ def _resharded_weights(
     return out
 
 
-def _finish(new_trace: Any, bsyms: list[Any], *, backward: bool, buckets: list[Bucket]) -> Any:
+def _finish(
+    new_trace: Any, bsyms: list[Any], *, backward: bool, buckets: list[Bucket], accumulated: Sequence[Bucket] = ()
+) -> Any:
     from thunder.core.trace import TraceProvenance
     from thunder.executors.passes import del_last_used
 
@@ -793,9 +983,12 @@ def _finish(new_trace: Any, bsyms: list[Any], *, backward: bool, buckets: list[B
     for bucket in buckets:
         bucket.issue_index = issued[bucket.future]
         bucket.wait_index = waited[bucket.future]
+    for bucket in accumulated:  # no collective: the one op that adds the bucket to its accumulators
+        bucket.issue_index = bucket.wait_index = issued[bucket.future]
     done._thunderviz_buckets = list(buckets)  # read back by thunder_hooks.trace_buckets (capture)
+    done._thunderviz_accumulated = list(accumulated)  # thunder_hooks.trace_accumulated
     kinds: dict[str, int] = {}
-    for b in buckets:
+    for b in [*buckets, *accumulated]:
         kinds[b.kind] = kinds.get(b.kind, 0) + 1
     summary = ", ".join(f"{n} {k}" for k, n in kinds.items())
     done.set_provenance(TraceProvenance(f"thunderviz communication buckets ({summary})"))

@@ -45,6 +45,7 @@ def configure_comm(module: Any, options: StrategyOptions) -> list[CommConfig]:
     owner = type(inner).__name__
     cap = int(options.bucket_size_in_mb * _MIB)
     first_cap = int(min(FIRST_BUCKET_SIZE_IN_MB, options.bucket_size_in_mb) * _MIB)
+    reduce_dtype = None if options.reduce_dtype is None else str(options.reduce_dtype)
     configs = []
     for name, param in inner.named_parameters(remove_duplicate=True):
         kind = hooks.sync_tag(param)
@@ -59,7 +60,10 @@ def configure_comm(module: Any, options: StrategyOptions) -> list[CommConfig]:
                 label=bucket_label(name, options.bucketing_strategy, blocks),
                 bucketing=options.bucketing_strategy,
                 reshard_after_forward=options.reshard_after_forward,
+                reduce_dtype=reduce_dtype,
             )
+            # Where no_backward_sync keeps this parameter's unsharded gradient (thunder.accumulation).
+            hooks.set_accumulator(param, config.key, name)
         else:
             config = CommConfig(
                 param_name=name,
@@ -69,6 +73,7 @@ def configure_comm(module: Any, options: StrategyOptions) -> list[CommConfig]:
                 label="",
                 bucket_cap_bytes=cap,
                 first_bucket_cap_bytes=first_cap,
+                reduce_dtype=reduce_dtype,
             )
         hooks.set_comm_config(param, config)
         configs.append(config)

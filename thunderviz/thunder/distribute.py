@@ -95,10 +95,16 @@ def unpadded(tensor: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 def shard_param_(param: torch.nn.Parameter, group: tdist.ProcessGroup) -> None:
     """Shard one full parameter in place along dim 0 (``param.data`` becomes this rank's padded shard) and tag it."""
     shape = tuple(param.shape)
+    rank, world = tdist.get_rank(group), tdist.get_world_size(group)
+    grad = param.grad
     if param.dim() == 0:
         param.data = param.data.reshape(1)
-    shard, padding = shard_tensor(param.data, tdist.get_rank(group), tdist.get_world_size(group))
+    shard, padding = shard_tensor(param.data, rank, world)
     param.data = shard
+    if grad is not None:
+        # A gradient from a backward run before set-up (a module jitted and trained first) keeps its meaning as
+        # this rank's shard of it; left full-size, the next backward could not accumulate into it.
+        param.grad = shard_tensor(grad.reshape(1) if grad.dim() == 0 else grad, rank, world)[0]
     hooks.tag_param(param, SyncKind.FULLY_SHARDED, group=group, padding=padding, full_shape=shape)
 
 

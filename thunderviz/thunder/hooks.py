@@ -38,6 +38,8 @@ from thunderviz.thunder.snapshot import dtype_name
 __all__ = [
     "SUPPORTED_THUNDER_VERSIONS",
     "SyncKind",
+    "accumulator",
+    "backward_traces_of_last_run",
     "cached_trace_count",
     "call_count",
     "clear_all_trace_caches",
@@ -62,12 +64,14 @@ __all__ = [
     "rebind_module_tensors",
     "saved_for_backward",
     "saved_tensors",
+    "set_accumulator",
     "set_comm_config",
     "skip_grad_sync",
     "sync_tag",
     "tag_param",
     "thunder_distributed_kind",
     "thunder_module_type",
+    "trace_accumulated",
     "trace_buckets",
 ]
 
@@ -78,6 +82,7 @@ _PADDING_ATTR = "_thunder_fsdp_padding_size"
 _GROUP_ATTR = "_thunderviz_process_group"
 _FULL_SHAPE_ATTR = "_thunderviz_full_shape"
 _COMM_ATTR = "_thunderviz_comm"
+_ACCUMULATOR_ATTR = "_thunderviz_accumulator"
 
 _install_lock = threading.Lock()
 _installed = False
@@ -135,6 +140,40 @@ def comm_config(param: torch.Tensor) -> Any:
     return getattr(param, _COMM_ATTR, None)
 
 
+def set_accumulator(param: torch.Tensor, key: str, name: str) -> Any:
+    """Give a sharded parameter the ``GradAccumulator`` its no_backward_sync gradients go to (kept if it has one)."""
+    from thunderviz.thunder import accumulation
+
+    found = getattr(param, _ACCUMULATOR_ATTR, None)
+    if found is None:
+        found = accumulation.GradAccumulator(name, key)
+        setattr(param, _ACCUMULATOR_ATTR, found)
+    return accumulation.register(found, key)
+
+
+def accumulator(param: torch.Tensor) -> Any:
+    """The parameter's ``GradAccumulator`` (``thunder.accumulation``), or None."""
+    return getattr(param, _ACCUMULATOR_ATTR, None)
+
+
+def backward_traces_of_last_run(jitted: Any) -> list[Any]:
+    """The backward traces of the cache entry the last call ran.
+
+    ``thunder.last_backward_traces`` is only updated when an entry is *built*; on a cache hit thunder updates
+    ``last_traces`` alone. With two entries (a synchronizing and a no_backward_sync micro-batch), the two would then
+    describe different entries; the entry whose forward is ``last_traces`` has the matching backward.
+    """
+    import thunder
+
+    cs = thunder.compile_stats(jitted)
+    if cs is None or cs.last_traces is None:
+        return []
+    for entry in cs.interpreter_cache:
+        if getattr(entry, "computation_traces", None) is cs.last_traces:
+            return list(entry.backward_traces or [])
+    return list(cs.last_backward_traces or [])
+
+
 def comm_buckets(jitted: Any) -> dict[str, list[Any]]:
     """How the last trace built for ``jitted`` packed its collectives: ``{"forward": [Bucket], "backward": [...]}``.
 
@@ -174,6 +213,11 @@ def saved_for_backward(forward_trace: Any) -> list[tuple[str, tuple[int, ...], s
 def trace_buckets(trace: Any) -> list[Any]:
     """The buckets (``parallel.buckets.Bucket``) the communication pass laid out in this very execution trace."""
     return list(getattr(trace, "_thunderviz_buckets", None) or [])
+
+
+def trace_accumulated(trace: Any) -> list[Any]:
+    """The gradient buckets this backward trace adds to no_backward_sync accumulators instead of reducing them."""
+    return list(getattr(trace, "_thunderviz_accumulated", None) or [])
 
 
 def estimated_peak_bytes(trace: Any) -> int:
@@ -360,21 +404,21 @@ def _synchronized(value: Any, p: Any, group: tdist.ProcessGroup) -> Any:
         return p
     config = comm_config(value.original_value)
     recompute = bool(config is not None and config.reshard_after_forward)
-    synced = _recompute_if(recompute, dist_prims.synchronize(p, group, p.distparallel_type))
+    made = [_recompute_if(recompute, dist_prims.synchronize(p, group, p.distparallel_type))]
     padding = p.thunder_fsdp_padding_size
     if isinstance(padding, int) and padding > 0:
-        synced = _recompute_if(recompute, synced[: synced.shape[0] - padding])
+        made.append(_recompute_if(recompute, made[-1][: made[-1].shape[0] - padding]))
     full = getattr(value.original_value, _FULL_SHAPE_ATTR, None)
-    if full is not None and tuple(synced.shape) != tuple(full):
+    if full is not None and tuple(made[-1].shape) != tuple(full):
         # A 0-dim parameter was sharded as shape (1,). Its reshape is not recomputed: thunder 0.2.6's recompute pass
         # then feeds the reshape a wrong input in backward, and keeping 4 bytes for backward costs nothing.
-        synced = synced.reshape(full)
+        made.append(made[-1].reshape(full))
+    synced = made[-1]
     if config is not None:
-        _note_for_comm_pass(p, config, group)
+        _note_for_comm_pass(p, config, group, () if recompute else made)
     # The prologue must still unpack and check the local shard (``p``); the computation sees ``synced``.
     value.value = synced
-    if p.distparallel_type.name == SyncKind.REPLICATED:
-        _key_cache_on_no_sync()
+    _key_cache_on_no_sync(group)
     return synced
 
 
@@ -392,7 +436,9 @@ def _recompute_if(recompute: bool, proxy: Any) -> Any:
     return proxy
 
 
-def _note_for_comm_pass(p: Any, config: Any, group: tdist.ProcessGroup) -> None:
+def _note_for_comm_pass(p: Any, config: Any, group: tdist.ProcessGroup, kept: Any = ()) -> None:
+    """Record the parameter for the communication pass; ``kept`` are the proxies that must stay saved for backward
+    (ZERO2's gathered weight), even when the parameter is first read inside a checkpointed region."""
     from thunder.core.compile_data import get_compile_data
 
     from thunderviz.thunder.comm_pass import ParamRecord, ensure_comm_transform
@@ -400,14 +446,19 @@ def _note_for_comm_pass(p: Any, config: Any, group: tdist.ProcessGroup) -> None:
     cd = get_compile_data()
     if cd is None:
         return
-    ensure_comm_transform(cd).note_param(p.name, ParamRecord(config, group, tdist.get_world_size(group)))
+    t = ensure_comm_transform(cd)
+    t.note_param(p.name, ParamRecord(config, group, tdist.get_world_size(group)))
+    t.note_kept(kept)
 
 
-def _key_cache_on_no_sync() -> None:
-    """Make a jitted *function* (case 2) key its cache on ``no_sync`` as thunder does for DDP modules.
+def _key_cache_on_no_sync(group: tdist.ProcessGroup) -> None:
+    """Make the jitted object key its cache on ``no_sync``, as thunder does for its own DDP modules.
 
     thunder records ``no_grad_sync`` in the cache key only for callables with ``use_ddp``; a function the user jitted
-    has none, so a trace made outside ``no_backward_sync`` would be reused inside it (or the reverse).
+    (case 2), and any FSDP module, has none, so a trace made outside ``no_backward_sync`` would be reused inside it
+    (or the reverse): DDP would all_reduce where it should accumulate, FSDP reduce_scatter every micro-batch. With
+    ``use_ddp`` on a module, thunder's own DDP gradient bucketing asks for ``process_group_for_ddp``; it then passes
+    over our traces (their waits are claimed by the torch executor already, see ``_guard_sort_waits``).
     """
     import thunder
     from thunder.core.compile_data import get_compile_data
@@ -420,6 +471,8 @@ def _key_cache_on_no_sync() -> None:
         # A bound method refuses the attribute: it is keyed for this trace only, retraced when the mode differs.
         with contextlib.suppress(AttributeError):
             cd.fn.use_ddp = True
+    if cd.is_module and getattr(cd, "process_group_for_ddp", None) is None:
+        cd.process_group_for_ddp = group
     thunder._get_cache_info()["no_grad_sync"] = bool(get_skip_data_parallel_grad_sync())
 
 

@@ -15,7 +15,7 @@ from typing import Any
 from thunderviz.thunder.collectives import collective_kinds
 from thunderviz.trace.model import COLLECTIVE_KINDS, OpRecord, SourceRef, TensorRef, TraceSnapshot
 
-__all__ = ["dtype_name", "flat_proxies", "snapshot_trace", "stage_label", "tensor_ref"]
+__all__ = ["dtype_name", "flat_proxies", "recomputed_ops", "snapshot_trace", "stage_label", "tensor_ref"]
 
 
 def snapshot_trace(
@@ -177,3 +177,56 @@ def _peak_memory(trace: Any) -> int | None:
         return int(peak)
     except Exception:
         return None
+
+
+def recomputed_ops(forward: Any, backward: Any) -> set[int]:
+    """Positions of the backward's ops that recompute forward ops (activation checkpointing, ZERO3's unsharding).
+
+    thunder marks what a ``torch.utils.checkpoint`` region (or a value tagged *recompute in backward*) computes with
+    ``BoundSymbolTag.RECOMPUTE_IN_BACKWARD``, in the forward and on the copies autodiff places in the backward; but
+    the gradient ops derived from those regions inherit the tag too, and proxy names are renumbered after the split.
+    So a backward op counts as recomputed when it carries the tag, reads no cotangent (directly or through other
+    ops: it is computed from saved tensors alone), is not a collective, and matches a tagged forward op of the same
+    symbol and output shapes (each forward op matched once).
+    """
+    from collections import Counter
+
+    from thunder.core.symbol import BoundSymbolTag
+
+    tag = BoundSymbolTag.RECOMPUTE_IN_BACKWARD
+    kinds = collective_kinds()
+
+    def key(b: Any) -> tuple:
+        return (b.sym.name, tuple(tuple(p.shape) for p in b.flat_proxy_outs if hasattr(p, "shape")))
+
+    available = Counter(key(b) for b in forward.bound_symbols if tag in b.tags and b.sym.id not in kinds)
+    if not available:
+        return set()
+    cotangents = _cotangent_names(backward)
+    tainted = set(cotangents)
+    out: set[int] = set()
+    for i, b in enumerate(backward.bound_symbols):
+        ins = {p.name for p in b.flat_proxy_args}
+        if ins & tainted:
+            tainted.update(p.name for p in b.flat_proxy_outs)
+            continue
+        if tag not in b.tags or b.sym.id in kinds:
+            continue
+        k = key(b)
+        if available[k] > 0:
+            available[k] -= 1
+            out.add(i)
+    return out
+
+
+def _cotangent_names(backward: Any) -> set[str]:
+    """The names of the gradients of the forward's outputs, as the backward unpacks them from its second argument."""
+    args = getattr(backward, "args", None) or ()
+    if len(args) < 2:
+        return set()
+    cot = getattr(args[1], "name", None)
+    names: set[str] = set()
+    for b in backward.bound_symbols:
+        if b.sym.name == "unpack_sequence" and b.args and getattr(b.args[0], "name", None) == cot:
+            names.update(p.name for p in b.flat_proxy_outs)
+    return names

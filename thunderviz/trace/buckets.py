@@ -9,10 +9,12 @@ from dataclasses import dataclass, field
 
 from thunderviz.trace.units import format_bytes
 
-__all__ = ["BUCKET_KINDS", "ROOT_LABEL", "Bucket", "is_bucket_group"]
+__all__ = ["ACCUMULATE_KIND", "BUCKET_KINDS", "ROOT_LABEL", "Bucket", "is_bucket_group"]
 
 #: The collectives a bucket can be packed for.
 BUCKET_KINDS = ("all_gather", "reduce_scatter", "all_reduce")
+#: The kind of a gradient bucket a no_backward_sync backward accumulates instead of reducing (no collective).
+ACCUMULATE_KIND = "accumulate"
 
 #: The label of the bucket holding parameters outside every block (BLOCK) or owned by the set-up module itself.
 ROOT_LABEL = "(root)"
@@ -22,7 +24,8 @@ ROOT_LABEL = "(root)"
 class Bucket:
     """One collective's worth of parameters, as the communication pass laid it out in a trace.
 
-    ``kind`` is the collective (``all_gather``, ``reduce_scatter`` or ``all_reduce``), ``trace`` ``forward`` or
+    ``kind`` is the collective (``all_gather``, ``reduce_scatter`` or ``all_reduce``; ``accumulate`` for a gradient
+    bucket kept without communication, ``TraceSnapshot.accumulated``), ``trace`` ``forward`` or
     ``backward``, ``params`` the parameters' qualified names in buffer order, ``bytes`` what this rank puts into the
     collective, ``issue_index`` / ``wait_index`` the positions of the collective and its wait among the trace's
     bound symbols (their distance is the compute the communication can overlap).

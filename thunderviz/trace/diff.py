@@ -63,10 +63,17 @@ class TraceDiff:
         delta = {k: add.get(k, 0) - rem.get(k, 0) for k in COLLECTIVE_KINDS}
         return {k: v for k, v in delta.items() if v}
 
+    def recomputed_delta(self) -> int:
+        """How many more ops recompute forward values in b than in a (``OpRecord.recomputed``). Counted over both
+        sides whole: a recomputed op can align with the same op of a, which computed it once from saved values."""
+        in_b = sum(1 for r in self.rows if r.b is not None and r.b.recomputed)
+        return in_b - sum(1 for r in self.rows if r.a is not None and r.a.recomputed)
+
     def summary_parts(self) -> list[str]:
         """The summary's clauses, each one kind of change, empty ones left out: ``["+53 all_gather, +53 wait",
-        "other ops +91, −144"]``. A new kind of change (recomputed ops, ...) is one more clause here, and every view
-        that prints the summary shows it."""
+        "other ops +91, −144", "+87 recomputed ops"]`` (ops backward recomputes from forward's inputs: activation
+        checkpointing, ZERO3). A new kind of change is one more clause here, and every view that prints the summary
+        shows it."""
         delta = self.collective_delta()
         collectives = [f"+{v} {k}" for k, v in delta.items() if v > 0] + [
             f"−{-v} {k}" for k, v in delta.items() if v < 0
@@ -85,6 +92,9 @@ class TraceDiff:
         parts = [", ".join(collectives)] if collectives else []
         if other:
             parts.append("other ops " + ", ".join(other))
+        recomputed = self.recomputed_delta()
+        if recomputed:
+            parts.append(f"{recomputed:+d} recomputed ops")
         return parts
 
     @property
@@ -197,7 +207,7 @@ def collective_changes(a: TraceBundle, b: TraceBundle) -> str:
 
     ``+4 all_gather (backward), +4 wait (backward); saved for backward 41.2 MiB -> 37.7 MiB`` for ZERO2 -> ZERO3:
     the collectives each trace gained or lost (net, as ``TraceDiff.collective_delta``), then what forward keeps
-    for backward when either run recorded it.
+    for backward when either run recorded it (``memory_changes``).
     """
     if not isinstance(a, TraceBundle) or not isinstance(b, TraceBundle):
         raise TypeError(
@@ -213,19 +223,35 @@ def collective_changes(a: TraceBundle, b: TraceBundle) -> str:
     saved_a, saved_b = a.saved_for_backward, b.saved_for_backward
     if saved_a["tensors"] or saved_b["tensors"]:
         line += f"; saved for backward {format_bytes(saved_a['bytes'])} -> {format_bytes(saved_b['bytes'])}"
-    return line
+    if a.backward is not None and b.backward is not None:
+        recomputed = b.backward.recomputed_ops - a.backward.recomputed_ops
+        if recomputed:
+            line += f"; {recomputed:+d} recomputed ops"
+    kept = _kept_for_accumulation(a, b)
+    return f"{line}; {kept}" if kept else line
 
 
 def memory_changes(a: TraceBundle, b: TraceBundle, label: str | None = None) -> list[str]:
     """What changed in memory from run ``a`` to run ``b``, as clauses, unchanged ones left out: what forward saves
-    for backward (``saved for backward 218.1 KiB -> 178.3 KiB``), and thunder's estimated peak of trace ``label``
-    (``est. peak backward 1.2 MiB -> 1.0 MiB``; both traces without ``label``)."""
+    for backward (``saved for backward 218.1 KiB -> 178.3 KiB``), the unsharded gradients a no_backward_sync
+    backward keeps between micro-batches (``kept for accumulation 0 B -> 3.7 KiB``), and thunder's estimated peak
+    of trace ``label`` (``est. peak backward 1.2 MiB -> 1.0 MiB``; both traces without ``label``). Recomputed ops
+    are a change of the trace, so ``TraceDiff.summary_parts`` names them."""
     out = []
     saved_a, saved_b = a.saved_for_backward, b.saved_for_backward
     if (saved_a["tensors"] or saved_b["tensors"]) and saved_a["bytes"] != saved_b["bytes"]:
         out.append(f"saved for backward {format_bytes(saved_a['bytes'])} -> {format_bytes(saved_b['bytes'])}")
+    kept = _kept_for_accumulation(a, b)
+    if kept:
+        out.append(kept)
     for name in [label] if label else ["forward", "backward"]:
         pa, pb = a.memory.get(name), b.memory.get(name)
         if pa is not None and pb is not None and pa != pb:
             out.append(f"est. peak {name} {format_bytes(pa)} -> {format_bytes(pb)}")
     return out
+
+
+def _kept_for_accumulation(a: TraceBundle, b: TraceBundle) -> str:
+    """``kept for accumulation 0 B -> 3.7 KiB`` when either run kept gradients between micro-batches, else ""."""
+    kept_a, kept_b = a.accumulated_gradients["bytes"], b.accumulated_gradients["bytes"]
+    return f"kept for accumulation {format_bytes(kept_a)} -> {format_bytes(kept_b)}" if kept_a or kept_b else ""

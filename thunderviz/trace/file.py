@@ -34,7 +34,7 @@ from typing import Any
 
 from thunderviz.errors import TraceFormatError
 from thunderviz.gc_pause import no_gc_pauses
-from thunderviz.trace.buckets import BUCKET_KINDS, Bucket
+from thunderviz.trace.buckets import ACCUMULATE_KIND, BUCKET_KINDS, Bucket
 from thunderviz.trace.model import (
     COLLECTIVE_KINDS,
     TENSOR_KINDS,
@@ -128,6 +128,8 @@ def _snapshot_to_dict(s: TraceSnapshot) -> dict[str, Any]:
         "peak_memory_bytes": s.peak_memory_bytes,
         "saved_for_backward": [_tensor_to_dict(t) for t in s.saved_for_backward],
         "buckets": [b.to_dict() for b in s.buckets],
+        "accumulated": [b.to_dict() for b in s.accumulated],
+        "recomputed": [op.index for op in s.ops if op.recomputed],
     }
 
 
@@ -258,11 +260,11 @@ def _edge_from(n: Node, n_ops: int) -> tuple[int, int, str]:
     return src, dst, parts[2].string(max_len=_NAME)
 
 
-def _bucket_from(n: Node, n_ops: int) -> Bucket:
+def _bucket_from(n: Node, n_ops: int, kinds: tuple[str, ...] = BUCKET_KINDS) -> Bucket:
     """A bucket's ops must exist in its trace: a file cannot point the ledger or a graph outside it."""
     last = max(n_ops - 1, 0)
     return Bucket(
-        kind=n.req_str("kind", choices=BUCKET_KINDS),
+        kind=n.req_str("kind", choices=kinds),
         trace=n.str_or("trace", "", max_len=_NAME),
         label=n.req_str("label", max_len=_NAME),
         params=[p.string(max_len=_NAME) for p in n.req_list("params")],
@@ -281,6 +283,10 @@ def _snapshot_from(n: Node, budget: _Budget) -> TraceSnapshot:
     op_nodes = n.req_list("ops")
     budget.take(n["ops"], len(op_nodes))
     ops = [_op_from(o, i) for i, o in enumerate(op_nodes)]
+    for r in n.opt_list("recomputed"):  # op indices: one list per trace instead of a flag on every op
+        if not ops:
+            r.fail("a recomputed op in a trace without ops")
+        ops[r.integer(minimum=0, maximum=len(ops) - 1)].recomputed = True
     return_names = [None if r.value is None else r.string(max_len=_NAME) for r in n.opt_list("return_names")]
     pm = n.get("param_names")
     return TraceSnapshot(
@@ -293,6 +299,7 @@ def _snapshot_from(n: Node, budget: _Budget) -> TraceSnapshot:
         peak_memory_bytes=n.opt_int("peak_memory_bytes", minimum=0),
         saved_for_backward=[_tensor_from(t) for t in n.opt_list("saved_for_backward")],
         buckets=[_bucket_from(b, len(ops)) for b in n.opt_list("buckets")],
+        accumulated=[_bucket_from(b, len(ops), (ACCUMULATE_KIND,)) for b in n.opt_list("accumulated")],
     )
 
 

@@ -149,6 +149,8 @@ class OpRecord:
     collective: str | None = None
     group_size: int | None = None
     module: str | None = None
+    #: a backward op that recomputes a forward op (activation checkpointing, ZERO3): ``thunder.snapshot.recomputed_ops``
+    recomputed: bool = False
 
     @property
     def is_collective(self) -> bool:
@@ -173,7 +175,10 @@ class TraceSnapshot:
     needs the real path. ``return_names`` keeps positions (None for non-proxy outputs) so backward gradients
     can be matched to the forward inputs they belong to. ``saved_for_backward`` (forward traces) lists the tensors
     the forward keeps alive for backward; ``buckets`` are the collectives thunderviz's communication pass packed,
-    each naming its parameters and pointing at its collective and wait ops (``parallel.buckets.Bucket``).
+    each naming its parameters and pointing at its collective and wait ops (``parallel.buckets.Bucket``);
+    ``accumulated`` (a backward traced under ``fabric.no_backward_sync``) the gradient buckets it adds to the
+    unsharded accumulators instead of reducing them (kind ``accumulate``; their bytes stay allocated between
+    micro-batches).
     """
 
     label: str
@@ -185,6 +190,7 @@ class TraceSnapshot:
     peak_memory_bytes: int | None = None
     saved_for_backward: list[TensorRef] = field(default_factory=list)
     buckets: list[Bucket] = field(default_factory=list)
+    accumulated: list[Bucket] = field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.ops)
@@ -192,6 +198,11 @@ class TraceSnapshot:
     @property
     def collectives(self) -> list[OpRecord]:
         return [op for op in self.ops if op.collective is not None]
+
+    @property
+    def recomputed_ops(self) -> int:
+        """How many ops of this (backward) trace recompute forward ops instead of reading saved tensors."""
+        return sum(1 for op in self.ops if op.recomputed)
 
     def bucket_of(self, op_index: int) -> Bucket | None:
         """The bucket whose collective or wait is the op at ``op_index`` (None for anything else)."""
@@ -239,6 +250,17 @@ class TraceBundle:
         """What the forward keeps alive for backward on this rank: ``{"tensors": n, "bytes": b}``."""
         saved = self.forward.saved_for_backward
         return {"tensors": len(saved), "bytes": sum(t.bytes or 0 for t in saved)}
+
+    @property
+    def accumulated_gradients(self) -> dict[str, int]:
+        """What a no_backward_sync backward keeps between micro-batches on this rank: ``{"buckets", "params",
+        "bytes"}`` (the unsharded gradients of every sharded parameter it accumulates)."""
+        acc = self.backward.accumulated if self.backward is not None else []
+        return {
+            "buckets": len(acc),
+            "params": sum(len(b.params) for b in acc),
+            "bytes": sum(b.bytes for b in acc),
+        }
 
     def gradient_params(self) -> dict[str, str]:
         """Backward tensor name -> qualified name of the parameter it is the gradient of.
