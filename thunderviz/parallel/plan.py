@@ -8,8 +8,9 @@ world size. The candidates, in the order the auto strategy prefers them when sev
 Why this order: DDP moves each gradient once (an all_reduce: 2(W-1)/W of the model per rank per step) and nothing
 in forward; ZERO2 moves the same bytes (all_gather + reduce_scatter, (W-1)/W each) in more collectives; ZERO3
 gathers every bucket a second time in backward (3(W-1)/W); BLOCK issues one collective per block where LAYER issues
-one per layer. ``choose`` sorts by predicted communication bytes, then collectives, then this order, so the
-predictions decide and the order only breaks ties. ``NONE`` bucketing is left out: it costs LAYER's memory with more
+one per layer. ``choose`` sorts by predicted communication bytes, then this order, so the predictions decide and the
+order breaks ties (DDP and ZERO2 move the same bytes when no dimension needs padding: DDP wins, with nothing to
+gather in forward). ``NONE`` bucketing is left out: it costs LAYER's memory with more
 collectives.
 
 Activation checkpointing (issue 17) is a further dimension the plan is built to take: ``CandidateSpec.checkpointing``
@@ -146,14 +147,14 @@ class ChoiceRow:
     def fits(self, budget: int | None) -> bool:
         return budget is None or self.peak_bytes <= budget
 
-    def sort_key(self) -> tuple[int, int, int, int]:
-        return (int(self.checkpointing), self.comm_bytes, self.collectives, PREFERENCE.index(self.name))
+    def sort_key(self) -> tuple[int, int, int]:
+        return (int(self.checkpointing), self.comm_bytes, PREFERENCE.index(self.name))
 
 
 def choose(rows: Sequence[ChoiceRow], budget: int | None, world_size: int | None = None) -> int | None:
     """Index of the candidate to run: among those of ``world_size`` (default: every world size) that fit ``budget``,
-    the one with the least predicted communication (ties: fewer collectives, then ``PREFERENCE``); None when none
-    fits. Checkpointing candidates come after every other (issue 17: only when nothing else fits)."""
+    the one with the least predicted communication (ties: ``PREFERENCE``); None when none fits. Checkpointing
+    candidates come after every other (issue 17: only when nothing else fits)."""
     fitting = [i for i, r in enumerate(rows) if r.fits(budget) and (world_size is None or r.world_size == world_size)]
     if not fitting:
         return None
