@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from thunderviz.ranks import memory_measure
 from thunderviz.ranks.failures import RankConnectionError
 from thunderviz.ranks.protocol import (
     PHASE_DATA_KEY,
@@ -416,6 +417,7 @@ def collect(
         "rank": rank,
         "host": socket.gethostname(),
         "memory": _memory(),
+        "step_memory": memory_measure.cell_finished(),
         "decisions": [],
         "bundles": {},
         "ledgers": {},
@@ -518,6 +520,7 @@ def _after_user_cell(result: Any) -> None:
 
 def _before_user_cell(_info: Any) -> None:
     """The ``pre_run_cell`` hook: with ``--timeline``, start recording this rank just before the user's code."""
+    memory_measure.cell_started(_user_namespace)
     if not STATE.timeline_steps:
         return
     from thunderviz.ranks.timeline_rank import start_cell_recording

@@ -34,6 +34,7 @@ from typing import Any, TypedDict
 from thunderviz.parallel.decisions import Decision
 from thunderviz.parallel.options import REGISTERED_STRATEGIES, OptionError, StrategyOptions, parse_options
 from thunderviz.ranks.failures import RankUsageError
+from thunderviz.trace.memory import StepMemory
 
 __all__ = [
     "DEFAULT_TIMELINE_STEPS",
@@ -166,14 +167,16 @@ class ReportData(TypedDict, total=False):
     """What one rank sends back after a user cell (picklable; ``RunReport.from_ranks`` merges them).
 
     ``decisions``: this cell's entries of the strategy's decision log; ``bundles``: trace bundles by object name;
-    ``ledgers``: collectives ledgers by object name; ``memory``: see ``MemoryReading``; ``problems``: what could not
-    be gathered, in words. With ``--timeline``: ``timeline``, this rank's ``timeline.model.RankTimeline`` (sent also
+    ``ledgers``: collectives ledgers by object name; ``memory``: see ``MemoryReading``; ``step_memory``: the peak of
+    the cell's steady-state training steps (``thunder.memory_meter``); ``problems``: what could not be gathered, in
+    words. With ``--timeline``: ``timeline``, this rank's ``timeline.model.RankTimeline`` (sent also
     when the cell raised: what ran before the error), and ``timeline_problems``, why it is missing or partial.
     """
 
     rank: int | None
     host: str
     memory: MemoryReading
+    step_memory: StepMemory
     decisions: list[Decision]
     bundles: dict[str, Any]
     ledgers: dict[str, Any]
