@@ -42,7 +42,7 @@ def _thunder_dir() -> str:
 def _is_users(path: str) -> bool:
     """A frame of the code being compared: not torch's internals (its ``nn.modules`` forwards count, as thunder
     records them), not the standard library."""
-    if path.startswith("<") or path.startswith(_LIBRARY) or path == _CALL_MACHINERY:
+    if path.startswith(("<", _LIBRARY)) or path == _CALL_MACHINERY:
         return False
     return not path.startswith(_TORCH) or path.startswith(_MODULES)
 
