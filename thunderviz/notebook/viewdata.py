@@ -20,19 +20,24 @@ from typing import Any, TypedDict
 
 from thunderviz.parallel.decisions import Decision
 from thunderviz.render.graph import graph_view, short_op_name
+from thunderviz.render.memory_view import plan_bars, run_bars
 from thunderviz.trace.diff import TraceDiff, diff_traces
 from thunderviz.trace.file import bundle_from_dict, load
 from thunderviz.trace.ledger import Ledger, find_mismatches, ledger_from_bundle
+from thunderviz.trace.memory import MemoryEstimate, StepMemory, compare
 from thunderviz.trace.model import TraceBundle, TraceSnapshot
+from thunderviz.trace.saved import SavedComparison, saved_by_group, saved_by_line
 
 __all__ = [
     "DecisionRow",
     "LedgerPanel",
+    "MemoryPanel",
     "PaneData",
     "Panels",
     "SearchHit",
     "Subject",
     "diff_marks",
+    "memory_panel",
     "memory_rows",
     "pane_data",
     "search_ops",
@@ -106,12 +111,27 @@ class DiffPanel(TypedDict):
     unchanged: int
 
 
+class MemoryPanel(TypedDict):
+    """The Memory tab's view (``memory_panel``): stacked bars (``render.memory_view.MemoryBar.to_dict()``: each
+    plan candidate predicted, each rank measured) against the budget, what forward saves for backward per group and
+    per source line, and thunder against eager (``eager``: ``None`` unless a comparison was given)."""
+
+    bars: list[dict[str, Any]]
+    budget: int | None
+    comparison: list[str]
+    saved_by_group: list[dict[str, Any]]
+    saved_by_line: list[dict[str, Any]]
+    eager: dict[str, Any] | None
+
+
 class Panels(TypedDict, total=False):
-    """The side panels: a trace view has ledger, decisions and memory; a comparison has diff and memory."""
+    """The side panels: a trace view has ledger, decisions and memory (per-rank rows, and ``memory_view``); a
+    comparison has diff and memory."""
 
     ledger: LedgerPanel
     decisions: list[DecisionRow]
     memory: list[dict[str, Any]]
+    memory_view: MemoryPanel
     diff: DiffPanel
 
 
@@ -121,7 +141,8 @@ class Subject:
 
     ``bundles`` maps rank -> bundle (the lowest rank is drawn); ``ledgers`` rank -> collectives ledger;
     ``decisions`` are the strategies' jit decisions (``parallel.decisions.Decision``) when known;
-    ``memory`` rank -> extra measured memory (the rank engine's RSS/CUDA numbers) when known.
+    ``memory`` rank -> extra measured memory (the rank engine's RSS/CUDA numbers) when known; ``step_memory`` rank
+    -> the measured step peak and ``prediction`` the plan's estimate a run report carries (``--plan``).
     """
 
     title: str
@@ -129,6 +150,9 @@ class Subject:
     ledgers: dict[int, Ledger] = field(default_factory=dict)
     decisions: list[Decision] = field(default_factory=list)
     memory: dict[int, dict[str, Any]] = field(default_factory=dict)
+    step_memory: dict[int, StepMemory] = field(default_factory=dict)
+    prediction: MemoryEstimate | None = None
+    prediction_name: str = ""
 
     @property
     def primary(self) -> TraceBundle:
@@ -197,7 +221,16 @@ def subject_of(obj: Any, name: str | None = None) -> Subject:
         ledgers = ledgers or {b.rank: ledger_from_bundle(b)}
         decisions = list(getattr(obj, "decisions", None) or [])
         memory = {int(r): dict(m) for r, m in (getattr(obj, "memory", None) or {}).items()}
-        return Subject(title=chosen, bundles={b.rank: b}, ledgers=ledgers, decisions=decisions, memory=memory)
+        return Subject(
+            title=chosen,
+            bundles={b.rank: b},
+            ledgers=ledgers,
+            decisions=decisions,
+            memory=memory,
+            step_memory={int(r): m for r, m in (getattr(obj, "step_memory", None) or {}).items()},
+            prediction=getattr(obj, "prediction", None),
+            prediction_name=getattr(obj, "prediction_name", ""),
+        )
     if isinstance(bundles, Sequence):  # render.html.Report
         subj = _from_bundles(list(bundles), name, what)
         subj.decisions = list(getattr(obj, "decisions", None) or [])
@@ -394,8 +427,57 @@ def memory_rows(subject: Subject) -> list[dict[str, Any]]:
         for k, v in subject.memory.get(r, {}).items():
             if isinstance(v, (int, float, str)) or v is None:
                 row[k] = v
+        measured = subject.step_memory.get(r)
+        if measured is not None and measured.peak_bytes is not None:
+            row["measured_step_peak"] = measured.peak_bytes
+        if subject.prediction is not None:
+            row["predicted_step_peak"] = subject.prediction.peak_bytes
         out.append(row)
     return out
+
+
+def memory_panel(subject: Subject, plan: Any = None, saved_vs_eager: SavedComparison | None = None) -> MemoryPanel:
+    """The Memory tab: the plan's candidates and the measured ranks as bars, saved tensors, thunder vs eager.
+
+    ``plan`` is a ``thunderviz.plan(...)`` result (read by attribute); ``saved_vs_eager`` a
+    ``thunder.saved_compare.compare_saved(...)`` result.
+    """
+    bars = [b.to_dict() for b in plan_bars(plan)] if plan is not None else []
+    bars += [b.to_dict() for b in run_bars(subject.step_memory, subject.prediction, subject.prediction_name)]
+    comparison = []
+    if subject.prediction is not None:
+        for rank, measured in sorted(subject.step_memory.items()):
+            cmp = compare(subject.prediction, measured)
+            if cmp is not None:
+                comparison.append(f"rank {rank}: {cmp.summary()}")
+    forward = subject.primary.forward
+    eager = None
+    if saved_vs_eager is not None:
+        eager = {
+            "summary": saved_vs_eager.summary(),
+            "lines": [
+                {
+                    "line": c.line,
+                    "code": c.code,
+                    "thunder_bytes": c.thunder_bytes,
+                    "eager_bytes": c.eager_bytes,
+                    "extra": c.extra,
+                    "thunder": list(c.thunder),
+                    "eager": list(c.eager),
+                }
+                for c in saved_vs_eager.lines
+            ],
+        }
+    return MemoryPanel(
+        bars=bars,
+        budget=getattr(plan, "memory_per_rank", None) if plan is not None else None,
+        comparison=comparison,
+        saved_by_group=[{"key": r.key, "tensors": r.tensors, "bytes": r.bytes} for r in saved_by_group(forward)],
+        saved_by_line=[
+            {"key": r.key, "code": r.code, "tensors": r.tensors, "bytes": r.bytes} for r in saved_by_line(forward)
+        ],
+        eager=eager,
+    )
 
 
 def op_counts(snapshot: TraceSnapshot) -> dict[str, int]:

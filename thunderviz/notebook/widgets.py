@@ -239,6 +239,11 @@ class TraceView(_GraphWidget):
         trace: ``"forward"`` (default), ``"backward"`` or a stage label.
         decisions: the strategy's decision log (``strategy.decisions``) when ``source`` does not carry it (saved
             trace files do not; the rank engine's report does).
+        plan: a ``thunderviz.plan(...)`` result: the Memory tab draws each candidate's predicted peak as a stacked
+            bar against the budget, next to the ranks' measured peaks (a report run with ``--plan`` carries its
+            own prediction).
+        saved_vs_eager: a ``thunderviz.thunder.saved_compare.compare_saved(module, batch)`` result: the Memory tab
+            lists, line by line, what thunder saves for backward against eager PyTorch.
     """
 
     def __init__(
@@ -248,6 +253,8 @@ class TraceView(_GraphWidget):
         name: str | None = None,
         trace: str = "forward",
         decisions: Iterable[Decision] | None = None,
+        plan: Any = None,
+        saved_vs_eager: Any = None,
         **kwargs: Any,
     ) -> None:
         self._subject = vd.subject_of(source, name)
@@ -265,7 +272,10 @@ class TraceView(_GraphWidget):
                 ledger=vd.ledger_table(self._subject),
                 decisions=[vd.DecisionRow(**d.to_dict()) for d in self._subject.decisions],
                 memory=vd.memory_rows(self._subject),
+                memory_view=vd.memory_panel(self._subject, plan, saved_vs_eager),
             )
+        self._plan = plan
+        self._saved_vs_eager = saved_vs_eager
         self.trace = trace
 
     @property
