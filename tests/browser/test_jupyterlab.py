@@ -28,6 +28,7 @@ import pytest
 
 from tests.helpers.browser import CHROMIUM, CHROMIUM_ARGS, MISSING_REASON, chromium_missing
 from tests.helpers.gpt_traces import decisions_for, gpt_trace_files
+from tests.helpers.memory_view import memory_view_file, memory_view_inputs
 from tests.helpers.timeline_runs import recorded
 
 HERE = Path(__file__).parent
@@ -99,7 +100,11 @@ def _expected(files: dict[str, list[str]], timeline_run: dict[str, list[str]]) -
     worst = timeline.select_worst()
     assert worst["last_rank"] == 1, worst  # rank 1 slept: the model must name it, or the browser check means nothing
     block_spans = timeline.show_group("blocks.0")
+    plan, saved_vs_eager = memory_view_inputs()
+    memory = TraceView(files["fsdp"], trace="forward", plan=plan, saved_vs_eager=saved_vs_eager).panels["memory_view"]
+    assert memory["budget"] and any(not b["fits"] for b in memory["bars"]) and any(b["fits"] for b in memory["bars"])
     return {
+        "memory": memory,
         "timeline_worst": {"key": timeline.data["worst"], "label": worst["label"], "message": worst["message"]},
         "timeline_block_spans": sum(len(v) for v in block_spans.values()),
         "collective_nodes": collective_nodes,
@@ -129,6 +134,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         os.environ,
         THUNDERVIZ_WIDGET_TRACES=json.dumps(files),
         THUNDERVIZ_TIMELINE_RUN=json.dumps(timeline_run),
+        THUNDERVIZ_MEMORY_VIEW=str(memory_view_file(root)),
         JUPYTER_CONFIG_DIR=str(root / ".cfg"),
         PYTHONPATH=pypath,
         JUPYTER_RUNTIME_DIR=str(root / ".runtime"),
@@ -204,6 +210,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             page.locator(".tv-rank[data-state=done]").nth(1).wait_for(timeout=60_000)
             page.locator(".tv-root[data-mode=trace][data-drawn]").nth(1).wait_for(timeout=120_000)
             page.locator(".tl-root[data-drawn]").first.wait_for(timeout=120_000)
+            page.locator(".tv-root[data-mode=trace]").nth(3).wait_for(timeout=120_000)  # the memory view, last
             timings["run_all_s"] = time.monotonic() - t0
             yield Lab(page, errors, expected, timings)
             ctx.close()
@@ -312,10 +319,49 @@ def test_panels_show_decisions_ledger_and_memory(lab: Lab) -> None:
     assert "Ranks 0, 1 issue the same" in ledger.locator(".tv-ok").text_content()
     assert ledger.locator("tbody tr").count() == lab.expected["ledger_rows"]
     root.locator("button.tv-tab[data-tab=memory]").click()
-    assert root.locator(".tv-panel tbody tr").count() == 2  # one row per rank
+    assert root.locator(".tv-panel > table.tv-table").first.locator("tbody tr").count() == 2  # one row per rank
     lab.shot("05-panels-memory", root)
     root.locator("button.tv-tab[data-tab=ledger]").click()
     lab.shot("06-panels-ledger", root)
+
+
+def test_memory_view_bars_budget_and_saved_tensors(lab: Lab) -> None:
+    """The Memory tab of a view given a plan and thunder-vs-eager: one stacked bar per candidate (a segment per
+    category), the budget line where the plan put it, the saved-for-backward tables and the lines where thunder saves
+    more, all as the model computed them."""
+    exp = lab.expected["memory"]
+    root = lab.page.locator(".tv-root[data-mode=trace]").last  # the tour's last cell
+    root.scroll_into_view_if_needed()
+    root.locator("button.tv-tab[data-tab=memory]").click()
+    view = root.locator(".tv-panel .tv-memory")
+    view.wait_for(timeout=20_000)
+    bars = view.locator("svg.tv-memory-bars g.tv-membar")
+    assert bars.evaluate_all("els => els.map(e => e.dataset.label)") == [b["label"] for b in exp["bars"]]
+    for i, bar in enumerate(exp["bars"]):
+        segs = (
+            bars.nth(i)
+            .locator("rect.tv-memseg")
+            .evaluate_all("els => els.map(e => [e.dataset.category, Number(e.dataset.bytes)])")
+        )
+        assert segs == [[s["category"], s["bytes"]] for s in bar["segments"]], bar["label"]
+        assert bars.nth(i).get_attribute("data-total") == str(bar["total"])
+    # The budget line sits between the bar that does not fit and the one that does.
+    line = view.locator("line.tv-budget")
+    assert line.get_attribute("data-bytes") == str(exp["budget"])
+    x_budget = float(line.get_attribute("x1"))
+    for i, bar in enumerate(exp["bars"]):
+        box = bars.nth(i).locator("rect.tv-memseg").last
+        right = float(box.get_attribute("x")) + float(box.get_attribute("width"))
+        assert (right <= x_budget + 0.5) == bar["fits"], (bar["label"], right, x_budget)
+    tables = view.locator("table.tv-table")
+    assert tables.nth(0).locator("tbody tr").count() == len(exp["saved_by_group"])
+    assert tables.nth(1).locator("tbody tr").count() == len(exp["saved_by_line"])
+    assert view.locator(".tv-eager-summary").text_content() == exp["eager"]["summary"]
+    more = [c["line"] for c in exp["eager"]["lines"] if c["extra"] > 0]
+    assert more, "thunder saves more than eager somewhere on this GPT (THUNDER_NOTES: 1.8x), or the check means nothing"
+    shown = view.locator("tr.tv-eager-row.tv-more td:first-child").evaluate_all("els => els.map(e => e.textContent)")
+    assert shown == more
+    lab.shot("07-memory-view", root)
 
 
 def test_compare_summary_and_diff_marks(lab: Lab) -> None:

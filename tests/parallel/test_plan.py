@@ -1,4 +1,4 @@
-"""The plan's plain arithmetic: which candidates exist, how one is chosen, budgets as people write them, extrapolation."""
+"""The plan's plain arithmetic: the candidates, how one is chosen, budgets as people write them, extrapolation."""
 
 from __future__ import annotations
 

@@ -166,6 +166,10 @@ class _GraphWidget(anywidget.AnyWidget):
         """The decisions the static picture lists (a comparison shows none)."""
         return []
 
+    def _static_memory(self) -> str:
+        """The Memory view's static picture (a trace view has one; a comparison shows none)."""
+        return ""
+
     # ------------------------------------------------------------------ display
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
@@ -185,6 +189,7 @@ class _GraphWidget(anywidget.AnyWidget):
             )
         parts.append(f"<table><tr>{''.join(cells)}</tr></table>")
         parts.append(_panels_html(self.panels, self._decision_log()))
+        parts.append(self._static_memory())
         parts.append(
             "<p style='color:#5b6b7c'>Static picture from when the cell ran; open the notebook in "
             "JupyterLab with a kernel for zoom, search, details and expanding blocks.</p></div>"
@@ -284,6 +289,18 @@ class TraceView(_GraphWidget):
 
     def _decision_log(self) -> list[Decision]:
         return self._subject.decisions
+
+    def _static_memory(self) -> str:
+        from thunderviz.render import memory_view as mv
+
+        subject = self._subject
+        parts = [mv.plan_html(self._plan)] if self._plan is not None else []
+        if subject.step_memory:
+            parts.append(mv.run_memory_html(subject.step_memory, None, subject.prediction, subject.prediction_name))
+        parts.append(mv.saved_html(subject.primary.forward))
+        if self._saved_vs_eager is not None:
+            parts.append(mv.saved_comparison_html(self._saved_vs_eager))
+        return "\n".join(p for p in parts if p)
 
     def _pane_specs(self) -> list[tuple[vd.Subject, dict[int, str] | None]]:
         return [(self._subject, None)]

@@ -224,7 +224,6 @@ def saved_comparison_html(comparison: SavedComparison, *, top: int = 12) -> str:
         [c.line, c.code, format_bytes(c.thunder_bytes), format_bytes(c.eager_bytes), _signed(c.extra)]
         for c in comparison.lines[:top]
     ]
-    return (
-        f"<h4>Saved for backward: thunder vs eager</h4><p>{escape(comparison.summary())}</p>"
-        + table(["source line", "code", "thunder", "eager", "thunder extra"], rows)
+    return f"<h4>Saved for backward: thunder vs eager</h4><p>{escape(comparison.summary())}</p>" + table(
+        ["source line", "code", "thunder", "eager", "thunder extra"], rows
     )

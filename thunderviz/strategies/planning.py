@@ -12,6 +12,7 @@ The result, ``Plan``, is what the auto strategy (``strategies.auto``) chooses fr
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -139,6 +140,15 @@ class Plan:
         if i is None:
             raise KeyError(f"the plan has no candidate at world size {world_size}")
         return self.candidates[i]
+
+    def with_budget(self, memory_per_rank: int | str | None) -> Plan:
+        """The same predictions checked against another budget (bytes or ``"40GiB"``; None: no budget)."""
+        try:
+            budget = parse_memory(memory_per_rank) if memory_per_rank is not None else None
+        except ValueError as exc:
+            raise PlanError(str(exc)) from None
+        candidates = [dataclasses.replace(c, fits=budget is None or c.peak_bytes <= budget) for c in self.candidates]
+        return dataclasses.replace(self, candidates=candidates, memory_per_rank=budget)
 
     def table(self) -> str:
         """The plan as text: one line per candidate, the recommended one marked."""
