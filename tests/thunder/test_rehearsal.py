@@ -76,3 +76,37 @@ def test_extrapolation_over_blocks_equals_the_whole_rehearsal(name: str) -> None
     assert {r.memory.phase for r in cut.values()} == {whole.memory.phase}
     assert extrapolate({k: _quantities(r) for k, r in cut.items()}, 5) == _quantities(whole)
     assert whole.memory.peak_bytes > cut[3].memory.peak_bytes > cut[2].memory.peak_bytes
+
+
+@pytest.mark.parametrize("name", ["fsdp-zero2-block", "fsdp-zero3-layer"])
+def test_one_fsdp_rehearsal_counts_other_world_sizes_exactly(name: str) -> None:
+    """Counting the shards at another world size gives what rehearsing at that world size gives (no padding)."""
+    from thunderviz.thunder.rehearsal import rehearse_worlds, scalable_world_sizes
+
+    model = ResidualMLP(n_layer=2)  # every first dimension divisible by 2 and 4
+    assert scalable_world_sizes(model, (2, 4)) and not scalable_world_sizes(model, (3,))
+    spec = candidate_specs([2], [name])[0]
+    both = rehearse_worlds(model, BATCH, options=spec.options, world_sizes=(2, 4), capture_traces=False)
+    alone = rehearse(model, BATCH, options=spec.options, world_size=4, capture_traces=False)
+    assert both[4].memory == alone.memory
+    assert (both[4].comm_bytes, both[4].collectives) == (alone.comm_bytes, alone.collectives)
+    assert both[4].memory.peak_bytes < both[2].memory.peak_bytes
+
+
+@pytest.mark.parametrize("sharding", ["ZERO2", "ZERO3"])
+def test_layer_laid_out_on_block_traces_equals_tracing_layer(sharding: str) -> None:
+    """One trace, two bucketings: the communication pass run again on the optimized traces gives what tracing with
+    LAYER gives (memory, communication, the backward's buckets)."""
+    from thunderviz.thunder.rehearsal import rehearse_all
+
+    model = ResidualMLP(n_layer=2)
+    specs = candidate_specs([2], [f"fsdp-{sharding.lower()}-block", f"fsdp-{sharding.lower()}-layer"])
+    block, layer = rehearse_all(
+        model, BATCH, options=[s.options for s in specs], world_sizes=(2,), capture_traces=False
+    )
+    alone = rehearse(model, BATCH, options=specs[1].options, world_size=2, capture_traces=False)
+    assert layer[2].memory == alone.memory and layer[2].memory != block[2].memory
+    assert (layer[2].comm_bytes, layer[2].collectives) == (alone.comm_bytes, alone.collectives)
+    assert [(b.kind, b.label, b.params) for b in layer[2].buckets] == [
+        (b.kind, b.label, b.params) for b in alone.buckets
+    ]

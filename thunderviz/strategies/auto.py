@@ -36,12 +36,15 @@ from thunderviz.parallel.plan import PREFERENCE, candidate_specs, parse_memory
 from thunderviz.strategies.base import ThunderParallelStrategy
 from thunderviz.strategies.ddp import ThunderDDPStrategy
 from thunderviz.strategies.fsdp import ThunderFSDPStrategy
-from thunderviz.strategies.planning import Candidate, Plan, rehearse_candidate
+from thunderviz.strategies.planning import Candidate, Plan, predict_candidates
 from thunderviz.strategies.registry import register_strategy_names
 from thunderviz.thunder import hooks
 from thunderviz.trace.units import format_bytes
 
 __all__ = ["ThunderAutoStrategy"]
+
+#: The candidates in ``PREFERENCE`` order, grouped by the trace they share.
+_BY_TRACE = (PREFERENCE[:1], PREFERENCE[1:3], PREFERENCE[3:5])
 
 
 class ThunderAutoStrategy(ThunderParallelStrategy):
@@ -174,10 +177,10 @@ class ThunderAutoStrategy(ThunderParallelStrategy):
                 " device='meta')), or a plan: ThunderAutoStrategy(plan=thunderviz.plan(model, batch, ...))"
             )
         tried: list[Candidate] = []
-        for spec in candidate_specs([world]):
-            cand, _ = rehearse_candidate(
+        for names in _BY_TRACE:  # one trace each (both bucketings of a sharding share one, thunder.rehearsal)
+            got, _ = predict_candidates(
                 target,
-                spec,
+                candidate_specs([world], names),
                 self.example_input,
                 loss_fn=self.loss_fn,
                 optimizer=self._optimizer_for_plan(optimizers),
@@ -185,10 +188,10 @@ class ThunderAutoStrategy(ThunderParallelStrategy):
                 device=self.root_device.type,
                 budget=budget,
             )
-            cand = dataclasses.replace(cand, bundle=None)
-            tried.append(cand)
-            if cand.fits:
-                return tried, cand
+            tried += [dataclasses.replace(c, bundle=None) for c in got]
+            fitting = [c for c in tried if c.fits]
+            if fitting:
+                return tried, fitting[0]
         return tried, None
 
     def _optimizer_for_plan(self, optimizers: list[Optimizer]) -> Any:

@@ -34,7 +34,7 @@ from thunderviz.trace.memory import MemoryEstimate
 from thunderviz.trace.model import TraceBundle
 from thunderviz.trace.units import format_bytes
 
-__all__ = ["Candidate", "Plan", "default_device", "plan", "rehearse_candidate"]
+__all__ = ["Candidate", "Plan", "default_device", "plan", "predict_candidates"]
 
 #: Models with more repeated blocks than this are rehearsed cut to ``CUT_BLOCKS`` and extrapolated.
 WHOLE_UP_TO_BLOCKS = 3
@@ -205,9 +205,9 @@ def _template(model: Any) -> Any:
     )
 
 
-def rehearse_candidate(
+def predict_candidates(
     template: Any,
-    spec: CandidateSpec,
+    specs: Sequence[CandidateSpec],
     example_input: Any,
     *,
     loss_fn: Callable[[Any], Any] | None,
@@ -215,47 +215,60 @@ def rehearse_candidate(
     precision: str,
     device: str,
     budget: int | None,
-) -> tuple[Candidate, str]:
-    """Predict one candidate: rehearsed whole, or cut to ``CUT_BLOCKS`` blocks and extrapolated; and how."""
-    from thunderviz.thunder.rehearsal import block_container, cut_blocks, rehearse
+) -> tuple[list[Candidate], str]:
+    """Predict ``specs`` (in their order): rehearsed whole, or cut to ``CUT_BLOCKS`` blocks and extrapolated; and how.
 
-    kwargs = {
-        "options": spec.options,
-        "world_size": spec.world_size,
-        "loss_fn": loss_fn,
-        "optimizer": optimizer,
-        "precision": precision,
-        "device": device,
-    }
+    All of them together, so thunder traces as little as is exact (``thunder.rehearsal.rehearse_all``: one trace per
+    sharding for every bucketing and world size).
+    """
+    from thunderviz.thunder.rehearsal import block_container, cut_blocks, rehearse_all
+
+    names = list(dict.fromkeys(s.name for s in specs))
+    by_name = {s.name: s.options for s in specs}
+    sizes = sorted({s.world_size for s in specs})
+    kwargs = {"loss_fn": loss_fn, "optimizer": optimizer, "precision": precision, "device": device}
+
+    def run(model: Any) -> dict[tuple[str, int], Any]:
+        got = rehearse_all(model, example_input, options=[by_name[n] for n in names], world_sizes=sizes, **kwargs)
+        return {(n, w): r for n, per_world in zip(names, got, strict=True) for w, r in per_world.items()}
+
     found = block_container(template)
     if found is None or found[1] <= WHOLE_UP_TO_BLOCKS:
-        r = rehearse(template, example_input, **kwargs)
-        memory = MemoryEstimate(r.memory.peak_bytes, r.memory.breakdown, r.memory.groups, r.memory.phase, "rehearsed")
-        return _candidate(spec, memory, r.comm_bytes, r.collectives, budget, r.bundle), "rehearsed whole"
+        whole = run(template)
+        out = [_whole(s, whole[s.name, s.world_size], budget, "rehearsed") for s in specs]
+        return out, "rehearsed whole"
     path, n = found
-    cut = {k: rehearse(cut_blocks(template, k), example_input, **kwargs) for k in CUT_BLOCKS}
-    phases = {r.memory.phase for r in cut.values()}
-    if len(phases) != 1:
-        r = rehearse(template, example_input, **kwargs)
-        memory = MemoryEstimate(r.memory.peak_bytes, r.memory.breakdown, r.memory.groups, r.memory.phase, "rehearsed")
-        how = f"rehearsed whole (cut to {CUT_BLOCKS} blocks the peak moved between {sorted(phases)})"
-        return _candidate(spec, memory, r.comm_bytes, r.collectives, budget, r.bundle), how
-    values = {
-        k: {
-            **{f"c:{c}": v for c, v in r.memory.breakdown.items()},
-            **{f"g:{g}": v for g, v in r.memory.groups.items()},
-            "comm": r.comm_bytes,
-            "collectives": r.collectives,
-        }
-        for k, r in cut.items()
-    }
-    at = extrapolate(values, n)
-    breakdown = {k[2:]: v for k, v in at.items() if k.startswith("c:")}
-    groups = {k[2:]: v for k, v in at.items() if k.startswith("g:")}
+    cut = {k: run(cut_blocks(template, k)) for k in CUT_BLOCKS}
     how = f"extrapolated from {path} cut to {' and '.join(map(str, CUT_BLOCKS))} of its {n} blocks"
-    memory = MemoryEstimate(sum(breakdown.values()), breakdown, groups, phases.pop(), how)
-    last = cut[CUT_BLOCKS[-1]]
-    return _candidate(spec, memory, at["comm"], at["collectives"], budget, last.bundle), how
+    out = []
+    whole: dict[tuple[str, int], Any] | None = None
+    for s in specs:
+        points = {k: cut[k][s.name, s.world_size] for k in CUT_BLOCKS}
+        phases = {r.memory.phase for r in points.values()}
+        if len(phases) != 1:  # the peak moved: the cut models are not like the whole one there
+            whole = whole or run(template)
+            out.append(_whole(s, whole[s.name, s.world_size], budget, "rehearsed whole (cut, the peak moved)"))
+            continue
+        at = extrapolate({k: _quantities(r) for k, r in points.items()}, n)
+        breakdown = {k[2:]: v for k, v in at.items() if k.startswith("c:")}
+        groups = {k[2:]: v for k, v in at.items() if k.startswith("g:")}
+        memory = MemoryEstimate(sum(breakdown.values()), breakdown, groups, phases.pop(), how)
+        out.append(_candidate(s, memory, at["comm"], at["collectives"], budget, points[CUT_BLOCKS[-1]].bundle))
+    return out, how
+
+
+def _quantities(r: Any) -> dict[str, int]:
+    return {
+        **{f"c:{c}": v for c, v in r.memory.breakdown.items()},
+        **{f"g:{g}": v for g, v in r.memory.groups.items()},
+        "comm": r.comm_bytes,
+        "collectives": r.collectives,
+    }
+
+
+def _whole(spec: CandidateSpec, r: Any, budget: int | None, how: str) -> Candidate:
+    memory = MemoryEstimate(r.memory.peak_bytes, r.memory.breakdown, r.memory.groups, r.memory.phase, how)
+    return _candidate(spec, memory, r.comm_bytes, r.collectives, budget, r.bundle)
 
 
 def _candidate(
@@ -314,31 +327,26 @@ def plan(
     except ValueError as exc:
         raise PlanError(str(exc)) from None
     template = _template(model)
-    out: list[Candidate] = []
-    hows: set[str] = set()
-    for spec in specs:
-        try:
-            cand, how = rehearse_candidate(
-                template,
-                spec,
-                example_input,
-                loss_fn=loss_fn,
-                optimizer=optimizer,
-                precision=precision,
-                device=device,
-                budget=budget,
-            )
-        except PlanError:
-            raise
-        except ValueError as exc:
-            raise PlanError(f"plan: {exc}") from exc
-        out.append(cand)
-        hows.add(how)
+    try:
+        out, how = predict_candidates(
+            template,
+            specs,
+            example_input,
+            loss_fn=loss_fn,
+            optimizer=optimizer,
+            precision=precision,
+            device=device,
+            budget=budget,
+        )
+    except PlanError:
+        raise
+    except ValueError as exc:
+        raise PlanError(f"plan: {exc}") from exc
     return Plan(
         candidates=out,
         memory_per_rank=budget,
         device=device,
         model=type(template).__name__,
-        how="; ".join(sorted(hows)),
+        how=how,
         seconds=time.perf_counter() - t0,
     )

@@ -20,7 +20,7 @@ Three stand-ins, each as small as it can be:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -59,28 +59,33 @@ def _first_tensor(args: tuple, kwargs: dict) -> torch.Tensor | None:
 
 
 @contextlib.contextmanager
-def meta_collectives(tracker: Any) -> Iterator[None]:
-    """Collectives on meta tensors finish at once and label their buffers in ``tracker`` (a ``StorageTracker``)."""
+def meta_collectives(tracker_of: Callable[[], Any]) -> Iterator[None]:
+    """Collectives on meta tensors finish at once and label their buffers in the tracker ``tracker_of()`` returns (a
+    ``StorageTracker``; asked at each call, so a rehearsal can count several steps with fresh trackers)."""
     names = ("all_gather_into_tensor", "reduce_scatter_tensor", "all_reduce", "broadcast")
     originals = {name: getattr(tdist, name) for name in names}
 
     def all_gather_into_tensor(output: torch.Tensor, input: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         if not output.is_meta:
             return originals["all_gather_into_tensor"](output, input, *args, **kwargs)
-        tracker.label(input, "communication buffers")  # a parameter (a one-member bucket) stays a parameter
+        tracker = tracker_of()
+        # A parameter (a one-member bucket) stays a parameter; either way what is sent is a shard.
+        tracker.label(input, "communication buffers", sharded=True)
         tracker.label(output, "gathered parameters", force=True)
         return _Done() if _async(args, kwargs, 1) else None
 
     def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         if not output.is_meta:
             return originals["reduce_scatter_tensor"](output, input, *args, **kwargs)
+        tracker = tracker_of()
         tracker.label(input, "communication buffers", force=True)
-        tracker.label(output, "gradients", force=True)
+        tracker.label(output, "gradients", force=True, sharded=True)
         return _Done() if _async(args, kwargs, 2) else None
 
     def all_reduce(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         if not tensor.is_meta:
             return originals["all_reduce"](tensor, *args, **kwargs)
+        tracker = tracker_of()
         tracker.label(tensor, "gradients", force=True)  # DDP: the bucket's views become the gradients
         return _Done() if _async(args, kwargs, 2) else None
 

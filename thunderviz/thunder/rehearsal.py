@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from thunderviz.parallel.buckets import find_blocks
-from thunderviz.parallel.options import Parallelism, StrategyOptions
+from thunderviz.parallel.options import Bucketing, Parallelism, StrategyOptions
 from thunderviz.parallel.plan import ring_bytes
 from thunderviz.thunder import hooks
 from thunderviz.thunder.comm_setup import configure_comm
@@ -56,7 +56,12 @@ __all__ = [
     "make_optimizer",
     "meta_inputs",
     "meta_twin",
+    "record_comm_pass",
     "rehearse",
+    "rehearse_all",
+    "rehearse_worlds",
+    "relayout",
+    "scalable_world_sizes",
 ]
 
 #: ``Fabric(precision=...)`` values a rehearsal reproduces as Fabric's precision plugins do: the parameters in that
@@ -274,17 +279,30 @@ def _step(
 
 
 def _register_state(tracker: StorageTracker, module: nn.Module, opt: torch.optim.Optimizer, inputs: tuple) -> None:
-    """What is alive when the counted step starts, as ``MemTracker.track_external(module, optimizer, inputs)``."""
+    """What is alive when the counted step starts, as ``MemTracker.track_external(module, optimizer, inputs)``
+    (under FSDP the parameters, their gradients and optimizer state are shards)."""
+    shards = tracker.sharding
     for p in module.parameters():
-        tracker.label(p, "parameters", "parameters", force=True)
+        tracker.label(p, "parameters", "parameters", force=True, sharded=shards)
         if p.grad is not None:
-            tracker.label(p.grad, "gradients", "gradients", force=True)
+            tracker.label(p.grad, "gradients", "gradients", force=True, sharded=shards)
     for b in module.buffers():
-        tracker.label(b, "parameters", "parameters", force=True)
+        tracker.label(b, "parameters", "parameters", force=True, sharded=False)
     for state in opt.state.values():
         for v in state.values():
-            tracker.label(v, "optimizer state", "optimizer", force=True)
+            if isinstance(v, torch.Tensor):
+                tracker.label(v, "optimizer state", "optimizer", force=True, sharded=shards and v.numel() > 1)
     tracker.label_all([a for a in inputs if isinstance(a, torch.Tensor)], "inputs")
+
+
+def scalable_world_sizes(module: nn.Module, world_sizes: Sequence[int]) -> bool:
+    """Whether one FSDP rehearsal can count all ``world_sizes`` (``StorageTracker``'s module doc): no parameter needs
+    padding at any of them (every first dimension divisible, no 0-dim parameter)."""
+    return all(
+        p.dim() >= 1 and p.shape[0] % w == 0
+        for _, p in module.named_parameters(remove_duplicate=True)
+        for w in world_sizes
+    )
 
 
 def rehearse(
@@ -299,19 +317,125 @@ def rehearse(
     device: str = "cpu",
     capture_traces: bool = True,
 ) -> Rehearsal:
-    """One counted training step of ``template`` under ``options`` as rank 0 of ``world_size`` ranks (module doc).
+    """``rehearse_worlds`` for one world size."""
+    return rehearse_worlds(
+        template,
+        example_input,
+        options=options,
+        world_sizes=(world_size,),
+        loss_fn=loss_fn,
+        optimizer=optimizer,
+        precision=precision,
+        device=device,
+        capture_traces=capture_traces,
+    )[world_size]
+
+
+def rehearse_worlds(
+    template: nn.Module,
+    example_input: Any,
+    *,
+    options: StrategyOptions,
+    world_sizes: Sequence[int],
+    loss_fn: Callable[[Any], torch.Tensor] | None = None,
+    optimizer: Any = "adamw",
+    precision: str = "32-true",
+    device: str = "cpu",
+    capture_traces: bool = True,
+) -> dict[int, Rehearsal]:
+    """The rehearsal at each of ``world_sizes`` (see ``rehearse_all``)."""
+    return rehearse_all(
+        template,
+        example_input,
+        options=[options],
+        world_sizes=world_sizes,
+        loss_fn=loss_fn,
+        optimizer=optimizer,
+        precision=precision,
+        device=device,
+        capture_traces=capture_traces,
+    )[0]
+
+
+def rehearse_all(
+    template: nn.Module,
+    example_input: Any,
+    *,
+    options: Sequence[StrategyOptions],
+    world_sizes: Sequence[int],
+    loss_fn: Callable[[Any], torch.Tensor] | None = None,
+    optimizer: Any = "adamw",
+    precision: str = "32-true",
+    device: str = "cpu",
+    capture_traces: bool = True,
+) -> list[dict[int, Rehearsal]]:
+    """Each of ``options`` rehearsed at each of ``world_sizes``, tracing as little as is exact.
+
+    thunder's tracing is what a rehearsal costs, so it is shared where the traces are the same up to what is counted:
+    one step counts every world size when that is exact (DDP's memory does not depend on it; FSDP's only through its
+    shards, see ``StorageTracker``), and FSDP options that differ only in bucketing share one trace, the
+    communication pass laying out each bucketing on the same optimized traces (``relayout``), as it does when thunder
+    calls it. Returns one ``{world size: Rehearsal}`` per entry of ``options``.
+    """
+    sizes = sorted(set(world_sizes))
+    kwargs = {"loss_fn": loss_fn, "optimizer": optimizer, "precision": precision, "device": device}
+    results: dict[int, dict[int, Rehearsal]] = {}
+    groups: dict[tuple, list[int]] = {}
+    for i, o in enumerate(options):
+        key = (
+            o.parallelism,
+            o.sharding_strategy if o.parallelism is Parallelism.FSDP else None,
+            o.executors,
+            o.jit_kwargs,
+        )
+        groups.setdefault(key, []).append(i)
+    for members in groups.values():
+        first = options[members[0]]
+        layouts = [options[i] for i in members]
+        one_step = len(sizes) == 1 or first.parallelism is Parallelism.DDP or scalable_world_sizes(template, sizes)
+        for reference, others in [(sizes[0], sizes[1:])] if one_step else [(w, ()) for w in sizes]:
+            got = _rehearse(
+                template,
+                example_input,
+                layouts=layouts,
+                reference=reference,
+                others=others,
+                capture_traces=capture_traces,
+                **kwargs,
+            )
+            for i, per_world in zip(members, got, strict=True):
+                results.setdefault(i, {}).update(per_world)
+    return [results[i] for i in range(len(options))]
+
+
+def _rehearse(
+    template: nn.Module,
+    example_input: Any,
+    *,
+    layouts: Sequence[StrategyOptions],
+    reference: int,
+    others: Sequence[int],
+    loss_fn: Callable[[Any], torch.Tensor] | None,
+    optimizer: Any,
+    precision: str,
+    device: str,
+    capture_traces: bool,
+) -> list[dict[int, Rehearsal]]:
+    """Counted training steps of ``template`` as rank 0 of ``reference`` ranks (module doc): traced once with
+    ``layouts[0]``, one counted step per layout (the later ones run the first's traces laid out again, ``relayout``).
 
     Args:
         template: the model; it is copied to the meta device first and never touched.
         example_input: what one rank's ``model(...)`` takes: a tensor or a tuple of arguments (meta is fine).
-        options: the strategy's options (``parallel.options.StrategyOptions``).
-        world_size: ranks the strategy runs on.
+        layouts: the strategy's options (``parallel.options.StrategyOptions``), differing at most in bucketing.
+        reference: ranks the step runs with; ``others``: further world sizes counted from it (``StorageTracker``).
         loss_fn: output -> scalar; default ``output.sum()``.
         optimizer: see ``make_optimizer``.
         precision: one of ``PRECISIONS``.
         device: ``"cpu"`` or ``"cuda"``: the ranks' device (executor choices, allocator rounding, optimizer form).
         capture_traces: also capture the traces (``thunder.capture``) for the memory view.
     """
+    options = layouts[0]
     if precision not in PRECISIONS:
         raise ValueError(
             f"precision={precision!r}: a plan reproduces {', '.join(PRECISIONS)}; mixed precision (autocast) is not"
@@ -323,13 +447,15 @@ def rehearse(
         module = module.to(dtype)
     found = block_container(module)
     inputs = meta_inputs(example_input, dtype if dtype is not torch.float32 else None)
-    group = fake_group(world_size)
-    tracker = StorageTracker(cuda_rounding=device == "cuda", count_devices={"meta", device})
-    grad_hooks = []
-    with target_device(device), meta_collectives(tracker):
+    group = fake_group(reference)
+    grad_hooks: list[Any] = []
+    results: list[dict[int, Rehearsal]] = []
+    tracker = _tracker(reference, others, options, device)
+    with target_device(device), meta_collectives(lambda: tracker):
         executors = list(options.executors) if options.executors else None
         jitted = hooks.jit(module, executors=executors, **dict(options.jit_kwargs))
         _distribute(module, jitted, options, group)
+        recorded = record_comm_pass(jitted)
         opt = make_optimizer(optimizer, [p for p in module.parameters() if p.requires_grad], device)
         loss = loss_fn or _default_loss
         _step(jitted, inputs, loss, opt, None, dtype)  # compiles; creates the optimizer state
@@ -340,32 +466,129 @@ def rehearse(
                         lambda q: tracker.label(q.grad, "gradients", "gradients", force=True)
                     )
                 )
-        with tracker:
-            _register_state(tracker, module, opt, inputs)
-            tracker.reset_peak()
-            opt.zero_grad()
-            _step(jitted, inputs, loss, opt, tracker, dtype)
+        for k, layout in enumerate(layouts):
+            if k:
+                relayout(jitted, recorded, layout, module)
+                tracker = _tracker(reference, others, layout, device)
+            with tracker:
+                _register_state(tracker, module, opt, inputs)
+                tracker.reset_peak()
+                opt.zero_grad()
+                _step(jitted, inputs, loss, opt, tracker, dtype)
+            results.append(_results(jitted, tracker, template, reference, found, capture_traces))
     for h in grad_hooks:
         h.remove()
+    del jitted, opt, module
+    gc.collect()
+    return results
+
+
+def _tracker(reference: int, others: Sequence[int], options: StrategyOptions, device: str) -> StorageTracker:
+    return StorageTracker(
+        cuda_rounding=device == "cuda",
+        count_devices={"meta", device},
+        reference=reference,
+        world_sizes=others,
+        sharding=options.parallelism is Parallelism.FSDP,
+    )
+
+
+def _results(
+    jitted: Any, tracker: StorageTracker, template: nn.Module, reference: int, found: Any, capture_traces: bool
+) -> dict[int, Rehearsal]:
     bundle = None
     if capture_traces:
         from thunderviz.thunder.capture import capture
 
-        bundle = capture(jitted, type(template).__name__, rank=0)
-        bundle.world_size = world_size
+        bundle = capture(jitted, type(template).__name__, rank=0, stages=False)
+        bundle.world_size = reference
     buckets = _buckets(jitted)
-    comm = sum(ring_bytes(b.kind, b.bytes, world_size) for b in buckets)
-    result = Rehearsal(
-        memory=tracker.peak,
-        comm_bytes=comm,
-        collectives=len(buckets),
-        buckets=buckets,
-        bundle=bundle,
-        blocks=found[1] if found else None,
-    )
-    del jitted, opt, module
-    gc.collect()
+    result = {}
+    for w, peak in tracker.peaks.items():
+        # What an all_gather sends is a shard; what a reduction takes is whole (see StorageTracker).
+        sent = [b.bytes * reference // w if b.kind == "all_gather" else b.bytes for b in buckets]
+        result[w] = Rehearsal(
+            memory=peak,
+            comm_bytes=sum(ring_bytes(b.kind, n, w) for b, n in zip(buckets, sent, strict=True)),
+            collectives=len(buckets),
+            buckets=buckets,
+            bundle=bundle,
+            blocks=found[1] if found else None,
+        )
     return result
+
+
+# -- another bucketing on the same traces --------------------------------------------------------------------------
+
+
+@dataclass
+class _Recorded:
+    """What the communication pass received for the cache entry thunder built: the optimized forward and backward
+    traces (before bucketing) and the parameters it was told about."""
+
+    transform: Any
+    traces: list[Any]
+
+
+def record_comm_pass(jitted: Any) -> _Recorded:
+    """Keep what thunder hands the communication pass, so another bucketing can be laid out on the same traces."""
+    import thunder
+
+    from thunderviz.thunder.comm_pass import ensure_comm_transform
+
+    transform = ensure_comm_transform(thunder.compile_data(jitted))
+    recorded = _Recorded(transform, [])
+    original = transform.transform_trace_post_optimization
+
+    def keep(trace: Any, **kwargs: Any) -> Any:
+        recorded.traces.append(trace)
+        return original(trace, **kwargs)
+
+    transform.transform_trace_post_optimization = keep
+    return recorded
+
+
+def relayout(jitted: Any, recorded: _Recorded, options: StrategyOptions, module: nn.Module) -> None:
+    """Lay ``options``' bucketing out on the traces thunder built for ``jitted`` and make its cache entry run them.
+
+    The communication pass is called exactly as thunder calls it after optimization (forward, then backward), with the
+    same parameters relabelled for the new buckets (``thunder.comm_setup``'s labels); the results are compiled the way
+    thunder compiles a cache entry's computation and backward.
+    """
+    import dataclasses
+
+    import thunder
+    from thunder.common import transform_to_torch_types
+
+    from thunderviz.parallel.buckets import bucket_label
+    from thunderviz.thunder.comm_pass import CommTransform, ParamRecord
+
+    forward, backward = recorded.traces[-2:]
+    blocks = find_blocks(module) if options.bucketing_strategy is Bucketing.BLOCK else []
+    fresh = CommTransform()
+    fresh.current = {
+        name: ParamRecord(
+            dataclasses.replace(
+                rec.config,
+                label=bucket_label(rec.config.param_name, options.bucketing_strategy, blocks),
+                bucketing=options.bucketing_strategy,
+            ),
+            rec.group,
+            rec.world,
+        )
+        for name, rec in recorded.transform.current.items()
+    }
+    new_forward = fresh.transform_trace_post_optimization(forward)
+    new_backward = fresh.transform_trace_post_optimization(backward)
+    cs = thunder.compile_stats(jitted)
+    entry = cs.interpreter_cache[-1]
+    cs.interpreter_cache[-1] = entry._replace(
+        computation_fn=transform_to_torch_types(new_forward).python_callable(),
+        computation_traces=[*entry.computation_traces, new_forward],
+        backward_fn=new_backward.python_callable(),
+        backward_traces=[*entry.backward_traces, new_backward],
+    )
+    recorded.transform.buckets = fresh.buckets  # what hooks.comm_buckets reads
 
 
 def _buckets(jitted: Any) -> list[Bucket]:
