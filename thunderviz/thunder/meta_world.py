@@ -8,8 +8,10 @@ Three stand-ins, each as small as it can be:
   ``fabric.setup``) is left alone.
 - ``meta_collectives(tracker)``: while active, ``torch.distributed``'s collectives called on meta tensors (by
   thunder's torch executor) return at once with a finished work handle — there is no data to move — and tell the
-  tracker what their buffers are (gathered parameters, communication buffers, reduced gradients). Calls on real
-  tensors go to the real functions.
+  tracker what their buffers are (gathered parameters, communication buffers, reduced gradients). The handle keeps
+  the collective's tensors alive until it is dropped, as gloo's and NCCL's work objects do: a bucket packed for an
+  all_gather lives until its wait, not until its last use in the trace (measured: ZERO3 + BLOCK on a residual MLP
+  was 1.8% under the MemTracker reading without it, exact with it). Calls on real tensors go to the real functions.
 - ``target_device(kind)``: thunder asks the device of a tensor to choose some executors (its SDPA executor claims
   attention only on CUDA, where flash / memory-efficient kernels exist). A meta tensor is neither, so while this is
   active the choice is answered as the *target* would answer it: on ``"cpu"`` the math path (what the CPU ranks
@@ -42,7 +44,10 @@ def fake_group(world_size: int) -> tdist.ProcessGroup:
 
 
 class _Done:
-    """A collective that finished: what ``async_op=True`` returns, for a meta tensor."""
+    """A collective that finished: what ``async_op=True`` returns for meta tensors, holding them as real work does."""
+
+    def __init__(self, *tensors: torch.Tensor) -> None:
+        self.tensors = tensors
 
     def wait(self, *args: Any, **kwargs: Any) -> bool:
         return True
@@ -72,7 +77,7 @@ def meta_collectives(tracker_of: Callable[[], Any]) -> Iterator[None]:
         # A parameter (a one-member bucket) stays a parameter; either way what is sent is a shard.
         tracker.label(input, "communication buffers", sharded=True)
         tracker.label(output, "gathered parameters", force=True)
-        return _Done() if _async(args, kwargs, 1) else None
+        return _Done(output, input) if _async(args, kwargs, 1) else None
 
     def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         if not output.is_meta:
@@ -80,19 +85,19 @@ def meta_collectives(tracker_of: Callable[[], Any]) -> Iterator[None]:
         tracker = tracker_of()
         tracker.label(input, "communication buffers", force=True)
         tracker.label(output, "gradients", force=True, sharded=True)
-        return _Done() if _async(args, kwargs, 2) else None
+        return _Done(output, input) if _async(args, kwargs, 2) else None
 
     def all_reduce(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         if not tensor.is_meta:
             return originals["all_reduce"](tensor, *args, **kwargs)
         tracker = tracker_of()
         tracker.label(tensor, "gradients", force=True)  # DDP: the bucket's views become the gradients
-        return _Done() if _async(args, kwargs, 2) else None
+        return _Done(tensor) if _async(args, kwargs, 2) else None
 
     def broadcast(tensor: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         if not tensor.is_meta:
             return originals["broadcast"](tensor, *args, **kwargs)
-        return _Done() if _async(args, kwargs, 2) else None
+        return _Done(tensor) if _async(args, kwargs, 2) else None
 
     replacements = {
         "all_gather_into_tensor": all_gather_into_tensor,
