@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,9 +86,10 @@ class Candidate:
     def describe(self) -> str:
         """``fsdp-zero2-block x8: peak 12.1 GiB (fits), sends 3.1 GiB in 66 collectives per step``."""
         fit = "fits" if self.fits else "does not fit"
+        collectives = f"{self.collectives} collective{'' if self.collectives == 1 else 's'}"
         return (
             f"{self.name} x{self.world_size}: peak {format_bytes(self.peak_bytes)} ({fit}), sends"
-            f" {format_bytes(self.comm_bytes)} in {self.collectives} collectives per step"
+            f" {format_bytes(self.comm_bytes)} in {collectives} per step"
         )
 
     def __repr__(self) -> str:
@@ -221,7 +223,14 @@ def predict_candidates(
     All of them together, so thunder traces as little as is exact (``thunder.rehearsal.rehearse_all``: one trace per
     sharding for every bucketing and world size).
     """
-    from thunderviz.thunder.rehearsal import block_container, cut_blocks, rehearse_all
+    with warnings.catch_warnings():
+        # thunder's import says an optional executor (TransformerEngine) is missing: nothing a plan uses or depends on,
+        # and it would be the only output of a notebook cell that plans.
+        warnings.filterwarnings("ignore", message="transformer_engine module not found")
+        from thunderviz.thunder.compat import ensure_supported_thunder
+        from thunderviz.thunder.rehearsal import block_container, cut_blocks, rehearse_all
+
+        ensure_supported_thunder()  # imports thunder, here
 
     names = list(dict.fromkeys(s.name for s in specs))
     by_name = {s.name: s.options for s in specs}
