@@ -237,8 +237,15 @@ def predict_candidates(
     sizes = sorted({s.world_size for s in specs})
     kwargs = {"loss_fn": loss_fn, "optimizer": optimizer, "precision": precision, "device": device}
 
-    def run(model: Any) -> dict[tuple[str, int], Any]:
-        got = rehearse_all(model, example_input, options=[by_name[n] for n in names], world_sizes=sizes, **kwargs)
+    def run(model: Any, capture: bool = True) -> dict[tuple[str, int], Any]:
+        got = rehearse_all(
+            model,
+            example_input,
+            options=[by_name[n] for n in names],
+            world_sizes=sizes,
+            capture_traces=capture,
+            **kwargs,
+        )
         return {(n, w): r for n, per_world in zip(names, got, strict=True) for w, r in per_world.items()}
 
     found = block_container(template)
@@ -247,7 +254,8 @@ def predict_candidates(
         out = [_whole(s, whole[s.name, s.world_size], budget, "rehearsed") for s in specs]
         return out, "rehearsed whole"
     path, n = found
-    cut = {k: run(cut_blocks(template, k)) for k in CUT_BLOCKS}
+    # the traces kept for the memory view are the larger cut's: capturing the other would cost time for nothing
+    cut = {k: run(cut_blocks(template, k), capture=k == CUT_BLOCKS[-1]) for k in CUT_BLOCKS}
     how = f"extrapolated from {path} cut to {' and '.join(map(str, CUT_BLOCKS))} of its {n} blocks"
     out = []
     whole: dict[tuple[str, int], Any] | None = None
