@@ -11,6 +11,12 @@ What runs, each in a fresh rank process (world size 1):
    one collective per bucket, and (ZERO3) gathers in backward; with nvFuser installed, fusions must appear.
 2. ``%%thunder_fsdp --nproc 1 --backend nccl --sharding zero3 --bucketing block`` in a real Jupyter kernel: the same
    checks on what the rank reports, and the cell's ``RunReport`` must carry the captured traces.
+3. The memory plan on the device: ``thunderviz.plan`` (made on the rank, for its device) of DDP and FSDP ZERO2 BLOCK
+   against the step peak the rank measures (CUDA: ``max_memory_allocated`` after ``reset_peak_memory_stats``); each
+   within 10%. On CUDA the model is large enough (a peak of about 1.5 GiB) that what the prediction leaves out —
+   cuBLAS's workspace (tens of MiB, allocated through the caching allocator on the first matmul), blocks the
+   allocator hands out whole when the remainder is under 1 MiB — stays within that; the CPU rehearsal uses a small
+   model.
 """
 
 from __future__ import annotations
@@ -146,6 +152,86 @@ def strategies_job(rank: int, world: int, device_type: str) -> list[dict[str, An
     return rows
 
 
+def _memory_model(device_type: str) -> tuple[Any, tuple[int, int], int]:
+    """(factory, batch shape, vocabulary) of the memory check: large on CUDA (see the module docstring)."""
+    import functools
+
+    from thunderviz.demos.models import TinyGPT
+
+    if device_type == "cuda":
+        vocab, shape = 4096, (8, 512)
+        return functools.partial(TinyGPT, vocab, 512, 1024, 2, 16), shape, vocab
+    vocab, shape = 256, (4, 64)
+    return functools.partial(TinyGPT, vocab, 64, 64, 2, 4), shape, vocab
+
+
+def memory_job(rank: int, world: int, device_type: str) -> list[dict[str, Any]]:
+    """Runs in a fresh rank process: plan two candidates for this device, train each, measure the step peak."""
+    import torch
+    from lightning.fabric import Fabric
+
+    import thunderviz
+    from thunderviz.thunder.memory_meter import StepMemoryMeter
+
+    build, shape, vocab = _memory_model(device_type)
+    y_meta = torch.empty(shape, dtype=torch.long, device="meta")
+
+    def loss_fn(out: Any, y: Any = y_meta) -> Any:
+        return torch.nn.functional.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
+
+    plan = thunderviz.plan(
+        build,
+        torch.empty(shape, dtype=torch.long, device="meta"),
+        loss_fn=loss_fn,
+        optimizer="adamw",
+        world_sizes=(world,),
+        device=device_type,
+        candidates=("ddp", "fsdp-zero2-block"),
+    )
+    rows = []
+    for cand in plan.candidates:
+        fabric = Fabric(accelerator="cuda" if device_type == "cuda" else "cpu", devices=world, strategy=cand.strategy())
+        fabric.launch()
+        torch.manual_seed(0)
+        with fabric.init_module(empty_init=True):
+            net = build()
+        net, opt = fabric.setup(net, torch.optim.AdamW(net.parameters()))
+        meter = StepMemoryMeter(lambda net=net: [net]).start()
+        for step in range(4):
+            g = torch.Generator().manual_seed(step)
+            x = torch.randint(0, vocab, shape, generator=g).to(fabric.device)
+            y = torch.randint(0, vocab, shape, generator=g).to(fabric.device)
+            out = net(x)
+            loss = loss_fn(out, y)
+            fabric.backward(loss)
+            opt.step()
+            opt.zero_grad()
+            del out, loss
+        measured = meter.stop()
+        peak = measured.peak_bytes
+        error = None if peak is None else (cand.peak_bytes - peak) / peak
+        problems = []
+        if error is None or abs(error) > 0.10:
+            problems.append(
+                f"memory plan, {cand.name}: predicted {cand.peak_bytes} bytes, measured {peak} ({measured.source},"
+                f" steps {measured.steps}{', ' + measured.note if measured.note else ''})"
+            )
+        rows.append(
+            {
+                "name": cand.name,
+                "predicted": cand.peak_bytes,
+                "measured": peak,
+                "source": measured.source,
+                "error": error,
+                "problems": problems,
+            }
+        )
+        del net, opt
+        if device_type == "cuda":
+            torch.cuda.empty_cache()
+    return rows
+
+
 _CELL = """\
 %%thunder_fsdp --nproc 1 --backend {backend} --sharding zero3 --bucketing block --name device_report
 import sys
@@ -228,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cpu-rehearsal", action="store_true", help="run the same steps on CPU with gloo")
     parser.add_argument("--skip-kernel", action="store_true", help="leave out the Jupyter kernel step")
+    parser.add_argument("--skip-memory", action="store_true", help="leave out the memory plan step")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     import torch
@@ -269,6 +356,15 @@ def main(argv: list[str] | None = None) -> int:
             _print_row("%%thunder_fsdp ZERO3 BLOCK", data)
             print(f"    report: {data['report']}")
         problems += data["problems"]
+    if not args.skip_memory:
+        print(f"3. memory plan against the measured step peak on {device_type} (world size 1):")
+        for row in run_ranks(memory_job, device_type, nproc=1, timeout=200)[0]:
+            err = "n/a" if row["error"] is None else f"{row['error'] * 100:+.1f}%"
+            print(
+                f"- {row['name']}: predicted {row['predicted'] / 2**20:.1f} MiB, measured"
+                f" {(row['measured'] or 0) / 2**20:.1f} MiB ({row['source']}), {err}"
+            )
+            problems += row["problems"]
     took = time.perf_counter() - t0
     if problems:
         print(f"device_check: FAILED after {took:.0f} s:\n  " + "\n  ".join(problems))

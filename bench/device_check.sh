@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU path in one go (issue 9): ThunderDDPStrategy and ThunderFSDPStrategy on NCCL with world size 1, traces
-# captured on CUDA, bucketing on, thunder's nvFuser executor when installed, and %%thunder_fsdp --nproc 1 in a real
-# Jupyter kernel. Prints what ran; exit 0 only when every check passed. Needs one CUDA GPU and finishes in < 5 min.
+# captured on CUDA, bucketing on, thunder's nvFuser executor when installed, %%thunder_fsdp --nproc 1 in a real
+# Jupyter kernel, and the memory plan's predicted step peak against CUDA's max_memory_allocated (within 10%). Prints what ran; exit 0 only when every check passed. Needs one CUDA GPU and finishes in < 5 min.
 #   bench/device_check.sh                  # on a GPU machine
 #   bench/device_check.sh --cpu-rehearsal  # the same steps on CPU with gloo (what the test suite runs)
 # PYTHON=... picks the interpreter (default: the repository's .venv, else python3).

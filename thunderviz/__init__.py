@@ -15,6 +15,7 @@ from typing import Any
 
 from thunderviz.errors import (
     JitDecisionError,
+    PlanError,
     RankError,
     ThundervizError,
     TraceCaptureError,
@@ -27,6 +28,8 @@ __version__ = "0.1.0"
 
 # public name -> the module that defines it, imported on first access.
 _LAZY: dict[str, str] = {
+    "Plan": "thunderviz.strategies.planning",
+    "ThunderAutoStrategy": "thunderviz.strategies",
     "ThunderDDPStrategy": "thunderviz.strategies",
     "ThunderFSDPStrategy": "thunderviz.strategies",
     "TraceBundle": "thunderviz.trace.model",
@@ -36,6 +39,7 @@ _LAZY: dict[str, str] = {
     "collective_changes": "thunderviz.trace.diff",
     "compare": "thunderviz.notebook.compare",
     "load": "thunderviz.trace.file",
+    "plan": "thunderviz.strategies.planning",
     "record_timeline": "thunderviz.timeline.record",
     "render_html": "thunderviz.render.html",
     "run_ranks": "thunderviz.ranks.spawn",
@@ -44,7 +48,10 @@ _LAZY: dict[str, str] = {
 
 __all__ = [
     "JitDecisionError",
+    "Plan",
+    "PlanError",
     "RankError",
+    "ThunderAutoStrategy",
     "ThunderDDPStrategy",
     "ThunderFSDPStrategy",
     "ThundervizError",
@@ -59,6 +66,7 @@ __all__ = [
     "compare",
     "load",
     "load_ipython_extension",
+    "plan",
     "record_timeline",
     "render_html",
     "run_ranks",

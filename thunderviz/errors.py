@@ -5,7 +5,8 @@
     ├── UnsupportedThunderError  the installed lightning-thunder is not one our thunder hooks were tested with
     ├── RankError             a rank process raised, died or hung (carries the rank and its traceback)
     ├── TraceFormatError      a saved trace file cannot be read
-    └── TraceCaptureError     `capture` got an object that is not jitted or has not run yet
+    ├── TraceCaptureError     `capture` got an object that is not jitted or has not run yet
+    └── PlanError             a memory plan cannot be made, or no candidate fits the memory budget
 
 Every message names the call that failed and the fix, because users meet these in a notebook cell where the
 surrounding code is theirs, not ours.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 __all__ = [
     "JitDecisionError",
+    "PlanError",
     "RankError",
     "ThundervizError",
     "TraceCaptureError",
@@ -50,3 +52,7 @@ class TraceFormatError(ThundervizError, ValueError):
 
 class TraceCaptureError(ThundervizError, ValueError):
     """``capture`` was handed something it cannot read traces from (not jitted, or not run yet)."""
+
+
+class PlanError(ThundervizError, ValueError):
+    """``thunderviz.plan`` (or the auto strategy) cannot plan this model, or no candidate fits the memory budget."""

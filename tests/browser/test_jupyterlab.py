@@ -31,6 +31,7 @@ import pytest
 from tests.helpers.browser import CHROMIUM, CHROMIUM_ARGS, MISSING_REASON, chromium_missing
 from tests.helpers.bucketed_traces import bucketed_trace_files, run_report
 from tests.helpers.gpt_traces import decisions_for, gpt_trace_files
+from tests.helpers.memory_view import memory_view_file, memory_view_inputs
 from tests.helpers.timeline_runs import recorded
 
 HERE = Path(__file__).parent
@@ -129,7 +130,11 @@ def _expected(
     zero = compare(runs["zero2"], runs["zero3"], trace="backward")
     fsdp_ddp = compare(runs["ddp"], runs["zero2"], trace="backward")
     tutorial_view = TraceView(runs["zero3"], trace="backward")
+    plan, saved_vs_eager = memory_view_inputs()
+    memory = TraceView(files["fsdp"], trace="forward", plan=plan, saved_vs_eager=saved_vs_eager).panels["memory_view"]
+    assert memory["budget"] and any(not b["fits"] for b in memory["bars"]) and any(b["fits"] for b in memory["bars"])
     return {
+        "memory": memory,
         "compares": [
             {"title": c.title, "summary": c.summary, "panes": [p["title"] for p in c.panes]} for c in (zero, fsdp_ddp)
         ],
@@ -172,6 +177,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         THUNDERVIZ_WIDGET_TRACES=json.dumps(files),
         THUNDERVIZ_TIMELINE_RUN=json.dumps(timeline_run),
         THUNDERVIZ_BUCKETED_RUNS=json.dumps(bucketed),
+        THUNDERVIZ_MEMORY_VIEW=str(memory_view_file(root)),
         JUPYTER_CONFIG_DIR=str(root / ".cfg"),
         PYTHONPATH=pypath,
         JUPYTER_RUNTIME_DIR=str(root / ".runtime"),
@@ -249,6 +255,8 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             page.locator(".tl-root[data-drawn]").first.wait_for(timeout=120_000)
             page.locator(".tv-root[data-mode=trace][data-drawn]").nth(3).wait_for(timeout=120_000)
             page.locator(".tv-root[data-mode=compare][data-drawn]").nth(2).wait_for(timeout=120_000)
+            # the memory view, the tour's last cell
+            page.locator(".tv-root[data-mode=trace][data-drawn]").nth(4).wait_for(timeout=120_000)
             timings["run_all_s"] = time.monotonic() - t0
             yield Lab(page, errors, expected, timings)
             SHOTS.mkdir(parents=True, exist_ok=True)
@@ -361,10 +369,49 @@ def test_panels_show_decisions_ledger_and_memory(lab: Lab) -> None:
     assert "Ranks 0, 1 issue the same" in ledger.locator(".tv-ok").text_content()
     assert ledger.locator("tbody tr").count() == lab.expected["ledger_rows"]
     root.locator("button.tv-tab[data-tab=memory]").click()
-    assert root.locator(".tv-panel tbody tr").count() == 2  # one row per rank
+    assert root.locator(".tv-panel .tv-memory-ranks tbody tr").count() == 2  # one row per rank
     lab.shot("05-panels-memory", root)
     root.locator("button.tv-tab[data-tab=ledger]").click()
     lab.shot("06-panels-ledger", root)
+
+
+def test_memory_view_bars_budget_and_saved_tensors(lab: Lab) -> None:
+    """The Memory tab of a view given a plan and thunder-vs-eager: one stacked bar per candidate (a segment per
+    category), the budget line where the plan put it, the saved-for-backward tables and the lines where thunder saves
+    more, all as the model computed them."""
+    exp = lab.expected["memory"]
+    root = lab.page.locator(".tv-root[data-mode=trace]").last  # the tour's last cell
+    root.scroll_into_view_if_needed()
+    root.locator("button.tv-tab[data-tab=memory]").click()
+    view = root.locator(".tv-panel .tv-memory")
+    view.wait_for(timeout=20_000)
+    bars = view.locator("svg.tv-memory-bars g.tv-membar")
+    assert bars.evaluate_all("els => els.map(e => e.dataset.label)") == [b["label"] for b in exp["bars"]]
+    for i, bar in enumerate(exp["bars"]):
+        segs = (
+            bars.nth(i)
+            .locator("rect.tv-memseg")
+            .evaluate_all("els => els.map(e => [e.dataset.category, Number(e.dataset.bytes)])")
+        )
+        assert segs == [[s["category"], s["bytes"]] for s in bar["segments"]], bar["label"]
+        assert bars.nth(i).get_attribute("data-total") == str(bar["total"])
+    # The budget line sits between the bar that does not fit and the one that does.
+    line = view.locator("line.tv-budget")
+    assert line.get_attribute("data-bytes") == str(exp["budget"])
+    x_budget = float(line.get_attribute("x1"))
+    for i, bar in enumerate(exp["bars"]):
+        box = bars.nth(i).locator("rect.tv-memseg").last
+        right = float(box.get_attribute("x")) + float(box.get_attribute("width"))
+        assert (right <= x_budget + 0.5) == bar["fits"], (bar["label"], right, x_budget)
+    tables = view.locator("table.tv-table")
+    assert tables.nth(0).locator("tbody tr").count() == len(exp["saved_by_group"])
+    assert tables.nth(1).locator("tbody tr").count() == len(exp["saved_by_line"])
+    assert view.locator(".tv-eager-summary").text_content() == exp["eager"]["summary"]
+    more = [c["line"] for c in exp["eager"]["lines"] if c["extra"] > 0]
+    assert more, "thunder saves more than eager somewhere on this GPT (THUNDER_NOTES: 1.8x), or the check means nothing"
+    shown = view.locator("tr.tv-eager-row.tv-more td:first-child").evaluate_all("els => els.map(e => e.textContent)")
+    assert shown == more
+    lab.shot("07-memory-view", root)
 
 
 def test_compare_summary_and_diff_marks(lab: Lab) -> None:
@@ -582,9 +629,9 @@ def test_tutorial_trace_view_reads_at_a_glance(lab: Lab) -> None:
     assert reason.is_visible() and "communication: BLOCK bucketing" in reason.inner_text()
     lab.shot("16-decisions-headline-and-reasoning", root)
     root.locator("button.tv-tab[data-tab=memory]").click()
-    heads = root.locator(".tv-memory th").evaluate_all("els => els.map(e => e.textContent)")
+    heads = root.locator(".tv-memory-ranks th").evaluate_all("els => els.map(e => e.textContent)")
     assert heads[0] == "rank" and [h.replace(" (measured)", "") for h in heads[1:]] == exp["memory_titles"]
-    cells = root.locator(".tv-memory tbody td").evaluate_all("els => els.map(e => e.textContent)")
+    cells = root.locator(".tv-memory-ranks tbody td").evaluate_all("els => els.map(e => e.textContent)")
     assert len(cells) == 2 * len(heads)  # every rank filled
     assert all(re.fullmatch(r"\d+|\d+(\.\d)? (B|KiB|MiB|GiB)", c) for c in cells), cells  # no raw byte counts
     lab.shot("17-memory-tab", root)

@@ -27,12 +27,13 @@ def test_names_work_when_lightning_is_imported_after_thunderviz() -> None:
         "print(sorted(n for n in STRATEGY_REGISTRY if n.startswith('thunder')))\n"
         "fsdp = Fabric(accelerator='cpu', devices=1, strategy='thunder_fsdp').strategy\n"
         "zero3 = Fabric(accelerator='cpu', devices=1, strategy='thunder_fsdp_zero3').strategy\n"
-        "print(type(fsdp).__name__, type(zero3).__name__, zero3.options.sharding_strategy)\n"
+        "auto = Fabric(accelerator='cpu', devices=1, strategy='thunder_auto').strategy\n"
+        "print(type(fsdp).__name__, type(zero3).__name__, zero3.options.sharding_strategy, type(auto).__name__)\n"
     )
-    imported_early, names, built = out[:2], " ".join(out[2:5]), out[5:]
+    imported_early, names, built = out[:2], " ".join(out[2:6]), out[6:]
     assert imported_early == ["False", "False"]
-    assert names == "['thunder_ddp', 'thunder_fsdp', 'thunder_fsdp_zero3']"
-    assert built == ["ThunderFSDPStrategy", "ThunderFSDPStrategy", "ZERO3"]
+    assert names == "['thunder_auto', 'thunder_ddp', 'thunder_fsdp', 'thunder_fsdp_zero3']"
+    assert built == ["ThunderFSDPStrategy", "ThunderFSDPStrategy", "ZERO3", "ThunderAutoStrategy"]
 
 
 def test_names_work_when_lightning_was_imported_before_thunderviz() -> None:

@@ -148,7 +148,7 @@ def test_the_collapsed_graph_shows_buckets_and_escapes_their_labels():
     (coll,) = [line for line in view.dot.splitlines() if "hexagon" in line]
     # one short name per bucket, clipped in the label, whole in the tooltip; the parameter list stays in the metadata
     assert "all_gather <script>alert(1)</script> (2 par\u2026" in coll
-    assert "\\nall_gather <script>alert(1)</script> (2 params, 40 B)\"" in coll and "blocks.0.a" not in coll
+    assert '\\nall_gather <script>alert(1)</script> (2 params, 40 B)"' in coll and "blocks.0.a" not in coll
     node = next(v for v in view.nodes.values() if v["kind"] == "collectives")
     assert node["ops"][0]["bucket"] == {
         "label": EVIL,

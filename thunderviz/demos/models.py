@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["TinyGPT", "make_batch"]
+__all__ = ["ResidualMLP", "TinyGPT", "make_batch"]
 
 
 class _Block(nn.Module):
@@ -67,6 +67,34 @@ class TinyGPT(nn.Module):
         for block in self.blocks:
             x = block(x)
         return self.lm_head(self.ln_f(x))
+
+
+class _MLPBlock(nn.Module):
+    def __init__(self, d_model: int, hidden: int) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.fc = nn.Linear(d_model, hidden)
+        self.proj = nn.Linear(hidden, d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.proj(torch.nn.functional.gelu(self.fc(self.norm(x))))
+
+
+class ResidualMLP(nn.Module):
+    """A residual tower of LayerNorm/Linear/GELU/Linear blocks between an input and an output projection: repeated
+    blocks without attention, cheap to trace (the memory tests rehearse it whole and cut to fewer blocks)."""
+
+    def __init__(self, d_in: int = 16, d_model: int = 32, hidden: int = 64, n_layer: int = 4, d_out: int = 8) -> None:
+        super().__init__()
+        self.inp = nn.Linear(d_in, d_model)
+        self.blocks = nn.ModuleList(_MLPBlock(d_model, hidden) for _ in range(n_layer))
+        self.out = nn.Linear(d_model, d_out)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.inp(x)
+        for block in self.blocks:
+            x = block(x)
+        return self.out(x)
 
 
 def make_batch(

@@ -132,6 +132,14 @@ def _common_arguments(func: Any) -> Any:
         argument_group("results"),
         argument("--name", type=_identifier, default=None, help="store the report in this variable"),
         argument(
+            "--plan",
+            type=_identifier,
+            default=None,
+            metavar="PLAN",
+            help="a variable holding thunderviz.plan(...): the report shows its prediction for this cell's strategy "
+            "and world size next to the measured per-rank step peak",
+        ),
+        argument(
             "--output",
             choices=list(OUTPUT_MODES),
             default="all",
@@ -270,6 +278,7 @@ class ThundervizMagics(Magics):
         except RankUsageError as exc:
             raise UsageError(str(exc)) from None
         timeline = timeline_options(args)
+        plan = self._plan(args.plan)
         self._status = _LiveStatus(args.nproc or LOCAL_NPROC, label=f"%%{kind}")
         try:
             engine = self._pool(args)
@@ -283,6 +292,8 @@ class ThundervizMagics(Magics):
         finally:
             status, self._status = self._status, None
             status.close(self.engine.phases if self.engine is not None else None)
+        if plan is not None:
+            _attach_prediction(report, plan, args.plan, spec)
         if args.name:
             report.name = args.name
             self.shell.user_ns[args.name] = report
@@ -293,6 +304,19 @@ class ThundervizMagics(Magics):
         """The notebook's number of the running cell (``In[13]``): the shell counted it already when it started."""
         count = getattr(self.shell, "execution_count", None)
         return count - 1 if isinstance(count, int) and count > 1 else None
+
+    def _plan(self, name: str | None) -> Any:
+        """The ``Plan`` a ``--plan NAME`` flag names (checked before any rank is touched)."""
+        if name is None:
+            return None
+        value = self.shell.user_ns.get(name)
+        if value is None or type(value).__name__ != "Plan" or not hasattr(value, "candidates"):
+            raise UsageError(
+                f"--plan {name}: expected a variable holding thunderviz.plan(...), found "
+                f"{'nothing' if value is None else type(value).__name__}; run `{name} = thunderviz.plan(model, batch, "
+                "world_sizes=(2,))` first"
+            )
+        return value
 
     # ----------------------------------------------------------------- the bounded report history
 
@@ -395,11 +419,40 @@ class ThundervizMagics(Magics):
         return None
 
 
+def _attach_prediction(report: Any, plan: Any, plan_name: str, spec: StrategySpec) -> None:
+    """Put the plan's estimate for this cell's strategy and world size on the report (or say why there is none)."""
+    from thunderviz.parallel.plan import candidate_name
+
+    if spec.options is None:
+        report.problems.append(f"--plan {plan_name}: a plan predicts thunderviz strategies, not {spec.describe()}")
+        return
+    name = candidate_name(spec.options)
+    found = [c for c in plan.candidates if c.name == name and c.world_size == report.world_size]
+    if not found:
+        have = ", ".join(sorted({f"{c.name} x{c.world_size}" for c in plan.candidates}))
+        report.problems.append(
+            f"--plan {plan_name}: the plan has no {name} on {report.world_size} ranks (it has {have}); plan it with "
+            f"thunderviz.plan(..., world_sizes=({report.world_size},))"
+        )
+        return
+    report.prediction = found[0].memory
+    report.prediction_name = f"{name} x{report.world_size}"
+
+
+def _plan_html(plan: Any) -> str:
+    from thunderviz.render.memory_view import plan_html
+
+    return plan_html(plan)
+
+
 def register(ipython: Any) -> ThundervizMagics:
     """Called by ``%load_ext thunderviz``; starts a warm pool in the background (unless opted out: see
     ``ThundervizMagics.prestart``) and stops every pool when the shell exits so no rank outlives the kernel."""
     magics = ThundervizMagics(parent=ipython, shell=ipython)
     ipython.register_magics(magics)
+    # A Plan shows as its Memory view (render.memory_view); strategies/ never imports render itself.
+    html = ipython.display_formatter.formatters["text/html"]
+    html.for_type_by_name("thunderviz.strategies.planning", "Plan", _plan_html)
     if magics.prestart and prestart_enabled():
         magics.warm = WarmPool(LOCAL_NPROC)
     import atexit

@@ -19,10 +19,13 @@ from typing import Any, TypedDict
 
 from thunderviz.parallel.decisions import Decision
 from thunderviz.render.graph import graph_view, op_summary, short_op_name
+from thunderviz.render.memory_view import plan_bars, run_bars
 from thunderviz.trace.diff import TraceDiff, diff_traces, memory_changes
 from thunderviz.trace.file import bundle_from_dict, load
 from thunderviz.trace.ledger import Ledger, find_mismatches, ledger_from_bundle
+from thunderviz.trace.memory import MemoryEstimate, StepMemory, compare
 from thunderviz.trace.model import TraceBundle, TraceSnapshot
+from thunderviz.trace.saved import SavedComparison, saved_by_group, saved_by_line
 
 __all__ = [
     "MEMORY_COLUMNS",
@@ -30,6 +33,7 @@ __all__ = [
     "LedgerPanel",
     "MemoryColumn",
     "MemoryPanel",
+    "MemoryView",
     "PaneData",
     "Panels",
     "SearchHit",
@@ -37,6 +41,7 @@ __all__ = [
     "diff_marks",
     "memory_panel",
     "memory_rows",
+    "memory_view",
     "pane_data",
     "search_ops",
     "subject_of",
@@ -132,12 +137,27 @@ class MemoryPanel(TypedDict):
     note: str
 
 
+class MemoryView(TypedDict):
+    """The Memory tab's picture (``memory_view``): stacked bars (``render.memory_view.MemoryBar.to_dict()``: each
+    plan candidate predicted, each rank measured) against the budget, what forward saves for backward per group and
+    per source line, and thunder against eager (``eager``: ``None`` unless a comparison was given)."""
+
+    bars: list[dict[str, Any]]
+    budget: int | None
+    comparison: list[str]
+    saved_by_group: list[dict[str, Any]]
+    saved_by_line: list[dict[str, Any]]
+    eager: dict[str, Any] | None
+
+
 class Panels(TypedDict, total=False):
-    """The side panels: a trace view has ledger, decisions and memory; a comparison has diff and memory."""
+    """The side panels: a trace view has ledger, decisions and memory (per-rank rows, and ``memory_view``); a
+    comparison has diff and memory."""
 
     ledger: LedgerPanel
     decisions: list[DecisionRow]
     memory: MemoryPanel
+    memory_view: MemoryView
     diff: DiffPanel
 
 
@@ -149,7 +169,9 @@ class Subject:
     the strategy configuration (``FSDP ZERO2 BLOCK``) when known, which ``label`` puts first so that two runs of
     one model read apart. ``bundles`` maps rank -> bundle (the lowest rank is drawn); ``ledgers`` rank ->
     collectives ledger; ``decisions`` are the strategies' jit decisions (``parallel.decisions.Decision``) when
-    known; ``memory`` rank -> extra measured memory (the rank engine's RSS/CUDA numbers) when known.
+    known; ``memory`` rank -> extra measured memory (the rank engine's RSS/CUDA numbers) when known;
+    ``step_memory`` rank -> the measured step peak and ``prediction`` the plan's estimate a run report carries
+    (``--plan``).
     """
 
     title: str
@@ -159,6 +181,9 @@ class Subject:
     memory: dict[int, dict[str, Any]] = field(default_factory=dict)
     run: str = ""
     config: str = ""
+    step_memory: dict[int, StepMemory] = field(default_factory=dict)
+    prediction: MemoryEstimate | None = None
+    prediction_name: str = ""
 
     @property
     def primary(self) -> TraceBundle:
@@ -254,6 +279,9 @@ def subject_of(obj: Any, name: str | None = None) -> Subject:
             memory=memory,
             run=str(getattr(obj, "name", "") or ""),
             config=_config_of(getattr(obj, "strategy", None)),
+            step_memory={int(r): m for r, m in (getattr(obj, "step_memory", None) or {}).items()},
+            prediction=getattr(obj, "prediction", None),
+            prediction_name=getattr(obj, "prediction_name", ""),
         )
     if isinstance(bundles, Sequence):  # render.html.Report
         subj = _from_bundles(list(bundles), name, what)
@@ -490,6 +518,8 @@ def ledger_table(subject: Subject) -> LedgerPanel:
 
 #: The memory panel's columns, in the order shown; a column appears when any rank has its number.
 MEMORY_COLUMNS: tuple[MemoryColumn, ...] = (
+    MemoryColumn(key="measured_step_peak", title="step peak", unit="bytes", source="measured"),
+    MemoryColumn(key="predicted_step_peak", title="step peak, predicted", unit="bytes", source="predicted"),
     MemoryColumn(key="est_peak_forward", title="est. peak, forward", unit="bytes", source="estimated"),
     MemoryColumn(key="est_peak_backward", title="est. peak, backward", unit="bytes", source="estimated"),
     MemoryColumn(key="saved_for_backward", title="saved for backward", unit="bytes", source="estimated"),
@@ -500,8 +530,9 @@ MEMORY_COLUMNS: tuple[MemoryColumn, ...] = (
     MemoryColumn(key="cuda_allocated_bytes", title="CUDA allocated now", unit="bytes", source="measured"),
 )
 MEMORY_NOTE = (
-    "est.: thunder's estimate from the trace (get_alloc_memory); measured: on the rank after the cell "
-    "(process RSS; CUDA's caching allocator with NCCL)."
+    "step peak (measured): live tensor bytes at the peak of the cell's training steps on the rank (torch's "
+    "MemTracker on CPU, CUDA's allocator statistics on a GPU); predicted: thunderviz.plan's rehearsal (--plan); "
+    "est.: thunder's estimate from one trace (get_alloc_memory); process RSS: after the cell."
 )
 
 
@@ -523,6 +554,11 @@ def memory_rows(subject: Subject) -> list[dict[str, Any]]:
         for k, v in subject.memory.get(r, {}).items():
             if isinstance(v, (int, float, str)) or v is None:
                 row[k] = v
+        measured = subject.step_memory.get(r)
+        if measured is not None and measured.peak_bytes is not None:
+            row["measured_step_peak"] = measured.peak_bytes
+        if subject.prediction is not None:
+            row["predicted_step_peak"] = subject.prediction.peak_bytes
         out.append(row)
     return out
 
@@ -537,6 +573,50 @@ def memory_panel(rows: Sequence[dict[str, Any]], *, lead: Sequence[MemoryColumn]
     columns += [MemoryColumn(key=k, title=k.replace("_", " "), unit="", source="measured") for k in extra]
     full = [{"rank": r["rank"], **{c["key"]: r.get(c["key"]) for c in columns}} for r in rows]
     return MemoryPanel(columns=columns, rows=full, note=MEMORY_NOTE)
+
+
+def memory_view(subject: Subject, plan: Any = None, saved_vs_eager: SavedComparison | None = None) -> MemoryView:
+    """The Memory tab: the plan's candidates and the measured ranks as bars, saved tensors, thunder vs eager.
+
+    ``plan`` is a ``thunderviz.plan(...)`` result (read by attribute); ``saved_vs_eager`` a
+    ``thunder.saved_compare.compare_saved(...)`` result.
+    """
+    bars = [b.to_dict() for b in plan_bars(plan)] if plan is not None else []
+    bars += [b.to_dict() for b in run_bars(subject.step_memory, subject.prediction, subject.prediction_name)]
+    comparison = []
+    if subject.prediction is not None:
+        for rank, measured in sorted(subject.step_memory.items()):
+            cmp = compare(subject.prediction, measured)
+            if cmp is not None:
+                comparison.append(f"rank {rank}: {cmp.summary()}")
+    forward = subject.primary.forward
+    eager = None
+    if saved_vs_eager is not None:
+        eager = {
+            "summary": saved_vs_eager.summary(),
+            "lines": [
+                {
+                    "line": c.line,
+                    "code": c.code,
+                    "thunder_bytes": c.thunder_bytes,
+                    "eager_bytes": c.eager_bytes,
+                    "extra": c.extra,
+                    "thunder": list(c.thunder),
+                    "eager": list(c.eager),
+                }
+                for c in saved_vs_eager.lines
+            ],
+        }
+    return MemoryView(
+        bars=bars,
+        budget=getattr(plan, "memory_per_rank", None) if plan is not None else None,
+        comparison=comparison,
+        saved_by_group=[{"key": r.key, "tensors": r.tensors, "bytes": r.bytes} for r in saved_by_group(forward)],
+        saved_by_line=[
+            {"key": r.key, "code": r.code, "tensors": r.tensors, "bytes": r.bytes} for r in saved_by_line(forward)
+        ],
+        eager=eager,
+    )
 
 
 def op_counts(snapshot: TraceSnapshot) -> dict[str, int]:

@@ -177,6 +177,10 @@ class _GraphWidget(anywidget.AnyWidget):
         """The decisions the static picture lists (a comparison shows none)."""
         return []
 
+    def _static_memory(self) -> str:
+        """The Memory view's static picture (a trace view has one; a comparison shows none)."""
+        return ""
+
     # ------------------------------------------------------------------ display
 
     def _repr_mimebundle_(self, **kwargs: Any) -> Any:
@@ -196,6 +200,7 @@ class _GraphWidget(anywidget.AnyWidget):
             )
         parts.append(f"<table><tr>{''.join(cells)}</tr></table>")
         parts.append(_panels_html(self.panels, self._decision_log()))
+        parts.append(self._static_memory())
         parts.append(
             "<p style='color:#5b6b7c'>Static picture from when the cell ran; open the notebook in "
             "JupyterLab with a kernel for zoom, search, details and expanding blocks.</p></div>"
@@ -259,6 +264,11 @@ class TraceView(_GraphWidget):
         trace: ``"forward"`` (default), ``"backward"`` or a stage label.
         decisions: the strategy's decision log (``strategy.decisions``) when ``source`` does not carry it (saved
             trace files do not; the rank engine's report does).
+        plan: a ``thunderviz.plan(...)`` result: the Memory tab draws each candidate's predicted peak as a stacked
+            bar against the budget, next to the ranks' measured peaks (a report run with ``--plan`` carries its
+            own prediction).
+        saved_vs_eager: a ``thunderviz.thunder.saved_compare.compare_saved(module, batch)`` result: the Memory tab
+            lists, line by line, what thunder saves for backward against eager PyTorch.
     """
 
     def __init__(
@@ -268,6 +278,8 @@ class TraceView(_GraphWidget):
         name: str | None = None,
         trace: str = "forward",
         decisions: Iterable[Decision] | None = None,
+        plan: Any = None,
+        saved_vs_eager: Any = None,
         **kwargs: Any,
     ) -> None:
         self._subject = vd.subject_of(source, name)
@@ -286,7 +298,10 @@ class TraceView(_GraphWidget):
                 ledger=vd.ledger_table(self._subject),
                 decisions=[vd.DecisionRow(**d.to_dict()) for d in self._subject.decisions],
                 memory=vd.memory_panel(vd.memory_rows(self._subject)),
+                memory_view=vd.memory_view(self._subject, plan, saved_vs_eager),
             )
+        self._plan = plan
+        self._saved_vs_eager = saved_vs_eager
         self.trace = trace
 
     @property
@@ -295,6 +310,18 @@ class TraceView(_GraphWidget):
 
     def _decision_log(self) -> list[Decision]:
         return self._subject.decisions
+
+    def _static_memory(self) -> str:
+        from thunderviz.render import memory_view as mv
+
+        subject = self._subject
+        parts = [mv.plan_html(self._plan)] if self._plan is not None else []
+        if subject.step_memory:
+            parts.append(mv.run_memory_html(subject.step_memory, None, subject.prediction, subject.prediction_name))
+        parts.append(mv.saved_html(subject.primary.forward))
+        if self._saved_vs_eager is not None:
+            parts.append(mv.saved_comparison_html(self._saved_vs_eager))
+        return "\n".join(p for p in parts if p)
 
     def _pane_specs(self) -> list[tuple[vd.Subject, dict[int, str] | None]]:
         return [(self._subject, None)]

@@ -30,6 +30,7 @@ from typing import Any
 from thunderviz.errors import ThundervizError
 
 __all__ = [
+    "AUTO_STRATEGY",
     "DEFAULT_BUCKETING",
     "DEFAULT_BUCKET_SIZE_IN_MB",
     "DEFAULT_SHARDING",
@@ -790,3 +791,12 @@ REGISTERED_STRATEGIES: dict[str, RegisteredStrategy] = {
     "thunder_fsdp_zero3": RegisteredStrategy(Parallelism.FSDP, {"sharding_strategy": Sharding.ZERO3}),
     "thunder_ddp": RegisteredStrategy(Parallelism.DDP),
 }
+
+
+#: ``Fabric(strategy="thunder_auto")``: not one strategy with preset options (those are ``REGISTERED_STRATEGIES``,
+#: which the notebook magics also run) but the strategy that chooses among them at ``fabric.setup`` from a memory plan
+#: (``strategies.auto.ThunderAutoStrategy``); ``strategies.registry`` registers it beside them.
+AUTO_STRATEGY: tuple[str, str] = (
+    "thunder_auto",
+    "Lightning Thunder DDP or FSDP, chosen at fabric.setup by the predicted memory and communication of each",
+)

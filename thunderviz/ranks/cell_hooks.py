@@ -1,6 +1,6 @@
 """Rank side: around each user cell. ``prepare_cell`` (by ``apply``, when the cell's config changed), then the
-shell's ``pre_run_cell`` hook (``--timeline``: start recording), the cell, and the ``post_run_cell`` hook (stop
-recording, gather the report data, publish it with the cell's own reply).
+shell's ``pre_run_cell`` hook (start measuring memory; ``--timeline``: start recording), the cell, and the
+``post_run_cell`` hook (stop recording, gather the report data, publish it with the cell's own reply).
 
 Why hooks: they run inside the cell's execution, before the reply, so the data reaches the kernel with the reply
 and a warm cell costs one message per rank, not two. Only user cells trigger them: our own calls arrive by
@@ -14,6 +14,7 @@ import contextlib
 import traceback
 from typing import Any
 
+from thunderviz.ranks import memory_measure
 from thunderviz.ranks.cell_targets import forget_unreachable_modules, snapshot
 from thunderviz.ranks.collect import collect
 from thunderviz.ranks.protocol import PHASE_DATA_KEY, REPORT_DATA_KEY, CellConfig, ReportData, TimelinePart
@@ -38,7 +39,9 @@ def prepare_cell(config: CellConfig) -> None:
 
 
 def before_user_cell(_info: Any) -> None:
-    """The ``pre_run_cell`` hook: with ``--timeline``, start recording this rank just before the user's code."""
+    """The ``pre_run_cell`` hook: measure the cell's steps' memory, and with ``--timeline`` start recording this rank,
+    just before the user's code."""
+    memory_measure.cell_started(user_namespace)
     if not STATE.timeline_steps:
         return
     from thunderviz.ranks.timeline_rank import start_cell_recording

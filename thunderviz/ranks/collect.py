@@ -1,6 +1,7 @@
 """Rank side: what the report needs from this rank after a cell, as plain picklable data (``ReportData``).
 
-This cell's decisions, the traces and collectives ledgers of what ran (``cell_targets``), and the process's memory.
+This cell's decisions, the traces and collectives ledgers of what ran (``cell_targets``), the process's memory and
+the measured peak of the cell's steps (``memory_measure``).
 A part that cannot be gathered is named in ``problems`` instead of failing the cell, which already ran. Importing
 this module is cheap: psutil, torch and thunder load inside the functions.
 """
@@ -11,6 +12,7 @@ import socket
 import traceback
 from typing import Any
 
+from thunderviz.ranks import memory_measure
 from thunderviz.ranks.cell_targets import CellSnapshot, cell_targets, strategy_of
 from thunderviz.ranks.protocol import PHASE_DATA_KEY, MemoryReading, ReportData
 from thunderviz.ranks.rank_state import STATE, publish, this_rank
@@ -48,6 +50,7 @@ def collect(
         rank=rank,
         host=socket.gethostname(),
         memory=read_memory(cuda=STATE.setup is not None and STATE.setup.backend == "nccl"),
+        step_memory=memory_measure.cell_finished(),
         # only this cell's decisions: the log of a Fabric reused across cells keeps growing
         decisions=list(getattr(strategy_of(ns), "decisions", None) or [])[before.decisions :],
         bundles={},

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from thunderviz.parallel.decisions import Decision
 from thunderviz.parallel.options import REGISTERED_STRATEGIES, OptionError, StrategyOptions, parse_options
 from thunderviz.ranks.failures import RankUsageError
+from thunderviz.trace.memory import StepMemory
 
 if TYPE_CHECKING:
     from thunderviz.timeline.model import RankTimeline
@@ -184,13 +185,15 @@ class ReportData(TimelinePart, total=False):
 
     ``rank`` and ``host``: who sent it; ``decisions``: this cell's entries of the strategy's decision log;
     ``bundles``: trace bundles by object name; ``ledgers``: collectives ledgers by object name; ``memory``: see
-    ``MemoryReading``; ``problems``: what could not be gathered, in words. With ``--timeline``, the fields of
-    ``TimelinePart`` too (sent also when the cell raised: what ran before the error).
+    ``MemoryReading``; ``step_memory``: the measured peak of the cell's steady-state training steps
+    (``thunder.memory_meter``); ``problems``: what could not be gathered, in words. With ``--timeline``, the fields
+    of ``TimelinePart`` too (sent also when the cell raised: what ran before the error).
     """
 
     rank: int
     host: str
     memory: MemoryReading
+    step_memory: StepMemory
     decisions: list[Decision]
     bundles: dict[str, TraceBundle]
     ledgers: dict[str, Ledger]

@@ -12,6 +12,7 @@ from typing import Any
 from thunderviz.parallel.decisions import Decision
 from thunderviz.ranks.protocol import MemoryReading, ReportData, StrategySpec
 from thunderviz.trace.ledger import find_mismatches
+from thunderviz.trace.memory import MemoryComparison, MemoryEstimate, StepMemory, compare
 
 __all__ = ["RunReport"]
 
@@ -20,7 +21,10 @@ __all__ = ["RunReport"]
 class RunReport:
     """One cell's results. ``bundles`` are rank 0's trace bundles by object name; ``ledgers[name][rank]`` every
     rank's collectives ledger; ``mismatches[name]`` the cross-rank disagreements found in them. With
-    ``--timeline``, ``timeline`` is the measured per-rank ``timeline.model.Timeline`` (see there)."""
+    ``--timeline``, ``timeline`` is the measured per-rank ``timeline.model.Timeline`` (see there).
+    ``step_memory[rank]`` is the measured peak of the cell's steady-state steps (``trace.memory.StepMemory``);
+    with ``--plan``, ``prediction`` is the plan's estimate for this strategy and world size (``prediction_name``
+    names the candidate) and ``memory_comparison()`` sets the two side by side."""
 
     world_size: int
     backend: str
@@ -32,6 +36,9 @@ class RunReport:
     ledgers: dict[str, dict[int, Any]] = field(default_factory=dict)
     mismatches: dict[str, list[Any]] = field(default_factory=dict)
     memory: dict[int, MemoryReading] = field(default_factory=dict)
+    step_memory: dict[int, StepMemory] = field(default_factory=dict)
+    prediction: MemoryEstimate | None = None
+    prediction_name: str = ""
     outputs: dict[int, str] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     timeline_requested: bool = False
@@ -86,6 +93,8 @@ class RunReport:
         for rank in sorted(collected):
             data = collected[rank]
             report.memory[rank] = MemoryReading(**data.get("memory", {}))
+            if data.get("step_memory") is not None:
+                report.step_memory[rank] = data["step_memory"]
             if data.get("bundles"):
                 report.bundles_by_rank[rank] = dict(data["bundles"])
             for name, ledger in data.get("ledgers", {}).items():
@@ -94,6 +103,18 @@ class RunReport:
         report.problems = sorted(set(report.problems), key=report.problems.index)
         report.mismatches = _mismatches(report.ledgers)
         return report
+
+    def memory_comparison(self) -> dict[int, MemoryComparison]:
+        """Per rank: the plan's prediction against the measured step peak (empty without ``--plan`` or without a
+        measured step)."""
+        if self.prediction is None:
+            return {}
+        out = {}
+        for rank, measured in sorted(self.step_memory.items()):
+            cmp = compare(self.prediction, measured)
+            if cmp is not None:
+                out[rank] = cmp
+        return out
 
     # ----------------------------------------------------------------- display
 

@@ -11,14 +11,15 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from thunderviz.render.html import Report
-from thunderviz.render.markup import decisions_table, escape, page, table
+from thunderviz.render.markup import decisions_table, escape, page
+from thunderviz.render.memory_view import run_memory_html
 from thunderviz.render.style import PAGE_CSS, wrap
 from thunderviz.render.timeline_svg import timeline_html
-from thunderviz.trace.units import format_bytes
 
 if TYPE_CHECKING:  # read by attribute; render imports neither the decision table nor the rank protocol
     from thunderviz.parallel.decisions import Decision
     from thunderviz.ranks.protocol import MemoryReading, StrategySpec
+    from thunderviz.trace.memory import MemoryEstimate, StepMemory
 
 __all__ = ["RunReportLike", "reports_page", "run_report_html", "run_report_title"]
 
@@ -35,6 +36,9 @@ class RunReportLike(Protocol):
     bundles_by_rank: dict[int, dict[str, Any]]
     ledgers: dict[str, dict[int, Any]]
     memory: dict[int, MemoryReading]
+    step_memory: dict[int, StepMemory]
+    prediction: MemoryEstimate | None
+    prediction_name: str
     problems: list[str]
     timeline_requested: bool
     timeline_data: Any
@@ -61,7 +65,14 @@ def _report_body(report: RunReportLike) -> str:
     traces = _traces_html(report.bundles_by_rank, report.ledgers, report.decisions)
     if traces is None or not report.bundles_by_rank:
         parts.append(_decisions_html(report.decisions))  # otherwise the trace report carries the decisions
-    parts.append(_memory_html(report.memory))
+    parts.append(
+        run_memory_html(
+            getattr(report, "step_memory", {}),
+            report.memory,
+            getattr(report, "prediction", None),
+            getattr(report, "prediction_name", ""),
+        )
+    )
     parts.append(traces or "")
     if report.timeline_requested:
         parts.append(_timeline_html(report.timeline_data))
@@ -88,20 +99,6 @@ def _decisions_html(decisions: Sequence[Decision]) -> str:
     if not decisions:
         return "<h4>Decisions</h4><p>No decisions were recorded (no object went through a thunderviz strategy).</p>"
     return "<h4>Decisions</h4>" + decisions_table(decisions)
-
-
-def _size(n: int | None) -> str:
-    return format_bytes(n, unknown="-")  # a table cell: "-" where a rank had no CUDA
-
-
-def _memory_html(memory: Mapping[int, MemoryReading]) -> str:
-    if not memory:
-        return ""
-    rows = [
-        [str(rank), _size(m.get("rss_bytes")), _size(m.get("cuda_max_allocated_bytes"))]
-        for rank, m in sorted(memory.items())
-    ]
-    return "<h4>Memory per rank</h4>" + table(["rank", "process RSS", "CUDA peak allocated"], rows)
 
 
 def _traces_html(

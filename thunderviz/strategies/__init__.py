@@ -6,9 +6,16 @@ from typing import Any
 
 from thunderviz.strategies.registry import register_strategy_names
 
-__all__ = ["ThunderDDPStrategy", "ThunderFSDPStrategy", "ThunderParallelStrategy", "register_strategy_names"]
+__all__ = [
+    "ThunderAutoStrategy",
+    "ThunderDDPStrategy",
+    "ThunderFSDPStrategy",
+    "ThunderParallelStrategy",
+    "register_strategy_names",
+]
 
 _LAZY = {
+    "ThunderAutoStrategy": "thunderviz.strategies.auto",
     "ThunderDDPStrategy": "thunderviz.strategies.ddp",
     "ThunderFSDPStrategy": "thunderviz.strategies.fsdp",
     "ThunderParallelStrategy": "thunderviz.strategies.base",

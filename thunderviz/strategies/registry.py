@@ -23,7 +23,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
-from thunderviz.parallel.options import REGISTERED_STRATEGIES, Parallelism
+from thunderviz.parallel.options import AUTO_STRATEGY, REGISTERED_STRATEGIES, Parallelism
 
 __all__ = ["FABRIC_REGISTRY_MODULES", "register_strategy_names", "register_when_lightning_loads"]
 
@@ -31,9 +31,7 @@ __all__ = ["FABRIC_REGISTRY_MODULES", "register_strategy_names", "register_when_
 FABRIC_REGISTRY_MODULES: tuple[str, ...] = ("lightning.fabric.strategies", "lightning_fabric.strategies")
 
 
-def _factory(parallelism: Parallelism) -> Any:
-    class_name = parallelism.strategy_name
-
+def _factory(class_name: str) -> Any:
     def make(**kwargs: Any) -> Any:
         import thunderviz.strategies as strategies
 
@@ -44,9 +42,10 @@ def _factory(parallelism: Parallelism) -> Any:
     return make
 
 
-def register_strategy_names(registry: Any = None, only: Parallelism | None = None) -> list[str]:
-    """Register ``parallel.options.REGISTERED_STRATEGIES`` in Fabric's strategy registry (``override=True``: safe to
-    call again); return the names. Without ``registry`` this imports lightning and uses
+def register_strategy_names(registry: Any = None, only: Parallelism | str | None = None) -> list[str]:
+    """Register ``parallel.options.REGISTERED_STRATEGIES`` and the auto strategy (``AUTO_STRATEGY``) in Fabric's
+    strategy registry (``override=True``: safe to call again); return the names. ``only``: just the names of one
+    parallelism, or ``"auto"`` for the auto strategy's. Without ``registry`` this imports lightning and uses
     ``lightning.fabric.strategies.STRATEGY_REGISTRY``.
     """
     if registry is None:
@@ -55,9 +54,12 @@ def register_strategy_names(registry: Any = None, only: Parallelism | None = Non
     for name, entry in REGISTERED_STRATEGIES.items():
         if only is not None and entry.parallelism is not only:
             continue
-        registry.register(
-            name, _factory(entry.parallelism), description=entry.description, override=True, **dict(entry.preset)
-        )
+        factory = _factory(entry.parallelism.strategy_name)
+        registry.register(name, factory, description=entry.description, override=True, **dict(entry.preset))
+        names.append(name)
+    if only is None or only == "auto":
+        name, description = AUTO_STRATEGY
+        registry.register(name, _factory("ThunderAutoStrategy"), description=description, override=True)
         names.append(name)
     return names
 

@@ -125,6 +125,68 @@ function table(headers, rows, rowAttrs) {
   return h("table", { class: "tv-table" }, thead, tbody);
 }
 
+// ---------------------------------------------------------------- the Memory view (viewdata.memory_panel)
+const SVG_NS = "http://www.w3.org/2000/svg";
+
+function svgEl(tag, attrs, text) {
+  const el = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, String(v));
+  if (text !== undefined) el.textContent = String(text);
+  return el;
+}
+
+function memoryBars(bars, budget) {
+  // One stacked bar per candidate (predicted) or rank (measured), one scale, the budget as a dashed line.
+  const labelW = 190, barH = 18, gap = 8, top = 22, width = 640, plotW = width - labelW - 20;
+  const max = Math.max(1, budget || 0, ...bars.map((b) => b.total));
+  const height = top + bars.length * (barH + gap) + 8;
+  const svg = svgEl("svg", { class: "tv-memory-bars", width, height, viewBox: `0 0 ${width} ${height}`, "font-size": 11 });
+  bars.forEach((bar, i) => {
+    const y = top + i * (barH + gap);
+    const mark = bar.fits === null || bar.fits === undefined ? "" : bar.fits ? " \u2713" : " \u2717";
+    const g = svgEl("g", { class: `tv-membar tv-${bar.kind}`, "data-label": bar.label, "data-total": bar.total });
+    g.append(svgEl("text", { x: 0, y: y + 13 }, bar.label + mark));
+    let x = labelW;
+    for (const seg of bar.segments) {
+      const w = (seg.bytes / max) * plotW;
+      const r = svgEl("rect", { class: "tv-memseg", "data-category": seg.category, "data-bytes": seg.bytes, x: x.toFixed(1), y, width: w.toFixed(1), height: barH, fill: seg.color });
+      r.append(svgEl("title", {}, `${seg.category}: ${fmtBytes(seg.bytes)}`));
+      g.append(r);
+      x += w;
+    }
+    g.append(svgEl("text", { x: (x + 4).toFixed(1), y: y + 13 }, fmtBytes(bar.total)));
+    svg.append(g);
+  });
+  if (budget) {
+    const bx = labelW + (budget / max) * plotW;
+    svg.append(svgEl("line", { class: "tv-budget", "data-bytes": budget, x1: bx.toFixed(1), x2: bx.toFixed(1), y1: top - 6, y2: height - 8, stroke: "#b3261e", "stroke-width": 2, "stroke-dasharray": "4 3" }));
+    svg.append(svgEl("text", { x: (bx + 3).toFixed(1), y: top - 8, fill: "#b3261e" }, `budget ${fmtBytes(budget)}`));
+  }
+  const legend = h("div", { class: "tv-mem-legend" });
+  const seen = new Map();
+  for (const b of bars) for (const s of b.segments) seen.set(s.category, s.color);
+  for (const [c, color] of seen) legend.append(h("span", { class: "tv-mem-key" }, h("span", { class: "tv-mem-swatch", style: `background:${color}` }), c));
+  return h("div", { class: "tv-mem-chart" }, svg, legend);
+}
+
+function memoryView(mv) {
+  const box = h("div", { class: "tv-memory" });
+  if (mv.bars.length) box.append(h("h5", { text: "Per-rank peak of one step" }), memoryBars(mv.bars, mv.budget));
+  for (const line of mv.comparison) box.append(h("p", { class: "tv-mem-compare", text: line }));
+  if (mv.saved_by_group.length) {
+    box.append(h("h5", { text: "Saved for backward, per group" }));
+    box.append(table(["group", "tensors", "bytes"], mv.saved_by_group.map((r) => [r.key, r.tensors, fmtBytes(r.bytes)])));
+    box.append(h("h5", { text: "Saved for backward, per source line" }));
+    box.append(table(["source line", "code", "tensors", "bytes"], mv.saved_by_line.map((r) => [r.key, r.code, r.tensors, fmtBytes(r.bytes)])));
+  }
+  if (mv.eager) {
+    box.append(h("h5", { text: "Saved for backward: thunder vs eager" }), h("p", { class: "tv-eager-summary", text: mv.eager.summary }));
+    const rows = mv.eager.lines.map((c) => [c.line, c.code, fmtBytes(c.thunder_bytes), fmtBytes(c.eager_bytes), `${c.extra >= 0 ? "+" : "-"}${fmtBytes(Math.abs(c.extra))}`, c.thunder.join(", ")]);
+    box.append(table(["source line", "code", "thunder", "eager", "thunder extra", "thunder's tensors"], rows, (i) => ({ class: mv.eager.lines[i].extra > 0 ? "tv-eager-row tv-more" : "tv-eager-row" })));
+  }
+  return box;
+}
+
 class Pane {
   constructor(view, index) {
     this.view = view;
@@ -571,7 +633,7 @@ function render({ model, el }) {
     if (name === "details") { showSelected(); return; }
     if (name === "ledger") panel.replaceChildren(ledgerPanel(panels.ledger));
     else if (name === "decisions") panel.replaceChildren(decisionsPanel(panels.decisions));
-    else if (name === "memory") panel.replaceChildren(memoryPanel(panels.memory));
+    else if (name === "memory") panel.replaceChildren(memoryPanel(panels.memory), ...(panels.memory_view ? [memoryView(panels.memory_view)] : []));
     else if (name === "diff") panel.replaceChildren(diffPanel(panels.diff));
   }
 
@@ -589,7 +651,7 @@ function render({ model, el }) {
     const cols = mem.columns;
     const cell = (v, c) => (v === null || v === undefined ? "-" : c.unit === "bytes" ? fmtBytes(v) : String(v));
     const heads = ["rank", ...cols.map((c) => (c.source === "measured" ? `${c.title} (measured)` : c.title))];
-    return h("div", { class: "tv-memory" }, table(heads, mem.rows.map((r) => [r.rank, ...cols.map((c) => cell(r[c.key], c))])),
+    return h("div", { class: "tv-memory-ranks" }, table(heads, mem.rows.map((r) => [r.rank, ...cols.map((c) => cell(r[c.key], c))])),
       h("p", { class: "tv-hint", text: mem.note }));
   }
 

@@ -1,0 +1,191 @@
+"""Predicted against measured per-rank step peak, every candidate, on 2 and 4 CPU ranks; and the auto strategy's
+choice for budgets between measured peaks.
+
+Five models (``thunderviz.demos.memory_runs.MODELS``: two litgpt ``GPT(Config(...))`` shapes, a GPT whose head is
+tied to its embedding, a residual MLP and a small CNN) x AdamW and SGD with momentum x the five candidates x world
+sizes 2 and 4. The prediction is ``thunderviz.plan`` on the meta device in this process; the measurement is each
+rank's steady-state step peak with torch's ``MemTracker`` (``thunder.memory_meter``) in real gloo rank processes, the
+largest over the ranks. Beside them: what DeepSpeed's model-states formulas (``estimate_zero2_model_states_mem_needs``
+/ ``estimate_zero3_model_states_mem_needs`` without offload: 4 bytes per parameter plus 16 (ZeRO-2) or 18 (ZeRO-3)
+per parameter over the ranks, ZeRO-3 plus 4 bytes per parameter of the largest layer; DDP as ZeRO-2 on one rank)
+and the "4x the parameters" rule (``accelerate estimate-memory``'s training estimate) would have said: they count
+model states only.
+
+The auto check: for each model, optimizer and world size, a budget halfway between each two consecutive measured
+peaks; the candidate the plan picks for it (``Plan.recommended_for``, what ``ThunderAutoStrategy`` picks) must fit
+when measured, and its measured step time is compared with the fastest measured candidate that fits.
+
+Run: ``.venv/bin/python bench/memory_plan.py [--models a,b] [--worlds 2,4] [--json out.json]`` (about an hour on 2
+shared CPU cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+WORLDS = (2, 4)
+CANDIDATES = ("ddp", "fsdp-zero2-block", "fsdp-zero2-layer", "fsdp-zero3-block", "fsdp-zero3-layer")
+
+
+def deepspeed_estimate(candidate: str, params: int, largest_layer: int, world: int) -> int:
+    """DeepSpeed's model-states estimate for this candidate's ZeRO stage, no offload (see the module docstring)."""
+    if candidate == "ddp":
+        return 4 * params + 16 * params
+    if "zero2" in candidate:
+        return 4 * params + 16 * params // world
+    return 4 * largest_layer + 18 * params // world
+
+
+def _param_counts(model: Any) -> tuple[int, int, int]:
+    """(parameters, bytes of them, parameters of the largest module owning some directly)."""
+    seen: set[int] = set()
+    total = nbytes = 0
+    for p in model.parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            total += p.numel()
+            nbytes += p.numel() * p.element_size()
+    largest = max(sum(p.numel() for p in m.parameters(recurse=False)) for m in model.modules())
+    return total, nbytes, largest
+
+
+def _fmt(n: float | None) -> str:
+    return "-" if n is None else f"{n / 2**20:8.2f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=None, help="comma-separated names (default: all)")
+    parser.add_argument("--worlds", default=",".join(map(str, WORLDS)))
+    parser.add_argument("--optimizers", default="adamw,sgd")
+    parser.add_argument("--json", default="test-output/memory_plan.json")
+    args = parser.parse_args()
+
+    import torch
+
+    from thunderviz.demos.memory_runs import MODELS, measure_many, predict
+    from thunderviz.ranks.spawn import run_ranks
+
+    models = args.models.split(",") if args.models else list(MODELS)
+    worlds = tuple(int(w) for w in args.worlds.split(","))
+    optimizers = args.optimizers.split(",")
+    t0 = time.perf_counter()
+    plans = {}
+    for m in models:
+        for o in optimizers:
+            t = time.perf_counter()
+            plans[m, o] = predict(m, o, worlds)
+            print(f"planned {m} / {o} for {worlds}: {time.perf_counter() - t:.1f} s ({plans[m, o].how})", flush=True)
+    measured: dict[tuple[str, str, str, int], list[dict[str, Any]]] = {}
+    for w in worlds:
+        scenarios = [(m, o, c) for m in models for o in optimizers for c in CANDIDATES]
+        t = time.perf_counter()
+        per_rank = run_ranks(measure_many, scenarios, nproc=w, timeout=7200)
+        print(f"measured {len(scenarios)} runs on {w} ranks: {time.perf_counter() - t:.1f} s", flush=True)
+        for i, (m, o, c) in enumerate(scenarios):
+            measured[m, o, c, w] = [r[i] for r in per_rank]
+
+    rows = []
+    header = (
+        f"{'model':13} {'opt':5} {'W':>2} {'candidate':17} {'predicted':>9} {'measured':>9} {'error':>7}"
+        f" {'DeepSpeed':>9} {'4x rule':>8}   (MiB per rank)"
+    )
+    print("\n" + header)
+    for m in models:
+        with torch.device("meta"):
+            params, pbytes, largest = _param_counts(MODELS[m].build())
+        for o in optimizers:
+            for w in worlds:
+                for c in CANDIDATES:
+                    pred = plans[m, o].candidate(c, w).peak_bytes
+                    runs = measured[m, o, c, w]
+                    meas = max(r["measured"].peak_bytes for r in runs)
+                    err = (pred - meas) / meas
+                    ds = deepspeed_estimate(c, params, largest, w)
+                    rule = 4 * pbytes
+                    step = max(r["step_s"] for r in runs)
+                    rows.append(
+                        {
+                            "model": m,
+                            "optimizer": o,
+                            "world": w,
+                            "candidate": c,
+                            "predicted": pred,
+                            "measured": meas,
+                            "error": err,
+                            "deepspeed": ds,
+                            "rule_4x": rule,
+                            "step_s": step,
+                        }
+                    )
+                    print(
+                        f"{m:13} {o:5} {w:>2} {c:17} {_fmt(pred)} {_fmt(meas)} {err * 100:+6.2f}% {_fmt(ds)}"
+                        f" {_fmt(rule)}"
+                    )
+    worst = max(rows, key=lambda r: abs(r["error"]))
+    within = sum(abs(r["error"]) <= 0.10 for r in rows)
+    print(
+        f"\npredicted within 10% of measured: {within} of {len(rows)}; largest error {worst['error'] * 100:+.2f}%"
+        f" ({worst['model']} / {worst['optimizer']} / {worst['candidate']} x{worst['world']})"
+    )
+    ds_err = max(abs(r["deepspeed"] - r["measured"]) / r["measured"] for r in rows)
+    rule_err = max(abs(r["rule_4x"] - r["measured"]) / r["measured"] for r in rows)
+    print(
+        f"largest error of DeepSpeed's model-states formula: {ds_err * 100:.0f}%; of the 4x rule: {rule_err * 100:.0f}%"
+    )
+
+    auto = _auto_check(rows, plans, models, optimizers, worlds)
+    print(
+        f"auto strategy: {auto['budgets']} budgets between measured peaks; the choice fit when measured"
+        f" {auto['fit']} times of {auto['budgets']}; it was the fastest that fits or within 10% of it"
+        f" {auto['fast']} times (slowest relative to the fastest: {auto['worst_ratio']:.2f}x)"
+    )
+    for line in auto["misses"]:
+        print("  " + line)
+    print(f"total {time.perf_counter() - t0:.0f} s")
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"rows": rows, "auto": auto}, indent=1), encoding="utf-8")
+    print(f"wrote {out}")
+
+
+def _auto_check(rows: list[dict], plans: dict, models: list[str], optimizers: list[str], worlds: tuple) -> dict:
+    budgets = fit = fast = 0
+    worst_ratio = 1.0
+    misses = []
+    for m in models:
+        for o in optimizers:
+            for w in worlds:
+                group = [r for r in rows if (r["model"], r["optimizer"], r["world"]) == (m, o, w)]
+                peaks = sorted({r["measured"] for r in group})
+                for a, b in itertools.pairwise(peaks):
+                    budget = (a + b) // 2
+                    pick = plans[m, o].with_budget(budget).recommended_for(w)
+                    if pick is None:
+                        misses.append(f"{m}/{o}/x{w} budget {budget}: the plan found nothing that fits")
+                        budgets += 1
+                        continue
+                    budgets += 1
+                    chosen = next(r for r in group if r["candidate"] == pick.name)
+                    fitting = [r for r in group if r["measured"] <= budget]
+                    fastest = min(r["step_s"] for r in fitting)
+                    ratio = chosen["step_s"] / fastest
+                    worst_ratio = max(worst_ratio, ratio)
+                    fit += chosen["measured"] <= budget
+                    fast += ratio <= 1.10
+                    if chosen["measured"] > budget or ratio > 1.10:
+                        misses.append(
+                            f"{m}/{o}/x{w} budget {budget / 2**20:.2f} MiB: chose {pick.name} (measured"
+                            f" {chosen['measured'] / 2**20:.2f} MiB, {chosen['step_s'] * 1000:.1f} ms); fastest fitting"
+                            f" {fastest * 1000:.1f} ms"
+                        )
+    return {"budgets": budgets, "fit": fit, "fast": fast, "worst_ratio": worst_ratio, "misses": misses}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""The plan's plain arithmetic: the candidates, how one is chosen, budgets as people write them, extrapolation."""
+
+from __future__ import annotations
+
+import pytest
+
+from thunderviz.parallel.options import Bucketing, Parallelism, Sharding
+from thunderviz.parallel.plan import (
+    PREFERENCE,
+    ChoiceRow,
+    candidate_name,
+    candidate_specs,
+    choose,
+    extrapolate,
+    parse_memory,
+    ring_bytes,
+    smallest_fitting,
+)
+
+
+def test_every_candidate_at_every_world_size_in_preference_order() -> None:
+    specs = candidate_specs([8, 64])
+    assert [(s.name, s.world_size) for s in specs] == [(n, w) for w in (8, 64) for n in PREFERENCE]
+    by_name = {s.name: s.options for s in specs if s.world_size == 8}
+    assert by_name["ddp"].parallelism is Parallelism.DDP
+    z3 = by_name["fsdp-zero3-layer"]
+    assert (z3.parallelism, z3.sharding_strategy, z3.bucketing_strategy) == (
+        Parallelism.FSDP,
+        Sharding.ZERO3,
+        Bucketing.LAYER,
+    )
+    assert all(candidate_name(s.options) == s.name for s in specs)
+    assert not any(s.checkpointing for s in specs)  # the issue-17 dimension: not produced until implemented
+
+
+@pytest.mark.parametrize(
+    ("sizes", "names", "match"),
+    [((), PREFERENCE, "at least one world size"), ((0,), PREFERENCE, ">= 1"), ((2,), ("fsdp-zero2-none",), "not a")],
+)
+def test_bad_candidate_requests_say_what_to_use(sizes, names, match) -> None:
+    with pytest.raises(ValueError, match=match):
+        candidate_specs(sizes, names)
+
+
+def test_ring_bytes_per_rank() -> None:
+    assert ring_bytes("all_gather", 100, 4) == 300  # (W-1) x shard
+    assert ring_bytes("reduce_scatter", 400, 4) == 300  # (W-1)/W of the input
+    assert ring_bytes("all_reduce", 400, 4) == 600  # 2(W-1)/W
+    assert ring_bytes("all_reduce", 400, 1) == 0
+    with pytest.raises(ValueError, match="unknown collective"):
+        ring_bytes("broadcast", 1, 2)
+
+
+def _row(name: str, peak: int, comm: int, world: int = 2, checkpointing: bool = False) -> ChoiceRow:
+    return ChoiceRow(name, world, peak, comm, 1, checkpointing)
+
+
+def test_choose_takes_least_communication_that_fits_ties_by_preference() -> None:
+    rows = [
+        _row("ddp", 100, 10),
+        _row("fsdp-zero2-block", 60, 10),
+        _row("fsdp-zero2-layer", 55, 10),
+        _row("fsdp-zero3-block", 40, 15),
+    ]
+    assert choose(rows, None) == 0  # everything fits: DDP ties ZERO2 on bytes and wins by preference
+    assert choose(rows, 99) == 1  # DDP does not fit; BLOCK before LAYER at equal bytes
+    assert choose(rows, 50) == 3
+    assert choose(rows, 39) is None
+    assert smallest_fitting(rows) == 3
+
+
+def test_checkpointing_only_when_nothing_else_fits() -> None:
+    rows = [_row("fsdp-zero3-layer", 50, 15), _row("fsdp-zero2-block", 30, 10, checkpointing=True)]
+    assert choose(rows, 60) == 0
+    assert choose(rows, 40) == 1
+
+
+def test_choose_within_one_world_size() -> None:
+    rows = [_row("ddp", 100, 10, world=2), _row("ddp", 100, 30, world=8)]
+    assert choose(rows, None, world_size=8) == 1 and choose(rows, None, world_size=4) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("80GiB", 80 * 2**30), ("40 GB", 40 * 10**9), ("512MiB", 512 * 2**20), (1234, 1234), ("1.5 KiB", 1536)],
+)
+def test_memory_sizes(text, expected) -> None:
+    assert parse_memory(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["80 gigs", "", "-1GB", 0, True, None])
+def test_bad_memory_sizes_name_the_format(bad) -> None:
+    with pytest.raises(ValueError, match="memory_per_rank"):
+        parse_memory(bad)
+
+
+def test_affine_extrapolation_is_exact_in_integers() -> None:
+    values = {2: {"a": 100, "b": 7}, 3: {"a": 130, "b": 7}}
+    assert extrapolate(values, 32) == {"a": 100 + 30 * 30, "b": 7}
+    with pytest.raises(ValueError, match="exactly two"):
+        extrapolate({2: {"a": 1}}, 5)
+    with pytest.raises(ValueError, match="whole number"):
+        extrapolate({2: {"a": 0}, 4: {"a": 1}}, 5)

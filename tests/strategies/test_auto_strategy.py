@@ -1,0 +1,81 @@
+"""``ThunderAutoStrategy`` on one CPU rank with a given plan: it becomes the candidate that fits with the least
+communication, logs why, and when nothing fits says the smallest per-rank memory that would work.
+
+The scenarios run in one fresh rank process (``run_ranks``): a launched Fabric leaves a process group and
+environment variables behind, which must not leak into this test session.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from thunderviz.ranks.spawn import run_ranks
+
+PEAKS = {"ddp": 9000, "fsdp-zero2-block": 7000, "fsdp-zero2-layer": 6900, "fsdp-zero3-block": 5000}
+
+
+def _error(fn: Any) -> str:
+    try:
+        fn()
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return "no error"
+
+
+def _scenarios(rank: int, world: int) -> dict[str, Any]:
+    import torch
+    from lightning.fabric import Fabric
+
+    from tests.helpers.plans import synthetic_plan
+    from thunderviz import ThunderAutoStrategy, ThunderDDPStrategy, ThunderFSDPStrategy
+
+    def fabric(strategy: Any) -> Fabric:
+        f = Fabric(accelerator="cpu", devices=1, strategy=strategy)
+        f.launch()
+        return f
+
+    chosen = ThunderAutoStrategy("6KiB", plan=synthetic_plan(PEAKS, world_size=1))
+    f = fabric(chosen)
+    model = f.setup(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2)))
+    f.backward(model(torch.randn(3, 4)).sum())  # the chosen strategy trains
+    too_small = ThunderAutoStrategy(4000, plan=synthetic_plan(PEAKS, world_size=1))
+    out = {
+        "is_fsdp": isinstance(chosen, ThunderFSDPStrategy),
+        "is_ddp": isinstance(chosen, ThunderDDPStrategy),
+        "summary": chosen.options.summary(),
+        "chosen": chosen.chosen.name,
+        "reason": chosen.decisions[-1].reason,
+        "too_small": _error(lambda: fabric(too_small).setup(torch.nn.Linear(4, 4))),
+        "too_small_action": str(too_small.decisions[-1].action),
+        "no_budget": _error(lambda: fabric(ThunderAutoStrategy()).setup(torch.nn.Linear(4, 4))),
+        "no_batch": _error(lambda: fabric(ThunderAutoStrategy("1GiB")).setup(torch.nn.Linear(4, 4))),
+        "bad_budget": _error(lambda: ThunderAutoStrategy("lots")),
+    }
+    return out
+
+
+@functools.cache
+def _results() -> dict[str, Any]:
+    return run_ranks(_scenarios, nproc=1, timeout=600)[0]
+
+
+def test_becomes_the_chosen_strategy_and_says_why() -> None:
+    r = _results()
+    assert r["is_fsdp"] and not r["is_ddp"] and r["summary"] == "FSDP ZERO3 BLOCK" and r["chosen"] == "fsdp-zero3-block"
+    assert r["reason"].startswith("thunder_auto chose fsdp-zero3-block on 1 ranks")
+    assert "ddp predicted 8.8 KiB, does not fit" in r["reason"] and "a plain nn.Module" in r["reason"]
+
+
+def test_nothing_fits_names_the_smallest_budget_that_would() -> None:
+    r = _results()
+    assert r["too_small"].startswith("PlanError: ThunderAutoStrategy(memory_per_rank=3.9 KiB): no strategy fits")
+    assert "smallest predicted per-rank peak is fsdp-zero3-block's, 4.9 KiB (5000 bytes)" in r["too_small"]
+    assert r["too_small_action"] == "error"
+
+
+def test_needs_a_budget_on_cpu_and_a_batch_or_plan() -> None:
+    r = _results()
+    assert "needs the memory each rank may use" in r["no_budget"]
+    assert "needs one rank's example batch" in r["no_batch"]
+    assert r["bad_budget"].startswith("PlanError: ThunderAutoStrategy: memory_per_rank='lots'")

@@ -1,0 +1,82 @@
+"""Predicted against measured per-rank step memory on 2 real gloo ranks, and the auto strategy choosing by it.
+
+One pair of rank processes runs every scenario (``demos.memory_runs.measure_many``): a GPT whose head is tied to its
+embedding under three candidates with AdamW, and a residual MLP (no attention) with SGD + momentum under ZERO3 and
+under ``ThunderAutoStrategy`` with a budget between two candidates' predicted peaks. The predictions are made here,
+on the meta device (``thunderviz.plan``). The full table (4 models x both optimizers x every candidate x 2 and 4
+ranks) is ``bench/memory_plan.py``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+from thunderviz.demos.memory_runs import measure_many, predict
+from thunderviz.ranks.spawn import run_ranks
+from thunderviz.trace.memory import compare
+
+pytestmark = pytest.mark.timeout(1500)
+
+GPT = ("gpt-tied", "adamw", ("ddp", "fsdp-zero2-block", "fsdp-zero3-layer"))
+MLP = ("mlp", "sgd", ("ddp", "fsdp-zero2-block", "fsdp-zero3-block"))
+
+
+@functools.cache
+def _plans() -> dict[str, object]:
+    return {name: predict(name, opt, (2,), candidates=cands) for name, opt, cands in (GPT, MLP)}
+
+
+def _budget() -> int:
+    """Between the MLP's DDP and ZERO2 BLOCK predicted peaks: DDP must not fit, ZERO2 BLOCK must."""
+    plan = _plans()["mlp"]
+    ddp, z2 = plan.candidate("ddp").peak_bytes, plan.candidate("fsdp-zero2-block").peak_bytes
+    assert z2 < ddp, (z2, ddp)
+    return (ddp + z2) // 2
+
+
+@functools.cache
+def _measured() -> list[list[dict]]:
+    scenarios = [(GPT[0], GPT[1], c) for c in GPT[2]]
+    scenarios += [(MLP[0], MLP[1], "fsdp-zero3-block"), (MLP[0], MLP[1], "auto", 5, _budget())]
+    return run_ranks(measure_many, scenarios, timeout=1400)
+
+
+def _scenario(i: int) -> list[dict]:
+    return [per_rank[i] for per_rank in _measured()]
+
+
+@pytest.mark.parametrize(
+    ("i", "model", "candidate"),
+    [
+        (0, *GPT[:1], "ddp"),
+        (1, GPT[0], "fsdp-zero2-block"),
+        (2, GPT[0], "fsdp-zero3-layer"),
+        (3, MLP[0], "fsdp-zero3-block"),
+    ],
+)
+def test_predicted_peak_within_ten_percent_of_measured(i: int, model: str, candidate: str) -> None:
+    predicted = _plans()[model].candidate(candidate, 2).memory
+    for r in _scenario(i):
+        measured = r["measured"]
+        assert measured.source == "memtracker" and measured.steps == (2, 3)
+        cmp = compare(predicted, measured)
+        assert cmp is not None and cmp.off() == [], cmp.summary()
+
+
+def test_tied_weights_are_counted_once() -> None:
+    """The tied head is one parameter: its shard and its optimizer state exist once, and so does its gradient."""
+    plan = _plans()["gpt-tied"]
+    for name in GPT[2]:
+        c = plan.candidate(name)
+        measured = _scenario(GPT[2].index(name))[0]["measured"]
+        assert c.memory.groups["parameters"] == measured.groups["parameters"], name
+        assert c.memory.groups["optimizer"] == measured.groups["optimizer"], name
+
+
+def test_auto_strategy_chooses_what_fits_and_it_fits_when_measured() -> None:
+    budget = _budget()
+    for r in _scenario(4):
+        assert r["candidate"] == "fsdp-zero2-block"  # DDP is predicted over the budget
+        assert r["measured"].peak_bytes <= budget

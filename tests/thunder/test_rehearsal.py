@@ -1,0 +1,112 @@
+"""The meta-device rehearsal: it allocates nothing, counts storages as MemTracker does, and its extrapolation over
+repeated blocks equals rehearsing the whole model, byte for byte (the proof ``thunder.rehearsal`` refers to)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from thunderviz.demos.models import ResidualMLP, TinyGPT
+from thunderviz.parallel.plan import candidate_specs, extrapolate
+from thunderviz.thunder.rehearsal import block_container, cut_blocks, meta_twin, rehearse
+from thunderviz.thunder.storage_tracker import StorageTracker
+from thunderviz.trace.memory import CATEGORIES
+
+pytestmark = pytest.mark.timeout(900)
+
+BATCH = torch.randn(64, 16)
+
+
+def test_meta_twin_allocates_nothing_and_keeps_ties() -> None:
+    model = TinyGPT(n_layer=2, tie_weights=True)
+    twin = meta_twin(model)
+    assert all(t.is_meta for t in [*twin.parameters(), *twin.buffers()])
+    assert twin.lm_head.weight is twin.wte.weight
+    assert not model.wte.weight.is_meta  # the original is untouched
+
+
+def test_cut_blocks_keeps_names_and_classes() -> None:
+    model = ResidualMLP(n_layer=5)
+    assert block_container(model) == ("blocks", 5)
+    cut = cut_blocks(model, 2)
+    assert [n for n, _ in cut.named_children()] == ["inp", "blocks", "out"]
+    assert len(cut.blocks) == 2 and type(cut.blocks[1]) is type(model.blocks[1])
+    with pytest.raises(ValueError, match="has 5 blocks, not 6"):
+        cut_blocks(model, 6)
+
+
+def test_tracker_counts_a_storage_once_and_forgets_it_when_freed() -> None:
+    tracker = StorageTracker(cuda_rounding=False)
+    with tracker:
+        a = torch.empty(256, device="meta")  # 1 KiB
+        view = a.view(16, 16)
+        b = a * 2
+        assert tracker.total == 2048 and tracker.current["temporaries"] == 2048
+        tracker.label(b, "saved activations")
+        del a, view
+        assert tracker.total == 1024 and tracker.current == dict.fromkeys(CATEGORIES, 0) | {"saved activations": 1024}
+    assert tracker.peak.peak_bytes == 2048
+
+
+def test_cuda_rounding_is_the_allocators_512_byte_blocks() -> None:
+    tracker = StorageTracker(cuda_rounding=True)
+    with tracker:
+        _ = torch.empty(3, device="meta")
+        assert tracker.total == 512
+
+
+def _quantities(r) -> dict[str, int]:
+    return {
+        **r.memory.breakdown,
+        **{f"g:{k}": v for k, v in r.memory.groups.items()},
+        "comm": r.comm_bytes,
+        "collectives": r.collectives,
+    }
+
+
+@pytest.mark.parametrize("name", ["fsdp-zero3-block", "ddp"])
+def test_extrapolation_over_blocks_equals_the_whole_rehearsal(name: str) -> None:
+    """ZERO3 + BLOCK is the case where one block is not enough (the root bucket is gathered next to it); the
+    extrapolation from 2 and 3 blocks must give exactly what rehearsing all 5 gives."""
+    model = ResidualMLP(n_layer=5)
+    spec = candidate_specs([2], [name])[0]
+    kwargs = {"options": spec.options, "world_size": 2, "capture_traces": False}
+    whole = rehearse(model, BATCH, **kwargs)
+    cut = {k: rehearse(cut_blocks(model, k), BATCH, **kwargs) for k in (2, 3)}
+    assert {r.memory.phase for r in cut.values()} == {whole.memory.phase}
+    assert extrapolate({k: _quantities(r) for k, r in cut.items()}, 5) == _quantities(whole)
+    assert whole.memory.peak_bytes > cut[3].memory.peak_bytes > cut[2].memory.peak_bytes
+
+
+@pytest.mark.parametrize("name", ["fsdp-zero2-block", "fsdp-zero3-layer"])
+def test_one_fsdp_rehearsal_counts_other_world_sizes_exactly(name: str) -> None:
+    """Counting the shards at another world size gives what rehearsing at that world size gives (no padding)."""
+    from thunderviz.thunder.rehearsal import rehearse_worlds, scalable_world_sizes
+
+    model = ResidualMLP(n_layer=2)  # every first dimension divisible by 2 and 4
+    assert scalable_world_sizes(model, (2, 4)) and not scalable_world_sizes(model, (3,))
+    spec = candidate_specs([2], [name])[0]
+    both = rehearse_worlds(model, BATCH, options=spec.options, world_sizes=(2, 4), capture_traces=False)
+    alone = rehearse(model, BATCH, options=spec.options, world_size=4, capture_traces=False)
+    assert both[4].memory == alone.memory
+    assert (both[4].comm_bytes, both[4].collectives) == (alone.comm_bytes, alone.collectives)
+    assert both[4].memory.peak_bytes < both[2].memory.peak_bytes
+
+
+@pytest.mark.parametrize("sharding", ["ZERO2", "ZERO3"])
+def test_layer_laid_out_on_block_traces_equals_tracing_layer(sharding: str) -> None:
+    """One trace, two bucketings: the communication pass run again on the optimized traces gives what tracing with
+    LAYER gives (memory, communication, the backward's buckets)."""
+    from thunderviz.thunder.rehearsal import rehearse_all
+
+    model = ResidualMLP(n_layer=2)
+    specs = candidate_specs([2], [f"fsdp-{sharding.lower()}-block", f"fsdp-{sharding.lower()}-layer"])
+    block, layer = rehearse_all(
+        model, BATCH, options=[s.options for s in specs], world_sizes=(2,), capture_traces=False
+    )
+    alone = rehearse(model, BATCH, options=specs[1].options, world_size=2, capture_traces=False)
+    assert layer[2].memory == alone.memory and layer[2].memory != block[2].memory
+    assert (layer[2].comm_bytes, layer[2].collectives) == (alone.comm_bytes, alone.collectives)
+    assert [(b.kind, b.label, b.params) for b in layer[2].buckets] == [
+        (b.kind, b.label, b.params) for b in alone.buckets
+    ]

@@ -1,0 +1,244 @@
+"""Which strategies a plan considers, how they are ordered and chosen, and the arithmetic a plan needs: plain Python.
+
+A *candidate* is one way to run the model: a ``StrategyOptions`` (the one option model, ``parallel.options``) at one
+world size. The candidates, in the order the auto strategy prefers them when several fit:
+
+    ddp, fsdp-zero2-block, fsdp-zero2-layer, fsdp-zero3-block, fsdp-zero3-layer
+
+Why this order: DDP moves each gradient once (an all_reduce: 2(W-1)/W of the model per rank per step) and nothing
+in forward; ZERO2 moves the same bytes (all_gather + reduce_scatter, (W-1)/W each) in more collectives; ZERO3
+gathers every bucket a second time in backward (3(W-1)/W); BLOCK issues one collective per block where LAYER issues
+one per layer. ``choose`` sorts by predicted communication bytes, then this order, so the predictions decide and the
+order breaks ties (DDP and ZERO2 move the same bytes when no dimension needs padding: DDP wins, with nothing to
+gather in forward). ``NONE`` bucketing is left out: it costs LAYER's memory with more
+collectives.
+
+Activation checkpointing (issue 17) is a further dimension the plan is built to take: ``CandidateSpec.checkpointing``
+exists and ``choose`` sorts every checkpointing candidate after all others ("only when nothing else fits"); no
+candidate sets it until the strategies implement checkpointing, and ``candidate_specs`` says so rather than
+producing one that would not do what it says.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from thunderviz.parallel.options import Bucketing, Parallelism, Sharding, StrategyOptions, parse_options
+
+__all__ = [
+    "PREFERENCE",
+    "CandidateSpec",
+    "ChoiceRow",
+    "Extrapolation",
+    "candidate_name",
+    "candidate_specs",
+    "choose",
+    "extrapolate",
+    "parse_memory",
+    "ring_bytes",
+    "smallest_fitting",
+]
+
+#: The candidates of one world size, in the order ties are broken (see the module docstring).
+PREFERENCE: tuple[str, ...] = (
+    "ddp",
+    "fsdp-zero2-block",
+    "fsdp-zero2-layer",
+    "fsdp-zero3-block",
+    "fsdp-zero3-layer",
+)
+
+
+def _fsdp(sharding: Sharding, bucketing: Bucketing) -> tuple[Parallelism, dict[str, object]]:
+    return Parallelism.FSDP, {"sharding_strategy": sharding, "bucketing_strategy": bucketing}
+
+
+_PRESETS: dict[str, tuple[Parallelism, dict[str, object]]] = {
+    "ddp": (Parallelism.DDP, {}),
+    "fsdp-zero2-block": _fsdp(Sharding.ZERO2, Bucketing.BLOCK),
+    "fsdp-zero2-layer": _fsdp(Sharding.ZERO2, Bucketing.LAYER),
+    "fsdp-zero3-block": _fsdp(Sharding.ZERO3, Bucketing.BLOCK),
+    "fsdp-zero3-layer": _fsdp(Sharding.ZERO3, Bucketing.LAYER),
+}
+
+
+def candidate_name(options: StrategyOptions) -> str:
+    """``ddp`` / ``fsdp-zero3-block``: the name a candidate (and a run with these options) goes by."""
+    if options.parallelism is Parallelism.DDP:
+        return "ddp"
+    return f"fsdp-{options.sharding_strategy.value.lower()}-{options.bucketing_strategy.value.lower()}"
+
+
+@dataclass(frozen=True)
+class CandidateSpec:
+    """One candidate before it is predicted: its name, its options and its world size.
+
+    ``checkpointing`` is the activation-checkpointing dimension (issue 17): always False until the strategies
+    implement it (see the module docstring).
+    """
+
+    name: str
+    options: StrategyOptions
+    world_size: int
+    checkpointing: bool = False
+
+    @property
+    def preference(self) -> int:
+        return PREFERENCE.index(self.name)
+
+
+def candidate_specs(world_sizes: Iterable[int], names: Sequence[str] = PREFERENCE) -> list[CandidateSpec]:
+    """Every candidate (``names``, default all of ``PREFERENCE``) at every world size, world sizes in the order given.
+
+    Raises:
+        ValueError: a world size below 1, or a name that is not a candidate.
+    """
+    specs = []
+    sizes = list(dict.fromkeys(int(w) for w in world_sizes))
+    if not sizes:
+        raise ValueError("plan(world_sizes=()): give at least one world size, e.g. world_sizes=(2, 8)")
+    for w in sizes:
+        if w < 1:
+            raise ValueError(f"plan(world_sizes=...): a world size must be >= 1, got {w}")
+        for name in names:
+            if name not in _PRESETS:
+                raise ValueError(f"{name!r} is not a candidate; the candidates are {', '.join(PREFERENCE)}")
+            parallelism, preset = _PRESETS[name]
+            specs.append(CandidateSpec(name, parse_options(parallelism, preset), w))
+    return specs
+
+
+# -- communication ---------------------------------------------------------------------------------------------
+
+
+def ring_bytes(kind: str, nbytes: int, world_size: int) -> int:
+    """Bytes one rank sends for one collective whose input on this rank is ``nbytes``, with ring algorithms (what
+    NCCL and gloo use for large messages): all_gather (W-1) x its shard, reduce_scatter (W-1)/W of its input,
+    all_reduce 2(W-1)/W of its buffer. On one rank nothing moves."""
+    w = world_size
+    if w <= 1:
+        return 0
+    if kind == "all_gather":
+        return (w - 1) * nbytes
+    if kind == "reduce_scatter":
+        return (w - 1) * nbytes // w
+    if kind == "all_reduce":
+        return 2 * (w - 1) * nbytes // w
+    raise ValueError(f"ring_bytes: unknown collective kind {kind!r}")
+
+
+# -- choosing ----------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChoiceRow:
+    """What ``choose`` reads of one predicted candidate."""
+
+    name: str
+    world_size: int
+    peak_bytes: int
+    comm_bytes: int
+    collectives: int
+    checkpointing: bool = False
+
+    def fits(self, budget: int | None) -> bool:
+        return budget is None or self.peak_bytes <= budget
+
+    def sort_key(self) -> tuple[int, int, int]:
+        return (int(self.checkpointing), self.comm_bytes, PREFERENCE.index(self.name))
+
+
+def choose(rows: Sequence[ChoiceRow], budget: int | None, world_size: int | None = None) -> int | None:
+    """Index of the candidate to run: among those of ``world_size`` (default: every world size) that fit ``budget``,
+    the one with the least predicted communication (ties: ``PREFERENCE``); None when none fits. Checkpointing
+    candidates come after every other (issue 17: only when nothing else fits)."""
+    fitting = [i for i, r in enumerate(rows) if r.fits(budget) and (world_size is None or r.world_size == world_size)]
+    if not fitting:
+        return None
+    return min(fitting, key=lambda i: rows[i].sort_key())
+
+
+def smallest_fitting(rows: Sequence[ChoiceRow], world_size: int | None = None) -> int | None:
+    """Index of the candidate with the smallest predicted peak (what the budget must be at least for any to fit)."""
+    pool = [i for i, r in enumerate(rows) if world_size is None or r.world_size == world_size]
+    return min(pool, key=lambda i: (rows[i].peak_bytes, rows[i].sort_key())) if pool else None
+
+
+# -- a memory budget as people write it --------------------------------------------------------------------------
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+
+
+def parse_memory(value: int | float | str, what: str = "memory_per_rank") -> int:
+    """Bytes from ``80 * 2**30``, ``"80GiB"``, ``"80 GB"`` (decimal) or ``"512MiB"``.
+
+    Raises:
+        ValueError: not a positive size, or an unknown unit (the message lists the units).
+    """
+    if isinstance(value, bool):
+        raise ValueError(f"{what}={value!r}: give bytes (an int) or a size such as '80GiB'")
+    if isinstance(value, (int, float)):
+        n = value
+    elif isinstance(value, str):
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", value)
+        unit = m.group(2).lower() if m else None
+        if m is None or unit not in _UNITS:
+            raise ValueError(
+                f"{what}={value!r}: expected a number and a unit, e.g. '80GiB', '40 GB' or '512MiB'"
+                f" (units: {', '.join(u for u in ('B', 'KB', 'MB', 'GB', 'TB', 'KiB', 'MiB', 'GiB', 'TiB'))})"
+            )
+        n = float(m.group(1)) * _UNITS[unit]
+    else:
+        raise ValueError(f"{what}={value!r}: give bytes (an int) or a size such as '80GiB'")
+    if not math.isfinite(n) or n <= 0:
+        raise ValueError(f"{what}={value!r}: a memory budget must be a positive size")
+    return int(n)
+
+
+# -- extrapolation over repeated blocks ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Extrapolation:
+    """Affine extrapolation of per-rank quantities over the number of repeated blocks.
+
+    ``values[k]`` are the quantities (category -> bytes, collectives...) measured on the model cut to its first ``k``
+    blocks; with two counts ``k0 < k1`` every quantity is ``v(k0) + (n - k0) * (v(k1) - v(k0)) / (k1 - k0)``. Why
+    that is exact for a transformer, and from which ``k0``: see ``thunder.rehearsal`` (the proof is a test that
+    rehearses a small model whole and compares byte for byte).
+    """
+
+    values: Mapping[int, Mapping[str, int]]
+
+    def at(self, n: int) -> dict[str, int]:
+        (k0, v0), (k1, v1) = sorted(self.values.items())[:2]
+        keys = set(v0) | set(v1)
+        out = {}
+        for key in keys:
+            a, b = v0.get(key, 0), v1.get(key, 0)
+            step, rem = divmod((b - a) * (n - k0), k1 - k0)
+            if rem:
+                raise ValueError(f"extrapolating {key!r} from {k0} and {k1} blocks to {n} is not a whole number")
+            out[key] = a + step
+        return out
+
+
+def extrapolate(values: Mapping[int, Mapping[str, int]], n: int) -> dict[str, int]:
+    """``Extrapolation(values).at(n)``; ``values`` holds exactly two block counts."""
+    if len(values) != 2:
+        raise ValueError(f"extrapolate: needs quantities at exactly two block counts, got {sorted(values)}")
+    return Extrapolation(values).at(n)

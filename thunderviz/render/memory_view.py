@@ -1,0 +1,229 @@
+"""The Memory view as static HTML: stacked bars per candidate with the budget line, predicted next to measured,
+saved-for-backward per group and per source line, thunder against eager.
+
+Static (inline SVG, no script) so it reads the same in JupyterLab, nbconvert, GitHub and the offline report; the
+trace widget draws the same bars live from the same data (``MemoryBar``, built here, so the colours and the order of
+the categories are defined once). Reads plans, candidates and reports by attribute: render imports neither the
+strategies nor the rank engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from thunderviz.render.markup import escape, table
+from thunderviz.trace.memory import CATEGORIES, MEASURED_GROUPS, MemoryEstimate, StepMemory, compare
+from thunderviz.trace.model import TraceSnapshot
+from thunderviz.trace.saved import SavedComparison, saved_by_group, saved_by_line
+from thunderviz.trace.units import format_bytes
+
+__all__ = [
+    "COLORS",
+    "MemoryBar",
+    "bars_svg",
+    "plan_bars",
+    "plan_html",
+    "run_bars",
+    "run_memory_html",
+    "saved_comparison_html",
+    "saved_html",
+]
+
+#: One colour per predicted category and measured group (a measured group shares its category's colour).
+COLORS: dict[str, str] = {
+    "parameters": "#4e79a7",
+    "gradients": "#f28e2b",
+    "optimizer state": "#e15759",
+    "optimizer": "#e15759",
+    "gathered parameters": "#76b7b2",
+    "saved activations": "#59a14f",
+    "activations and temporaries": "#8cd17d",
+    "temporaries": "#edc948",
+    "communication buffers": "#b07aa1",
+    "inputs": "#9c755f",
+    "total": "#bab0ac",
+}
+
+
+@dataclass(frozen=True)
+class MemoryBar:
+    """One stacked bar: a candidate's predicted peak, or a rank's measured one, split into segments."""
+
+    label: str
+    kind: str  # "predicted" or "measured"
+    segments: tuple[tuple[str, int], ...]
+    fits: bool | None = None
+
+    @property
+    def total(self) -> int:
+        return sum(n for _, n in self.segments)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "kind": self.kind,
+            "total": self.total,
+            "fits": self.fits,
+            "segments": [{"category": c, "bytes": n, "color": COLORS.get(c, "#999")} for c, n in self.segments],
+        }
+
+
+def _segments(split: Mapping[str, int], order: Sequence[str]) -> tuple[tuple[str, int], ...]:
+    return tuple((k, int(split[k])) for k in order if split.get(k))
+
+
+def plan_bars(plan: Any) -> list[MemoryBar]:
+    """One predicted bar per candidate of a ``Plan`` (by attribute: ``candidates``, each with ``memory``)."""
+    return [
+        MemoryBar(f"{c.name} x{c.world_size}", "predicted", _segments(c.memory.breakdown, CATEGORIES), c.fits)
+        for c in plan.candidates
+    ]
+
+
+def run_bars(
+    measured: Mapping[int, StepMemory], prediction: MemoryEstimate | None = None, name: str = "predicted"
+) -> list[MemoryBar]:
+    """The prediction (in the groups a measurement tells apart) and each rank's measured peak."""
+    bars = []
+    if prediction is not None:
+        groups = MEASURED_GROUPS if any(m.groups for m in measured.values()) else CATEGORIES
+        split = prediction.groups if groups is MEASURED_GROUPS else prediction.breakdown
+        bars.append(MemoryBar(f"{name} (predicted)", "predicted", _segments(split, groups)))
+    for rank, m in sorted(measured.items()):
+        if m.peak_bytes is None:
+            continue
+        segments = _segments(m.groups, MEASURED_GROUPS) if m.groups else (("total", m.peak_bytes),)
+        bars.append(MemoryBar(f"rank {rank} (measured, {m.source})", "measured", segments))
+    return bars
+
+
+def bars_svg(bars: Sequence[MemoryBar], budget: int | None = None, *, width: int = 640) -> str:
+    """Horizontal stacked bars on one scale, the budget as a vertical line, a legend of the categories shown."""
+    if not bars:
+        return ""
+    label_w, bar_h, gap, top = 190, 18, 8, 22
+    scale_max = max([b.total for b in bars] + [budget or 0]) or 1
+    plot_w = width - label_w - 20
+    height = top + len(bars) * (bar_h + gap) + 30
+    parts = [
+        f"<svg xmlns='http://www.w3.org/2000/svg' class='tv-memory-bars' width='{width}' height='{height}'"
+        f" viewBox='0 0 {width} {height}' font-family='sans-serif' font-size='11'>"
+    ]
+    for i, bar in enumerate(bars):
+        y = top + i * (bar_h + gap)
+        mark = "" if bar.fits is None else (" \u2713" if bar.fits else " \u2717")
+        parts.append(f"<text x='0' y='{y + 13}'>{escape(bar.label + mark)}</text>")
+        x = float(label_w)
+        for category, n in bar.segments:
+            w = n / scale_max * plot_w
+            parts.append(
+                f"<rect class='tv-memseg' data-category='{escape(category)}' x='{x:.1f}' y='{y}' width='{w:.1f}'"
+                f" height='{bar_h}' fill='{COLORS.get(category, '#999')}'><title>{escape(category)}:"
+                f" {escape(format_bytes(n))}</title></rect>"
+            )
+            x += w
+        parts.append(f"<text x='{x + 4:.1f}' y='{y + 13}'>{escape(format_bytes(bar.total))}</text>")
+    if budget:
+        bx = label_w + budget / scale_max * plot_w
+        y1 = top + len(bars) * (bar_h + gap)
+        parts.append(
+            f"<line class='tv-budget' x1='{bx:.1f}' x2='{bx:.1f}' y1='{top - 6}' y2='{y1}' stroke='#b3261e'"
+            f" stroke-width='2' stroke-dasharray='4 3'/>"
+            f"<text x='{bx + 3:.1f}' y='{top - 8}' fill='#b3261e'>budget {escape(format_bytes(budget))}</text>"
+        )
+    shown = list(dict.fromkeys(c for b in bars for c, _ in b.segments))
+    lx, ly = 0, height - 10
+    for category in shown:
+        parts.append(f"<rect x='{lx}' y='{ly - 9}' width='10' height='10' fill='{COLORS.get(category, '#999')}'/>")
+        parts.append(f"<text x='{lx + 13}' y='{ly}'>{escape(category)}</text>")
+        lx += 18 + 6 * len(category)
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def plan_html(plan: Any) -> str:
+    """A ``Plan`` as a page fragment: the bars, then the numbers (recommended candidate marked)."""
+    pick = plan.recommended
+    budget = plan.memory_per_rank
+    head = (
+        f"<h4>Memory plan: {escape(plan.model)} on {escape(plan.device)}</h4><p>Per-rank peak of one steady-state"
+        f" step, predicted ({escape(plan.how)}); budget per rank: {escape(format_bytes(budget) if budget else 'none')};"
+        f" recommended: <b>{escape(f'{pick.name} x{pick.world_size}' if pick else 'none fits')}</b>.</p>"
+    )
+    rows = [
+        [
+            ("\u2192 " if c is pick else "") + c.name,
+            c.world_size,
+            format_bytes(c.peak_bytes),
+            "yes" if c.fits else "no",
+            c.memory.phase,
+            format_bytes(c.comm_bytes),
+            c.collectives,
+        ]
+        for c in plan.candidates
+    ]
+    headers = ["candidate", "ranks", "peak per rank", "fits", "peak during", "sent per step", "collectives"]
+    return f"<div class='thunderviz-plan'>{head}{bars_svg(plan_bars(plan), budget)}{table(headers, rows)}</div>"
+
+
+def run_memory_html(
+    measured: Mapping[int, StepMemory],
+    rss: Mapping[int, Mapping[str, Any]] | None = None,
+    prediction: MemoryEstimate | None = None,
+    prediction_name: str = "",
+) -> str:
+    """A run report's memory section: each rank's measured step peak (torch's accounting), the prediction next to
+    it with the groups that differ by more than 10%, and the process RSS last (not tensor memory)."""
+    if not measured and not rss:
+        return ""
+    ranks = sorted(set(measured) | set(rss or {}))
+    rows = []
+    for r in ranks:
+        m = measured.get(r)
+        peak = format_bytes(m.peak_bytes, unknown="-") if m is not None else "-"
+        source = (m.source or "-") if m is not None and m.measured else (m.note if m is not None else "")
+        cmp = compare(prediction, m) if prediction is not None and m is not None else None
+        rows.append(
+            [
+                str(r),
+                peak,
+                source,
+                format_bytes(prediction.peak_bytes) if prediction is not None else "-",
+                cmp.summary() if cmp is not None else "",
+                format_bytes((rss or {}).get(r, {}).get("rss_bytes"), unknown="-"),
+            ]
+        )
+    what = f" against the plan's {escape(prediction_name)}" if prediction is not None else ""
+    headers = ["rank", "measured step peak", "measured with", "predicted peak", "predicted vs measured", "process RSS"]
+    bars = bars_svg(run_bars(measured, prediction, prediction_name or "predicted"))
+    return f"<h4>Memory per rank{what}</h4>{bars}{table(headers, rows)}"
+
+
+def saved_html(forward: TraceSnapshot, *, top: int = 12) -> str:
+    """What forward saves for backward, per collapsed-graph group and per source line (largest first)."""
+    if not forward.saved_for_backward:
+        return ""
+    groups = [[r.key, r.tensors, format_bytes(r.bytes)] for r in saved_by_group(forward)[:top]]
+    lines = [[r.key, r.code, r.tensors, format_bytes(r.bytes)] for r in saved_by_line(forward)[:top]]
+    return (
+        "<h4>Saved for backward</h4>"
+        + table(["group", "tensors", "bytes"], groups)
+        + table(["source line", "code", "tensors", "bytes"], lines)
+    )
+
+
+def _signed(n: int) -> str:
+    return ("+" if n >= 0 else "-") + format_bytes(abs(n))
+
+
+def saved_comparison_html(comparison: SavedComparison, *, top: int = 12) -> str:
+    """Thunder against eager PyTorch, line by line: where thunder saves more first."""
+    rows = [
+        [c.line, c.code, format_bytes(c.thunder_bytes), format_bytes(c.eager_bytes), _signed(c.extra)]
+        for c in comparison.lines[:top]
+    ]
+    return f"<h4>Saved for backward: thunder vs eager</h4><p>{escape(comparison.summary())}</p>" + table(
+        ["source line", "code", "thunder", "eager", "thunder extra"], rows
+    )

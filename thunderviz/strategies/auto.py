@@ -1,0 +1,237 @@
+"""``ThunderAutoStrategy`` (``Fabric(strategy="thunder_auto")``): DDP or FSDP, chosen at ``fabric.setup`` by the plan.
+
+At the first ``fabric.setup`` the strategy predicts the candidates (``strategies.planning``) for this world size,
+with this rank's example batch, the optimizer handed to ``fabric.setup`` (or the one named at construction) and
+Fabric's precision, and picks the one that fits ``memory_per_rank`` with the least predicted communication
+(``parallel.plan.choose``). Rank 0 plans and broadcasts the result, so every rank makes the same choice. From then on
+the strategy *is* the chosen one — a ``ThunderDDPStrategy`` or ``ThunderFSDPStrategy`` with those options
+(``isinstance`` says so), sharing Fabric's process group and plumbing — and the decision log's entry for the module
+says what was chosen and the numbers it was chosen by. When nothing fits, ``fabric.setup`` raises ``PlanError``
+naming the smallest per-rank memory that would work.
+
+Candidates are predicted in ``parallel.plan.PREFERENCE`` order and the first that fits is taken: along that order
+the predicted communication never decreases (DDP's all_reduce moves 2(W-1)/W of the gradients, ZERO2's all_gather
+and reduce_scatter the same bytes of padded shards, ZERO3 a third more; BLOCK and LAYER move the same bytes), so the
+first that fits is the one ``choose`` would pick, and the rest need not be rehearsed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+from functools import cache
+from typing import Any
+
+import torch
+import torch.distributed as tdist
+from lightning.fabric.strategies.registry import _StrategyRegistry
+from torch import nn
+from torch.optim import Optimizer
+from typing_extensions import override
+
+from thunderviz.errors import PlanError
+from thunderviz.parallel.decisions import impossible
+from thunderviz.parallel.options import Parallelism, parse_options
+from thunderviz.parallel.plan import PREFERENCE, candidate_specs, parse_memory
+from thunderviz.strategies.base import ThunderParallelStrategy
+from thunderviz.strategies.ddp import ThunderDDPStrategy
+from thunderviz.strategies.fsdp import ThunderFSDPStrategy
+from thunderviz.strategies.planning import Candidate, Plan, predict_candidates
+from thunderviz.strategies.registry import register_strategy_names
+from thunderviz.thunder import hooks
+from thunderviz.trace.units import format_bytes
+
+__all__ = ["ThunderAutoStrategy"]
+
+#: The candidates in ``PREFERENCE`` order, grouped by the trace they share.
+_BY_TRACE = (PREFERENCE[:1], PREFERENCE[1:3], PREFERENCE[3:5])
+
+
+class ThunderAutoStrategy(ThunderParallelStrategy):
+    """Chooses DDP or FSDP (ZERO2/ZERO3 x BLOCK/LAYER) at ``fabric.setup`` by predicted memory and communication.
+
+    Args:
+        memory_per_rank: the budget per rank, bytes or a size such as ``"80GiB"``. Default: the GPU's memory on
+            CUDA; required on CPU.
+        example_input: what one rank's ``model(...)`` takes per step (a tensor or a tuple; meta tensors are fine):
+            activation memory depends on it. Required unless ``plan`` is given.
+        loss_fn: ``loss_fn(output) -> scalar`` of the training step; default ``output.sum()``.
+        optimizer: what ``thunderviz.plan`` takes; default: the optimizer handed to ``fabric.setup(model,
+            optimizer)`` (same class and settings), else ``"adamw"``.
+        plan: a ``thunderviz.plan(...)`` result to choose from instead of planning at ``fabric.setup``.
+        timeout, process_group_backend, start_method: Lightning's ``DDPStrategy`` arguments.
+    """
+
+    def __init__(
+        self,
+        memory_per_rank: int | str | None = None,
+        *,
+        example_input: Any = None,
+        loss_fn: Any = None,
+        optimizer: Any = None,
+        plan: Plan | None = None,
+        timeout: timedelta | None = timedelta(minutes=30),
+        process_group_backend: str | None = None,
+        start_method: str = "popen",
+    ) -> None:
+        fabric = {"timeout": timeout, "process_group_backend": process_group_backend, "start_method": start_method}
+        #: DDP or FSDP once chosen; before ``fabric.setup``, DDP's Fabric plumbing (which both share)
+        self.parallelism = Parallelism.DDP
+        self._init_from(parse_options(Parallelism.DDP, fabric))
+        try:
+            self.memory_per_rank = parse_memory(memory_per_rank) if memory_per_rank is not None else None
+        except ValueError as exc:
+            raise PlanError(f"ThunderAutoStrategy: {exc}") from None
+        self.example_input = example_input
+        self.loss_fn = loss_fn
+        self.optimizer = optimizer
+        self.plan = plan
+        self.chosen: Candidate | None = None
+
+    # -- choosing ---------------------------------------------------------------------------------------------
+
+    @override
+    def setup_module(self, module: nn.Module) -> nn.Module:
+        self._choose(module, [])
+        return super().setup_module(module)
+
+    @override
+    def setup_module_and_optimizers(
+        self, module: nn.Module, optimizers: list[Optimizer], scheduler: Any = None
+    ) -> tuple[nn.Module, list[Optimizer], Any]:
+        self._choose(module, optimizers)
+        return super().setup_module_and_optimizers(module, optimizers, scheduler)
+
+    @override
+    def _setup_module(self, module: nn.Module) -> tuple[nn.Module, dict[int, torch.Tensor]]:
+        done = super()._setup_module(module)
+        if self.chosen is not None and self.decisions:
+            last = self.decisions[-1]
+            self.decisions[-1] = dataclasses.replace(last, reason=f"{self._why}; {last.reason}")
+        return done
+
+    @override
+    def _distribute_(self, module: nn.Module) -> dict[int, torch.Tensor]:
+        if self.chosen is None:
+            raise RuntimeError("ThunderAutoStrategy distributes only after choosing at fabric.setup")
+        return super()._distribute_(module)
+
+    def _budget(self) -> int:
+        if self.memory_per_rank is not None:
+            return self.memory_per_rank
+        if self.root_device.type == "cuda":
+            return int(torch.cuda.get_device_properties(self.root_device).total_memory)
+        raise PlanError(
+            "ThunderAutoStrategy on CPU needs the memory each rank may use: ThunderAutoStrategy(memory_per_rank="
+            "'8GiB') (on CUDA it defaults to the GPU's memory)"
+        )
+
+    def _choose(self, module: nn.Module, optimizers: list[Optimizer]) -> None:
+        if self.chosen is not None:
+            return
+        budget = self._budget()
+        world = self.world_size
+        target = hooks.original_module(module) if hooks.is_thunder_module(module) else module
+        payload: list[Any] = [None]
+        if self.global_rank == 0:
+            try:
+                payload[0] = self._predict(target, optimizers, budget, world)
+            except Exception as exc:  # every rank must learn it, not wait in the broadcast below
+                payload[0] = exc
+        if self.process_group is not None and world > 1:
+            tdist.broadcast_object_list(payload, src=0, group=self.process_group)
+        result = payload[0]
+        if isinstance(result, BaseException):
+            raise result
+        tried, pick = result
+        self._tried = tried
+        if pick is None:
+            smallest = min(tried, key=lambda c: c.peak_bytes)
+            error = PlanError(
+                f"ThunderAutoStrategy(memory_per_rank={format_bytes(budget)}): no strategy fits on {world} ranks."
+                f" The smallest predicted per-rank peak is {smallest.name}'s, {format_bytes(smallest.peak_bytes)}"
+                f" ({smallest.peak_bytes} bytes): give each rank at least that much, use more ranks, or a smaller"
+                f" batch. Predicted: " + "; ".join(c.describe() for c in tried)
+            )
+            self.decisions.append(impossible(type(target).__name__, error, self.options))
+            raise error
+        self._become(pick, budget)
+
+    def _predict(
+        self, target: nn.Module, optimizers: list[Optimizer], budget: int, world: int
+    ) -> tuple[list[Candidate], Candidate | None]:
+        if self.plan is not None:
+            pool = [c for c in self.plan.candidates if c.world_size == world]
+            if not pool:
+                raise PlanError(
+                    f"ThunderAutoStrategy(plan=...): the plan has world sizes {self.plan.world_sizes}, this run has"
+                    f" {world} ranks; plan for world_sizes=({world},)"
+                )
+            pool = sorted(pool, key=lambda c: PREFERENCE.index(c.name))
+            tried = [dataclasses.replace(c, fits=c.peak_bytes <= budget, bundle=None) for c in pool]
+            return tried, next((c for c in tried if c.fits), None)
+        if self.example_input is None:
+            raise PlanError(
+                "ThunderAutoStrategy needs one rank's example batch to predict activation memory:"
+                " ThunderAutoStrategy(memory_per_rank=..., example_input=torch.empty(8, 64, dtype=torch.long,"
+                " device='meta')), or a plan: ThunderAutoStrategy(plan=thunderviz.plan(model, batch, ...))"
+            )
+        tried: list[Candidate] = []
+        for names in _BY_TRACE:  # one trace each (both bucketings of a sharding share one, thunder.rehearsal)
+            got, _ = predict_candidates(
+                target,
+                candidate_specs([world], names),
+                self.example_input,
+                loss_fn=self.loss_fn,
+                optimizer=self._optimizer_for_plan(optimizers),
+                precision=str(getattr(self.precision, "precision", "32-true")),
+                device=self.root_device.type,
+                budget=budget,
+            )
+            tried += [dataclasses.replace(c, bundle=None) for c in got]
+            fitting = [c for c in tried if c.fits]
+            if fitting:
+                return tried, fitting[0]
+        return tried, None
+
+    def _optimizer_for_plan(self, optimizers: list[Optimizer]) -> Any:
+        if self.optimizer is not None:
+            return self.optimizer
+        if optimizers:
+            opt = optimizers[0]
+            cls, defaults = type(opt), dict(opt.defaults)
+            return lambda params: cls(params, **defaults)
+        return "adamw"
+
+    def _become(self, pick: Candidate, budget: int) -> None:
+        """From here on this object is the chosen strategy (see the module docstring)."""
+        impl = ThunderFSDPStrategy if pick.options.parallelism is Parallelism.FSDP else ThunderDDPStrategy
+        self.__class__ = _chosen_class(impl)
+        self.parallelism = impl.parallelism
+        self.options = dataclasses.replace(pick.options, fabric_kwargs=self.options.fabric_kwargs)
+        self._backward_sync_control = impl._make_backward_sync_control(self)
+        self.chosen = pick
+        rejected = [c for c in self._tried if c is not pick]
+        before = "; ".join(f"{c.name} predicted {format_bytes(c.peak_bytes)}, does not fit" for c in rejected)
+        self._why = (
+            f"thunder_auto chose {pick.name} on {pick.world_size} ranks: predicted peak"
+            f" {format_bytes(pick.peak_bytes)} per rank within memory_per_rank={format_bytes(budget)}, sending"
+            f" {format_bytes(pick.comm_bytes)} per step in {pick.collectives} collectives"
+            + (f" ({before})" if before else "")
+            + "; the candidates after it in DDP, ZERO2, ZERO3 x BLOCK, LAYER order communicate at least as much"
+        )
+
+    @classmethod
+    @override
+    def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
+        register_strategy_names(strategy_registry, only="auto")
+
+
+@cache
+def _chosen_class(impl: type[ThunderParallelStrategy]) -> type[ThunderAutoStrategy]:
+    """``ThunderAutoStrategy`` on top of the chosen strategy: its own methods choose, everything else is ``impl``'s."""
+    return type(
+        f"ThunderAutoStrategy[{impl.parallelism.value}]",
+        (ThunderAutoStrategy, impl),
+        {"__module__": __name__, "__doc__": ThunderAutoStrategy.__doc__},
+    )

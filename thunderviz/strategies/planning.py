@@ -1,0 +1,369 @@
+"""``thunderviz.plan``: per-rank peak memory and communication of every candidate strategy, before a run.
+
+Each candidate (``parallel.plan``: DDP and FSDP ZERO2/ZERO3 x BLOCK/LAYER, at each world size asked) is rehearsed
+on the meta device through the strategies' own path (``thunder.rehearsal``: nothing is allocated, no process group
+is needed), which gives its peak with a breakdown, what it communicates per step, and its traces. A model whose
+repeated blocks number more than three is rehearsed cut to 2 and 3 blocks and extrapolated (``thunder.rehearsal``
+says why that is exact; ``tests/thunder/test_rehearsal.py`` proves it on a model rehearsed whole).
+
+The result, ``Plan``, is what the auto strategy (``strategies.auto``) chooses from and what the Memory views draw
+(``render.memory_view``; in a notebook, ``%load_ext thunderviz`` registers it as a Plan's HTML picture).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from thunderviz.errors import PlanError
+from thunderviz.parallel.options import Parallelism, StrategyOptions
+from thunderviz.parallel.plan import (
+    PREFERENCE,
+    CandidateSpec,
+    ChoiceRow,
+    candidate_specs,
+    choose,
+    extrapolate,
+    parse_memory,
+    smallest_fitting,
+)
+from thunderviz.trace.memory import MemoryEstimate
+from thunderviz.trace.model import TraceBundle
+from thunderviz.trace.units import format_bytes
+
+__all__ = ["Candidate", "Plan", "default_device", "plan", "predict_candidates"]
+
+#: Models with more repeated blocks than this are rehearsed cut to ``CUT_BLOCKS`` and extrapolated.
+WHOLE_UP_TO_BLOCKS = 3
+CUT_BLOCKS = (2, 3)
+
+
+@dataclass
+class Candidate:
+    """One strategy at one world size, predicted.
+
+    ``peak_bytes`` is the predicted per-rank peak of a steady-state step, ``breakdown`` its split
+    (``trace.memory.CATEGORIES``), ``comm_bytes`` what each rank sends per step (ring algorithms), ``collectives``
+    how many per step, ``fits`` whether ``peak_bytes`` is within the plan's budget (True without one). ``bundle``
+    holds the rehearsal's traces (for a model extrapolated over blocks: the cut model's).
+    """
+
+    name: str
+    world_size: int
+    options: StrategyOptions
+    memory: MemoryEstimate
+    comm_bytes: int
+    collectives: int
+    fits: bool
+    checkpointing: bool = False
+    bundle: TraceBundle | None = field(default=None, repr=False)
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.memory.peak_bytes
+
+    @property
+    def breakdown(self) -> dict[str, int]:
+        return dict(self.memory.breakdown)
+
+    def strategy(self) -> Any:
+        """A new Fabric strategy with exactly these options (``ThunderFSDPStrategy`` / ``ThunderDDPStrategy``)."""
+        from thunderviz.strategies.ddp import ThunderDDPStrategy
+        from thunderviz.strategies.fsdp import ThunderFSDPStrategy
+
+        cls = ThunderFSDPStrategy if self.options.parallelism is Parallelism.FSDP else ThunderDDPStrategy
+        return cls.from_options(self.options)
+
+    def row(self) -> ChoiceRow:
+        return ChoiceRow(
+            self.name, self.world_size, self.peak_bytes, self.comm_bytes, self.collectives, self.checkpointing
+        )
+
+    def describe(self) -> str:
+        """``fsdp-zero2-block x8: peak 12.1 GiB (fits), sends 3.1 GiB in 66 collectives per step``."""
+        fit = "fits" if self.fits else "does not fit"
+        collectives = f"{self.collectives} collective{'' if self.collectives == 1 else 's'}"
+        return (
+            f"{self.name} x{self.world_size}: peak {format_bytes(self.peak_bytes)} ({fit}), sends"
+            f" {format_bytes(self.comm_bytes)} in {collectives} per step"
+        )
+
+    def __repr__(self) -> str:
+        return f"<Candidate {self.describe()}>"
+
+
+@dataclass
+class Plan:
+    """Every candidate predicted (``candidates``, world sizes in the order asked, each in ``PREFERENCE`` order), the
+    budget they were checked against, and how the numbers were obtained."""
+
+    candidates: list[Candidate]
+    memory_per_rank: int | None
+    device: str
+    model: str
+    how: str
+    seconds: float
+
+    @property
+    def world_sizes(self) -> list[int]:
+        return list(dict.fromkeys(c.world_size for c in self.candidates))
+
+    @property
+    def recommended(self) -> Candidate | None:
+        """What the auto strategy picks: the first world size (in the order asked) at which a candidate fits, and
+        there the one that fits with the least communication (``parallel.plan.choose``); None when nothing fits."""
+        for w in self.world_sizes:
+            pick = self.recommended_for(w)
+            if pick is not None:
+                return pick
+        return None
+
+    def recommended_for(self, world_size: int) -> Candidate | None:
+        rows = [c.row() for c in self.candidates]
+        i = choose(rows, self.memory_per_rank, world_size)
+        return self.candidates[i] if i is not None else None
+
+    def candidate(self, name: str, world_size: int | None = None) -> Candidate:
+        """The candidate called ``name`` (at ``world_size``; may be omitted for a plan of one world size)."""
+        found = [c for c in self.candidates if c.name == name and (world_size is None or c.world_size == world_size)]
+        if len(found) != 1:
+            have = ", ".join(sorted({f"{c.name} x{c.world_size}" for c in self.candidates}))
+            raise KeyError(f"plan.candidate({name!r}, world_size={world_size}): the plan has {have}")
+        return found[0]
+
+    def smallest_budget(self, world_size: int) -> Candidate:
+        """The candidate with the smallest predicted peak at ``world_size``: the least memory per rank that works."""
+        rows = [c.row() for c in self.candidates]
+        i = smallest_fitting(rows, world_size)
+        if i is None:
+            raise KeyError(f"the plan has no candidate at world size {world_size}")
+        return self.candidates[i]
+
+    def with_budget(self, memory_per_rank: int | str | None) -> Plan:
+        """The same predictions checked against another budget (bytes or ``"40GiB"``; None: no budget)."""
+        try:
+            budget = parse_memory(memory_per_rank) if memory_per_rank is not None else None
+        except ValueError as exc:
+            raise PlanError(str(exc)) from None
+        candidates = [dataclasses.replace(c, fits=budget is None or c.peak_bytes <= budget) for c in self.candidates]
+        return dataclasses.replace(self, candidates=candidates, memory_per_rank=budget)
+
+    def table(self) -> str:
+        """The plan as text: one line per candidate, the recommended one marked."""
+        pick = self.recommended
+        budget = format_bytes(self.memory_per_rank) if self.memory_per_rank else "none"
+        lines = [f"plan for {self.model} on {self.device} (budget per rank: {budget}; {self.how}):"]
+        for c in self.candidates:
+            mark = "->" if c is pick else "  "
+            lines.append(f"{mark} {c.describe()}")
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        pick = self.recommended
+        return (
+            f"<Plan {self.model}: {len(self.candidates)} candidates at world sizes {self.world_sizes}, recommended"
+            f" {pick.name + ' x' + str(pick.world_size) if pick else 'none (nothing fits)'}>"
+        )
+
+
+# -- building one ------------------------------------------------------------------------------------------------
+
+
+def default_device() -> str:
+    """``"cuda"`` where CUDA is available, else ``"cpu"``: the device the ranks will train on."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _device_budget(device: str) -> int | None:
+    import torch
+
+    if device == "cuda" and torch.cuda.is_available():
+        return int(torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory)
+    return None
+
+
+def _template(model: Any) -> Any:
+    """The model as a module (a factory is called on the meta device, so building it allocates nothing)."""
+    import torch
+    from torch import nn
+
+    if isinstance(model, nn.Module):
+        return model
+    if callable(model):
+        with torch.device("meta"):
+            built = model()
+        if not isinstance(built, nn.Module):
+            raise PlanError(f"plan(model=...): the factory returned a {type(built).__name__}, not an nn.Module")
+        return built
+    raise PlanError(
+        f"plan(model=...): expected an nn.Module (built on the meta device is fine) or a zero-argument factory,"
+        f" got {type(model).__name__}"
+    )
+
+
+def predict_candidates(
+    template: Any,
+    specs: Sequence[CandidateSpec],
+    example_input: Any,
+    *,
+    loss_fn: Callable[[Any], Any] | None,
+    optimizer: Any,
+    precision: str,
+    device: str,
+    budget: int | None,
+) -> tuple[list[Candidate], str]:
+    """Predict ``specs`` (in their order): rehearsed whole, or cut to ``CUT_BLOCKS`` blocks and extrapolated; and how.
+
+    All of them together, so thunder traces as little as is exact (``thunder.rehearsal.rehearse_all``: one trace per
+    sharding for every bucketing and world size).
+    """
+    with warnings.catch_warnings():
+        # thunder's import says an optional executor (TransformerEngine) is missing: nothing a plan uses or depends on,
+        # and it would be the only output of a notebook cell that plans.
+        warnings.filterwarnings("ignore", message="transformer_engine module not found")
+        from thunderviz.thunder.compat import ensure_supported_thunder
+        from thunderviz.thunder.rehearsal import block_container, cut_blocks, rehearse_all
+
+        ensure_supported_thunder()  # imports thunder, here
+
+    names = list(dict.fromkeys(s.name for s in specs))
+    by_name = {s.name: s.options for s in specs}
+    sizes = sorted({s.world_size for s in specs})
+    kwargs = {"loss_fn": loss_fn, "optimizer": optimizer, "precision": precision, "device": device}
+
+    def run(model: Any, capture: bool = True) -> dict[tuple[str, int], Any]:
+        got = rehearse_all(
+            model,
+            example_input,
+            options=[by_name[n] for n in names],
+            world_sizes=sizes,
+            capture_traces=capture,
+            **kwargs,
+        )
+        return {(n, w): r for n, per_world in zip(names, got, strict=True) for w, r in per_world.items()}
+
+    found = block_container(template)
+    if found is None or found[1] <= WHOLE_UP_TO_BLOCKS:
+        whole = run(template)
+        out = [_whole(s, whole[s.name, s.world_size], budget, "rehearsed") for s in specs]
+        return out, "rehearsed whole"
+    path, n = found
+    # the traces kept for the memory view are the larger cut's: capturing the other would cost time for nothing
+    cut = {k: run(cut_blocks(template, k), capture=k == CUT_BLOCKS[-1]) for k in CUT_BLOCKS}
+    how = f"extrapolated from {path} cut to {' and '.join(map(str, CUT_BLOCKS))} of its {n} blocks"
+    out = []
+    whole: dict[tuple[str, int], Any] | None = None
+    for s in specs:
+        points = {k: cut[k][s.name, s.world_size] for k in CUT_BLOCKS}
+        phases = {r.memory.phase for r in points.values()}
+        if len(phases) != 1:  # the peak moved: the cut models are not like the whole one there
+            whole = whole or run(template)
+            out.append(_whole(s, whole[s.name, s.world_size], budget, "rehearsed whole (cut, the peak moved)"))
+            continue
+        at = extrapolate({k: _quantities(r) for k, r in points.items()}, n)
+        breakdown = {k[2:]: v for k, v in at.items() if k.startswith("c:")}
+        groups = {k[2:]: v for k, v in at.items() if k.startswith("g:")}
+        memory = MemoryEstimate(sum(breakdown.values()), breakdown, groups, phases.pop(), how)
+        out.append(_candidate(s, memory, at["comm"], at["collectives"], budget, points[CUT_BLOCKS[-1]].bundle))
+    return out, how
+
+
+def _quantities(r: Any) -> dict[str, int]:
+    return {
+        **{f"c:{c}": v for c, v in r.memory.breakdown.items()},
+        **{f"g:{g}": v for g, v in r.memory.groups.items()},
+        "comm": r.comm_bytes,
+        "collectives": r.collectives,
+    }
+
+
+def _whole(spec: CandidateSpec, r: Any, budget: int | None, how: str) -> Candidate:
+    memory = MemoryEstimate(r.memory.peak_bytes, r.memory.breakdown, r.memory.groups, r.memory.phase, how)
+    return _candidate(spec, memory, r.comm_bytes, r.collectives, budget, r.bundle)
+
+
+def _candidate(
+    spec: CandidateSpec,
+    memory: MemoryEstimate,
+    comm: int,
+    collectives: int,
+    budget: int | None,
+    bundle: TraceBundle | None,
+) -> Candidate:
+    fits = budget is None or memory.peak_bytes <= budget
+    return Candidate(
+        spec.name, spec.world_size, spec.options, memory, comm, collectives, fits, spec.checkpointing, bundle
+    )
+
+
+def plan(
+    model: Any,
+    example_input: Any,
+    *,
+    loss_fn: Callable[[Any], Any] | None = None,
+    optimizer: Any = "adamw",
+    precision: str = "32-true",
+    world_sizes: Iterable[int] = (2,),
+    memory_per_rank: int | str | None = None,
+    device: str | None = None,
+    candidates: Sequence[str] = PREFERENCE,
+) -> Plan:
+    """Predict, before running, every candidate strategy's per-rank peak memory and communication.
+
+    Args:
+        model: an ``nn.Module`` (built on the meta device is fine: nothing is allocated either way) or a
+            zero-argument factory returning one (called on the meta device).
+        example_input: what one rank's ``model(...)`` takes per step: a tensor or a tuple of arguments (meta
+            tensors are fine: only shapes and dtypes are read).
+        loss_fn: ``loss_fn(output) -> scalar``; default ``output.sum()`` for a tensor output.
+        optimizer: ``"adamw"``, ``"sgd"`` (torch's defaults), an optimizer class, or a callable taking the
+            parameters (``functools.partial(torch.optim.SGD, lr=0.1, momentum=0.9)``).
+        precision: ``Fabric(precision=...)``: ``"32-true"``, ``"bf16-true"`` or ``"16-true"``.
+        world_sizes: the world sizes to plan for.
+        memory_per_rank: the budget per rank, in bytes or as ``"80GiB"``; default: the GPU's memory when planning
+            for CUDA on a machine with one, otherwise no budget (every candidate fits).
+        device: ``"cpu"`` or ``"cuda"``, the ranks' device; default CUDA where available.
+        candidates: which candidates (default all of ``parallel.plan.PREFERENCE``).
+
+    Raises:
+        PlanError: the model, input, loss, optimizer or precision cannot be planned (the message says why).
+    """
+    t0 = time.perf_counter()
+    device = device or default_device()
+    if device not in ("cpu", "cuda"):
+        raise PlanError(f"plan(device={device!r}): plan for 'cpu' or 'cuda' ranks")
+    try:
+        budget = parse_memory(memory_per_rank) if memory_per_rank is not None else _device_budget(device)
+        specs = candidate_specs(world_sizes, candidates)
+    except ValueError as exc:
+        raise PlanError(str(exc)) from None
+    template = _template(model)
+    try:
+        out, how = predict_candidates(
+            template,
+            specs,
+            example_input,
+            loss_fn=loss_fn,
+            optimizer=optimizer,
+            precision=precision,
+            device=device,
+            budget=budget,
+        )
+    except PlanError:
+        raise
+    except ValueError as exc:
+        raise PlanError(f"plan: {exc}") from exc
+    return Plan(
+        candidates=out,
+        memory_per_rank=budget,
+        device=device,
+        model=type(template).__name__,
+        how=how,
+        seconds=time.perf_counter() - t0,
+    )

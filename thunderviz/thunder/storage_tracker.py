@@ -1,0 +1,248 @@
+"""Dispatch-level accounting of tensor memory for a rehearsal on the meta device, every byte labelled by its kind.
+
+The scheme is torch's own ``MemTracker``'s (a ``TorchDispatchMode`` that sees every op's outputs, one weak reference
+per *storage* so views cost nothing and a tensor counts until its last reference dies), so the prediction counts
+exactly what a measurement counts. What it adds: a label per storage in the plan's vocabulary
+(``trace.memory.CATEGORIES``), given where the storage is made or changes role —
+
+- ``parameters`` (and buffers), ``optimizer state`` and ``inputs``: registered before the step;
+- ``gathered parameters``: the result of an ``all_gather`` and what the communication pass unpacks it into;
+- ``communication buffers``: what goes into a collective packed (the gathered flat buffer once unpacked, the
+  reduce-scatter input);
+- ``gradients``: a collective's reduced result, and whatever reaches ``param.grad``;
+- ``saved activations``: what autograd keeps for backward (read from the graph when forward ends);
+- ``temporaries``: everything else,
+
+and in parallel the split MemTracker itself would report (``trace.memory.MEASURED_GROUPS``), so the report can
+compare like with like. Sizes are rounded as the target's allocator rounds them (CUDA: 512-byte blocks, as
+``MemTracker`` and the caching allocator do; CPU: exact).
+
+Several world sizes at once: under FSDP a storage is either *sharded* (a parameter shard, its gradient, its
+optimizer state and the optimizer's temporaries, what an all_gather sends, what a reduce_scatter returns) or not
+(everything computed from gathered weights: activations, full gradients, gathered weights). When no parameter needs
+padding at any of the world sizes, running the step at one of them (``reference``) and counting every sharded
+storage at ``bytes * reference / W`` for each other ``W`` gives, event by event, exactly what running at ``W`` would
+count; ``peaks[W]`` is that world size's peak. ``tests/thunder/test_rehearsal.py`` checks it against a rehearsal at
+``W`` itself.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map_only
+
+from thunderviz.trace.memory import CATEGORIES, MEASURED_GROUPS, PHASES, MemoryEstimate
+
+__all__ = ["StorageTracker"]
+
+#: Labels a storage keeps once it has them: a parameter saved for backward is still a parameter.
+_STICKY = frozenset({"parameters", "optimizer state", "gradients", "gathered parameters", "inputs"})
+_CUDA_BLOCK = 512
+_OTHER = "activations and temporaries"
+
+
+class _Count:
+    """Running totals per category and per measured group, and the peak, for one world size."""
+
+    def __init__(self) -> None:
+        self.current = dict.fromkeys(CATEGORIES, 0)
+        self.groups = dict.fromkeys(MEASURED_GROUPS, 0)
+        self.total = 0
+        self.peak = self.snapshot(PHASES[0])
+
+    def add(self, n: int, category: str, group: str) -> None:
+        self.current[category] += n
+        self.groups[group] += n
+        self.total += n
+
+    def snapshot(self, phase: str) -> MemoryEstimate:
+        return MemoryEstimate(self.total, dict(self.current), dict(self.groups), phase)
+
+
+class StorageTracker(TorchDispatchMode):
+    """Tracks every storage made while it is active (and those registered), labelled; keeps the peak's split.
+
+    ``count_devices`` are the device types whose memory counts: the meta device always (the rehearsal's stand-in
+    for the target) and the target's host device when the target is the CPU (the optimizer's step counters live
+    there). ``phase`` is set by the caller (``PHASES``); ``reset_peak`` starts a new window at the current total.
+    ``reference`` is the world size the step runs at and ``world_sizes`` every one counted (see the module doc);
+    ``sharding`` says whether sharded storages exist at all (FSDP).
+    """
+
+    def __init__(
+        self,
+        *,
+        cuda_rounding: bool,
+        count_devices: Iterable[str] = ("meta",),
+        reference: int = 1,
+        world_sizes: Iterable[int] = (),
+        sharding: bool = False,
+    ) -> None:
+        super().__init__()
+        self.cuda_rounding = cuda_rounding
+        self.count_devices = frozenset(count_devices)
+        self._phase = PHASES[0]
+        self._pending = False
+        self.reference = reference
+        self.sharding = sharding
+        self.counts = {w: _Count() for w in dict.fromkeys([reference, *world_sizes])}
+        # id(storage) -> [sizes per world size, category, group, weakref, sharded]
+        self._info: dict[int, list[Any]] = {}
+        self.active = False
+
+    def __enter__(self) -> StorageTracker:
+        self.active = True
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.resolve()
+        self.active = False
+        super().__exit__(*exc)
+
+    @property
+    def phase(self) -> str:
+        """Where the step is (``PHASES``); a new phase first settles the last change (it happened in the old one)."""
+        return self._phase
+
+    @phase.setter
+    def phase(self, value: str) -> None:
+        self.resolve()
+        self._phase = value
+
+    # -- what the reference world size sees (the common case: one world size) --------------------------------
+
+    @property
+    def total(self) -> int:
+        return self.counts[self.reference].total
+
+    @property
+    def current(self) -> dict[str, int]:
+        return self.counts[self.reference].current
+
+    @property
+    def peak(self) -> MemoryEstimate:
+        return self.counts[self.reference].peak
+
+    @property
+    def peaks(self) -> dict[int, MemoryEstimate]:
+        return {w: c.peak for w, c in self.counts.items()}
+
+    # -- labels ------------------------------------------------------------------------------------------------
+
+    def _sizes(self, raw: int, sharded: bool) -> dict[int, int]:
+        out = {}
+        for w in self.counts:
+            n = raw * self.reference // w if sharded else raw
+            if self.cuda_rounding and n:
+                n = -(-n // _CUDA_BLOCK) * _CUDA_BLOCK
+            out[w] = n
+        return out
+
+    def _forget(self, key: int, _ref: Any = None) -> None:
+        info = self._info.pop(key, None)
+        if info is not None:
+            self.resolve()
+            sizes, category, group, _, _ = info
+            for w, count in self.counts.items():
+                count.add(-sizes[w], category, group)
+
+    def _default_sharded(self, t: torch.Tensor) -> bool:
+        """FSDP's optimizer step works on shards only: what it makes is sharded (but not a 1-element counter)."""
+        return self.sharding and self.phase == "optimizer step" and t.numel() > 1
+
+    def label(
+        self,
+        t: Any,
+        category: str,
+        group: str | None = None,
+        *,
+        force: bool = False,
+        sharded: bool | None = None,
+    ) -> None:
+        """Count ``t``'s storage (once) as ``category``; relabel a known one unless its label is sticky.
+
+        ``sharded``: the storage is one of FSDP's shards (see the module doc); default: known from where it is made.
+        Does nothing while the tracker is not active (the rehearsal's first, compiling step is not counted).
+        """
+        if not self.active or not isinstance(t, torch.Tensor) or t.device.type not in self.count_devices:
+            return
+        st = t.untyped_storage()
+        key = id(st)
+        info = self._info.get(key)
+        if group is None:
+            group = "optimizer" if self.phase == "optimizer step" else _OTHER
+        if info is None:
+            shard = self.sharding and (sharded if sharded is not None else self._default_sharded(t))
+            sizes = self._sizes(st.nbytes(), shard)
+            self._info[key] = [sizes, category, group, weakref.ref(st, lambda ref, k=key: self._forget(k)), shard]
+            for w, count in self.counts.items():
+                count.add(sizes[w], category, group)
+            self._pending = True
+            return
+        sizes, old, old_group, _, shard = info
+        new_category = category if old != category and (force or old not in _STICKY) else old
+        new_group = group if group != old_group and (force or old_group == _OTHER) else old_group
+        new_shard = shard or bool(self.sharding and sharded)
+        new_sizes = self._sizes(st.nbytes(), new_shard) if new_shard != shard else sizes
+        if (new_category, new_group, new_shard) == (old, old_group, shard):
+            return
+        for w, count in self.counts.items():
+            count.add(-sizes[w], old, old_group)
+            count.add(new_sizes[w], new_category, new_group)
+        info[0], info[1], info[2], info[4] = new_sizes, new_category, new_group, new_shard
+        self._pending = True
+
+    def label_all(
+        self, tensors: Iterable[Any], category: str, group: str | None = None, *, force: bool = False
+    ) -> None:
+        for t in tensors:
+            self.label(t, category, group, force=force)
+
+    def category_of(self, t: torch.Tensor) -> str | None:
+        info = self._info.get(id(t.untyped_storage()))
+        return info[1] if info is not None else None
+
+    def _is_shard(self, t: Any) -> bool:
+        info = self._info.get(id(t.untyped_storage())) if isinstance(t, torch.Tensor) else None
+        return info is not None and info[4]
+
+    # -- the peak ----------------------------------------------------------------------------------------------
+
+    def resolve(self) -> None:
+        """Take a new maximum if the last change made one (see the module docstring: changes are settled first)."""
+        if not self._pending:
+            return
+        self._pending = False
+        for count in self.counts.values():
+            if count.total > count.peak.peak_bytes:
+                count.peak = count.snapshot(self.phase)
+
+    def reset_peak(self) -> None:
+        """Start a new window: the peak from here on (what ``torch.cuda.reset_peak_memory_stats`` does)."""
+        self._pending = False
+        for count in self.counts.values():
+            count.peak = count.snapshot(self.phase)
+
+    # -- every op ----------------------------------------------------------------------------------------------
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        self.resolve()
+        out = func(*args, **(kwargs or {}))
+        packed = (
+            self.sharding
+            and func is torch.ops.aten.cat.default
+            and bool(args[0])
+            and all(self._is_shard(t) for t in args[0])
+        )
+        tree_map_only(torch.Tensor, lambda t: self.label(t, "temporaries", sharded=packed or None), out)
+        if func is torch.ops.aten.split_with_sizes_copy.out:
+            # The communication pass's unpack of a gathered bucket: the pieces are the unsharded parameters, the
+            # flat buffer they come from was only the collective's.
+            self.label_all((kwargs or {}).get("out", ()), "gathered parameters")
+            self.label(args[0], "communication buffers", force=True)
+        return out

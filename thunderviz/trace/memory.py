@@ -1,0 +1,220 @@
+"""Per-rank memory of one training step as plain data: what a plan predicts, what a run measured, and how far apart.
+
+Why plain data here: the prediction is made in one process (``thunder.rehearsal``), the measurement on every rank
+(``thunder.memory_meter``), and both are drawn by ``render`` and the widgets, which must not import torch. A step is
+forward, the loss, backward, the optimizer step and ``zero_grad``; its *peak* is the most tensor bytes alive at once
+on one rank during it, everything counted (the quantity ``torch.cuda.max_memory_allocated()`` reports in steady state
+after ``reset_peak_memory_stats()``).
+
+Two vocabularies, because the two sides can tell different things apart:
+
+- a prediction splits the peak into ``CATEGORIES`` (every tensor is labelled where it is made: a gathered weight,
+  a communication buffer, a tensor saved for backward...);
+- a measurement with torch's ``MemTracker`` (CPU) tells only ``MEASURED_GROUPS`` apart (parameters, gradients,
+  optimizer, the rest), and one from CUDA's allocator statistics only the total.
+
+``compare`` puts them side by side in the groups both sides know and names the ones that differ by more than
+``TOLERANCE``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from thunderviz.trace.units import format_bytes
+
+__all__ = [
+    "CATEGORIES",
+    "MEASURED_GROUPS",
+    "PHASES",
+    "TOLERANCE",
+    "CategoryGap",
+    "MemoryComparison",
+    "MemoryEstimate",
+    "StepMemory",
+    "compare",
+    "group_of",
+]
+
+#: What a predicted peak is made of, in the order bars stack. ``parameters`` counts module buffers too.
+CATEGORIES: tuple[str, ...] = (
+    "parameters",
+    "gradients",
+    "optimizer state",
+    "gathered parameters",
+    "saved activations",
+    "temporaries",
+    "communication buffers",
+    "inputs",
+)
+
+#: What torch's MemTracker can tell apart on a rank: its PARAM+BUFFER, GRAD, OPT, and everything else.
+MEASURED_GROUPS: tuple[str, ...] = ("parameters", "gradients", "optimizer", "activations and temporaries")
+
+#: Where in the step the peak happened.
+PHASES: tuple[str, ...] = ("forward", "backward", "optimizer step")
+
+#: Predicted and measured may differ by this fraction before the report names the category.
+TOLERANCE = 0.10
+
+_GROUP = {
+    "parameters": "parameters",
+    "gradients": "gradients",
+    "optimizer state": "optimizer",
+}
+
+
+def group_of(category: str) -> str:
+    """The measured group a predicted category falls in (MemTracker's view of it)."""
+    return _GROUP.get(category, "activations and temporaries")
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """A predicted per-rank peak for one step.
+
+    ``breakdown`` maps each of ``CATEGORIES`` to the bytes of that kind alive at the peak (they sum to
+    ``peak_bytes``); ``groups`` is the same peak as MemTracker would split it (``MEASURED_GROUPS``: it counts what
+    the optimizer step allocates as optimizer memory, and gradients from the moment they reach ``.grad``);
+    ``phase`` is where the peak is (``PHASES``). ``how`` says how it was obtained (rehearsed whole, or extrapolated
+    over repeated blocks, and from what).
+    """
+
+    peak_bytes: int
+    breakdown: dict[str, int]
+    groups: dict[str, int]
+    phase: str
+    how: str = ""
+
+    def __post_init__(self) -> None:
+        if sum(self.breakdown.values()) != self.peak_bytes:
+            raise ValueError(
+                f"MemoryEstimate: the breakdown sums to {sum(self.breakdown.values())} bytes, not the peak"
+                f" {self.peak_bytes}"
+            )
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "peak_bytes": self.peak_bytes,
+            "breakdown": dict(self.breakdown),
+            "groups": dict(self.groups),
+            "phase": self.phase,
+            "how": self.how,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, object]) -> MemoryEstimate:
+        return cls(
+            peak_bytes=int(d["peak_bytes"]),  # type: ignore[arg-type]
+            breakdown={str(k): int(v) for k, v in dict(d["breakdown"]).items()},  # type: ignore[arg-type]
+            groups={str(k): int(v) for k, v in dict(d["groups"]).items()},  # type: ignore[arg-type]
+            phase=str(d["phase"]),
+            how=str(d.get("how", "")),
+        )
+
+
+@dataclass(frozen=True)
+class StepMemory:
+    """What one rank measured: the peak of a steady-state step (the largest over the steps measured).
+
+    ``source`` is ``"cuda"`` (``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats`` at each step's
+    start: only the total is known) or ``"memtracker"`` (torch's ``MemTracker``, dispatch-level accounting on CPU:
+    ``groups`` holds its split, see ``MEASURED_GROUPS``). ``steps`` lists the step numbers measured (the first step
+    compiles and creates the optimizer state, so it is never one of them); ``note`` says why nothing was measured.
+    """
+
+    peak_bytes: int | None
+    source: str
+    groups: dict[str, int] = field(default_factory=dict)
+    steps: tuple[int, ...] = ()
+    note: str = ""
+
+    @property
+    def measured(self) -> bool:
+        return self.peak_bytes is not None
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "peak_bytes": self.peak_bytes,
+            "source": self.source,
+            "groups": dict(self.groups),
+            "steps": list(self.steps),
+            "note": self.note,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, object]) -> StepMemory:
+        peak = d.get("peak_bytes")
+        return cls(
+            peak_bytes=None if peak is None else int(peak),  # type: ignore[arg-type]
+            source=str(d.get("source", "")),
+            groups={str(k): int(v) for k, v in dict(d.get("groups") or {}).items()},  # type: ignore[arg-type]
+            steps=tuple(int(s) for s in d.get("steps") or ()),  # type: ignore[union-attr]
+            note=str(d.get("note", "")),
+        )
+
+
+@dataclass(frozen=True)
+class CategoryGap:
+    """One group compared: predicted and measured bytes, and their relative difference (of the measured)."""
+
+    group: str
+    predicted: int
+    measured: int
+
+    @property
+    def relative(self) -> float:
+        if self.measured == 0:
+            return 0.0 if self.predicted == 0 else float("inf")
+        return (self.predicted - self.measured) / self.measured
+
+    def describe(self) -> str:
+        sign = "+" if self.predicted >= self.measured else "-"
+        pct = "inf" if self.relative == float("inf") else f"{abs(self.relative) * 100:.1f}"
+        return (
+            f"{self.group}: predicted {format_bytes(self.predicted)}, measured {format_bytes(self.measured)}"
+            f" ({sign}{pct}%)"
+        )
+
+
+@dataclass(frozen=True)
+class MemoryComparison:
+    """Predicted against measured for one rank: the total, and each group both sides know."""
+
+    total: CategoryGap
+    groups: tuple[CategoryGap, ...]
+
+    def off(self, tolerance: float = TOLERANCE) -> list[CategoryGap]:
+        """The groups (and the total) further apart than ``tolerance``, ignoring groups smaller than 1% of the peak
+        on both sides (a few KiB of difference there is not worth a warning)."""
+        floor = 0.01 * max(self.total.measured, self.total.predicted)
+        out = [self.total] if abs(self.total.relative) > tolerance else []
+        for gap in self.groups:
+            if max(gap.predicted, gap.measured) < floor:
+                continue
+            if abs(gap.relative) > tolerance:
+                out.append(gap)
+        return out
+
+    def summary(self, tolerance: float = TOLERANCE) -> str:
+        """``within 10%: predicted 23.4 MiB, measured 23.4 MiB (-0.0%)`` or which groups are off."""
+        off = self.off(tolerance)
+        if not off:
+            return f"within {tolerance * 100:.0f}%: {self.total.describe().removeprefix('total: ')}"
+        return "; ".join(g.describe() for g in off)
+
+
+def compare(predicted: MemoryEstimate, measured: StepMemory) -> MemoryComparison | None:
+    """Predicted against measured, in the groups the measurement can tell apart; None when nothing was measured."""
+    if measured.peak_bytes is None:
+        return None
+    total = CategoryGap("total", predicted.peak_bytes, measured.peak_bytes)
+    if not measured.groups:
+        return MemoryComparison(total, ())
+    gaps = tuple(
+        CategoryGap(g, predicted.groups.get(g, 0), measured.groups.get(g, 0))
+        for g in MEASURED_GROUPS
+        if g in measured.groups or g in predicted.groups
+    )
+    return MemoryComparison(total, gaps)
