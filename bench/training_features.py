@@ -17,8 +17,13 @@ ranks on gloo, one thread per rank. Every variant lives in the same two processe
     against ours syncing every micro-batch, and FSDP2 (reshard False) with ``set_requires_gradient_sync(False)``
     against FSDP2 syncing every micro-batch; one-process baselines (``thunder.jit``, eager) in the same processes.
     Collectives per optimizer step are counted where the rank calls ``torch.distributed`` (both implementations
-    call ``all_gather_into_tensor`` / ``reduce_scatter_tensor``); steps are interleaved round by round. Target:
-    reduce_scatters per step = buckets x 1, and our distributed overhead with accumulation <= FSDP2's.
+    call ``all_gather_into_tensor`` / ``reduce_scatter_tensor``) and checked against torch.profiler's ``c10d::``
+    ops of the same step; steps are interleaved round by round. Distributed overhead = a variant's step minus its
+    one-process baseline's step in the same round (median and quartiles over rounds): the pairing cancels most of a
+    shared machine's load. Target: reduce_scatters per step = buckets x 1, and our distributed overhead with
+    accumulation <= FSDP2's.
+
+Memory is printed for both ranks, times as wall (rank 0; barrier-bounded) and CPU (averaged over the ranks).
 """
 
 from __future__ import annotations
@@ -112,10 +117,16 @@ def _total(snapshot: dict[Any, dict[str, int]]) -> int:
 
 
 def measure_memory(model: Any, opt: Any, forward: Any, backward: Any, rank: int) -> dict[str, int]:
-    """One step under MemTracker: bytes held from the end of forward to backward, and the step's peak."""
+    """One step under MemTracker: bytes held from the end of forward to backward, and the step's peak.
+
+    A first step runs outside it: thunder traces on its first call, and its interpreter does not get along with the
+    tracker's module hooks (only execution is measured, as on a GPU one would skip the compiling step).
+    """
     from torch.distributed._tools.mem_tracker import MemTracker
 
     x, y = batch(rank, 0)
+    backward(loss_of(forward(x), y))
+    opt.zero_grad(set_to_none=True)
     mt = MemTracker()
     mt.track_external(model, opt, x, y)
     with mt:
@@ -195,8 +206,10 @@ def _bench(rank: int, world: int, warmup: int, rounds: int, layers: int) -> dict
     eager_opt = torch.optim.SGD(eager.parameters(), lr=1e-3)
 
     def ours_step(accumulate: bool) -> Any:
-        def step(i: int) -> None:
+        def step(i: int, each: Any = None) -> None:
             for m in range(MICRO):
+                if each is not None:
+                    each()
                 x, y = batch(rank, MICRO * i + m)
                 with fabric.no_backward_sync(model, enabled=accumulate and m < MICRO - 1):
                     fabric.backward(loss_of(model(x), y) / MICRO)
@@ -206,8 +219,10 @@ def _bench(rank: int, world: int, warmup: int, rounds: int, layers: int) -> dict
         return step
 
     def fsdp2_step(accumulate: bool) -> Any:
-        def step(i: int) -> None:
+        def step(i: int, each: Any = None) -> None:
             for m in range(MICRO):
+                if each is not None:
+                    each()
                 fsdp2.set_requires_gradient_sync(not accumulate or m == MICRO - 1)
                 x, y = batch(rank, MICRO * i + m)
                 (loss_of(fsdp2(x), y) / MICRO).backward()
@@ -234,15 +249,16 @@ def _bench(rank: int, world: int, warmup: int, rounds: int, layers: int) -> dict
         "1-process thunder.jit": one_process(jit_model, jit_opt),
         "1-process eager": one_process(eager, eager_opt),
     }
-    from comm_overhead import interleave_timed
+    from comm_overhead import _c10d_calls, interleave_timed
 
     times = interleave_timed(steps, warmup=warmup, rounds=rounds)
-    calls = {}
+    calls, c10d = {}, {}
     for name, step in steps.items():
         if "1-process" not in name:
             with counting_collectives() as counts:
                 step(warmup + rounds)
             calls[name] = dict(counts)
+            c10d[name] = _c10d_calls(step, warmup + rounds + 1)  # the same step seen from c10d: nothing uncounted
     accumulation_memory = {}
     for name in ("ours ZERO2, no_backward_sync", "ours ZERO2, sync every micro-batch"):
         accumulation_memory[name] = _step_peak(steps[name], model, opt, rank)
@@ -258,6 +274,7 @@ def _bench(rank: int, world: int, warmup: int, rounds: int, layers: int) -> dict
         "memory": memory,
         "times": times,
         "calls": calls,
+        "c10d": c10d,
         "accumulation_memory": accumulation_memory,
         "kept": kept,
         "buckets": len(find_blocks(fresh_gpt(layers))) + 1,
@@ -265,12 +282,13 @@ def _bench(rank: int, world: int, warmup: int, rounds: int, layers: int) -> dict
 
 
 def _step_peak(step: Any, model: Any, opt: Any, rank: int) -> int:
+    """The peak of one optimizer step (MICRO micro-batches), under MemTracker."""
     from torch.distributed._tools.mem_tracker import MemTracker
 
     mt = MemTracker()
     mt.track_external(model, opt)
     with mt:
-        step(10_000)
+        step(10_000, mt.reset_mod_stats)  # the tracker refuses a second call of a module unless its stats are reset
     return _total(mt.get_tracker_snapshot("peak"))
 
 
@@ -281,65 +299,167 @@ def _mib(n: int) -> str:
     return f"{n / 2**20:.2f} MiB"
 
 
-def table(r: dict[str, Any], load: str) -> str:
-    mem = r["memory"]
-    lines = [load, "", "(a) activation checkpointing, one step, rank 0", ""]
-    lines.append("| variant | held for backward | peak of the step | saved by the forward trace |")
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "MISSED"
+
+
+def _memory_report(ranks: list[dict[str, Any]]) -> list[str]:
+    """Both ranks' memory side by side, and the checkpointing reduction of ours against torch's, per rank."""
+    mems = [r["memory"] for r in ranks]
+    per_rank = " / ".join(f"r{i}" for i in range(len(ranks)))
+    lines = [
+        f"(a) activation checkpointing, one training step per variant, MemTracker on CPU, per rank ({per_rank})",
+        "",
+    ]
+    lines.append(
+        f"| variant | held for backward ({per_rank}) | peak of the step ({per_rank}) | saved by the forward trace |"
+    )
     lines.append("|---|---|---|---|")
-    for name, m in mem.items():
-        saved = _mib(m["saved_by_trace"]) if "saved_by_trace" in m else ""
-        lines.append(f"| {name} | {_mib(m['held_for_backward'])} | {_mib(m['peak'])} | {saved} |")
-    lines.append("")
+    for name in mems[0]:
+        held = " / ".join(_mib(m[name]["held_for_backward"]) for m in mems)
+        peak = " / ".join(_mib(m[name]["peak"]) for m in mems)
+        saved = " / ".join(_mib(m[name]["saved_by_trace"]) for m in mems) if "saved_by_trace" in mems[0][name] else ""
+        lines.append(f"| {name} | {held} | {peak} | {saved} |")
+    lines += ["", "held for backward = tensor bytes allocated after forward minus before (gathered parameters kept for"]
+    lines += [
+        "backward + saved activations + the logits); saved by the forward trace = thunder's own count (ours only)",
+        "",
+    ]
     pairs = [
         ("ours ZERO2", "FSDP2 reshard=False", " + checkpointing", " + checkpoint_wrapper"),
         ("ours ZERO3", "FSDP2 reshard=True", " + checkpointing", " + checkpoint_wrapper"),
     ]
     for ours, theirs, ours_ck, theirs_ck in pairs:
-        o = mem[ours]["held_for_backward"] / mem[ours + ours_ck]["held_for_backward"]
-        t = mem[theirs]["held_for_backward"] / mem[theirs + theirs_ck]["held_for_backward"]
-        op = mem[ours]["peak"] / mem[ours + ours_ck]["peak"]
-        tp = mem[theirs]["peak"] / mem[theirs + theirs_ck]["peak"]
-        so = mem[ours]["saved_by_trace"] / mem[ours + ours_ck]["saved_by_trace"]
-        lines.append(
-            f"{ours}: checkpointing cuts what is held for backward {o:.2f}x (saved by the trace {so:.2f}x), the peak"
-            f" {op:.2f}x; {theirs}: {t:.2f}x, peak {tp:.2f}x; ours/torch reduction {o / t:.2f} (target >= 1)"
+        for rank, mem in enumerate(mems):
+            oh, oh_ck = mem[ours]["held_for_backward"], mem[ours + ours_ck]["held_for_backward"]
+            th, th_ck = mem[theirs]["held_for_backward"], mem[theirs + theirs_ck]["held_for_backward"]
+            op = mem[ours]["peak"] / mem[ours + ours_ck]["peak"]
+            tp = mem[theirs]["peak"] / mem[theirs + theirs_ck]["peak"]
+            so = mem[ours]["saved_by_trace"] / mem[ours + ours_ck]["saved_by_trace"]
+            factor, removed = (oh / oh_ck) / (th / th_ck), (oh - oh_ck) - (th - th_ck)
+            lines.append(
+                f"rank {rank} {ours} vs {theirs}: checkpointing cuts what is held for backward {oh / oh_ck:.2f}x"
+                f" ({_mib(oh)} -> {_mib(oh_ck)}; saved by the trace {so:.2f}x), peak {op:.2f}x;"
+                f" torch: {th / th_ck:.2f}x ({_mib(th)} -> {_mib(th_ck)}), peak {tp:.2f}x."
+                f" Ours/torch reduction factor {factor:.2f}, bytes removed ours - torch {removed / 2**20:+.2f} MiB:"
+                " target (ours >= torch's)"
+                f" {_verdict(factor >= 1 and removed >= 0)}"
+            )
+    return lines
+
+
+def _paired(times: list[dict[str, Any]], name: str, base: str | None, kind: str) -> list[float]:
+    """Per round: ``name``'s step minus ``base``'s in the same round (ms), CPU time averaged over the ranks.
+
+    The two ran seconds apart within one interleaved round, so the machine's load mostly cancels in the difference.
+    """
+    k = 1 if kind == "wall" else len(times)  # wall is barrier-bounded, the same on every rank
+    n = len(times[0][name][kind])
+    out = []
+    for i in range(n):
+        v = sum(t[name][kind][i] for t in times[:k]) / k
+        b = sum(t[base][kind][i] for t in times[:k]) / k if base else 0.0
+        out.append((v - b) * 1e3)
+    return out
+
+
+def _spread(values: list[float]) -> tuple[float, float, float]:
+    """Median and quartiles (the quartiles collapse to the median with fewer than 2 rounds)."""
+    med = statistics.median(values)
+    if len(values) < 2:
+        return med, med, med
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return med, q1, q3
+
+
+def _fmt(s: tuple[float, float, float]) -> str:
+    return f"{s[0]:.1f} [{s[1]:.1f}, {s[2]:.1f}]"
+
+
+def _accumulation_report(ranks: list[dict[str, Any]]) -> list[str]:
+    r = ranks[0]
+    times = [x["times"] for x in ranks]
+    n = len(times[0][next(iter(times[0]))]["wall"])
+    ours_acc, ours_sync = "ours ZERO2, no_backward_sync", "ours ZERO2, sync every micro-batch"
+    t_acc, t_sync = "FSDP2, set_requires_gradient_sync(False)", "FSDP2, sync every micro-batch"
+    lines = [
+        f"(b) accumulation of {MICRO} micro-batches per optimizer step: {n} interleaved rounds, medians [quartiles]",
+        "in ms; CPU = process time (all threads, gloo's included) averaged over the ranks; overhead = the variant's",
+        "step minus its 1-process baseline's step in the same round (ours: thunder.jit, torch's: eager)",
+        "",
+        "| variant | optimizer step, wall | CPU | distributed overhead, wall | CPU"
+        " | collectives per step (torch.distributed calls) | c10d ops (profiler) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name in times[0]:
+        base = (
+            None if "1-process" in name else ("1-process thunder.jit" if name.startswith("ours") else "1-process eager")
         )
-    times = {k: statistics.median(v["wall"]) * 1e3 for k, v in r["times"].items()}
-    cpu = {k: statistics.median(v["cpu"]) * 1e3 for k, v in r["times"].items()}
-    n = len(next(iter(r["times"].values()))["wall"])
-    lines += ["", f"(b) accumulation of {MICRO} micro-batches per optimizer step, medians of {n} interleaved steps", ""]
-    lines.append("| variant | optimizer step, wall / CPU | distributed overhead, wall / CPU | collectives per step |")
-    lines.append("|---|---|---|---|")
-    for name in times:
-        base = "1-process thunder.jit" if name.startswith("ours") else "1-process eager"
-        over = ""
-        if "1-process" not in name:
-            over = f"{times[name] - times[base]:.1f} / {cpu[name] - cpu[base]:.1f} ms"
+        wall, cpu = _spread(_paired(times, name, None, "wall")), _spread(_paired(times, name, None, "cpu"))
+        ow = _fmt(_spread(_paired(times, name, base, "wall"))) if base else ""
+        oc = _fmt(_spread(_paired(times, name, base, "cpu"))) if base else ""
         calls = ", ".join(f"{v} {k}" for k, v in sorted(r["calls"].get(name, {}).items()))
-        lines.append(f"| {name} | {times[name]:.1f} / {cpu[name]:.1f} ms | {over} | {calls} |")
-
-    def overhead(name: str, base: str, kind: dict[str, float]) -> float:
-        return kind[name] - kind[base]
-
-    ow = overhead("ours ZERO2, no_backward_sync", "1-process thunder.jit", times)
-    oc = overhead("ours ZERO2, no_backward_sync", "1-process thunder.jit", cpu)
-    tw = overhead("FSDP2, set_requires_gradient_sync(False)", "1-process eager", times)
-    tc = overhead("FSDP2, set_requires_gradient_sync(False)", "1-process eager", cpu)
-    rs = r["calls"]["ours ZERO2, no_backward_sync"].get("reduce_scatter_tensor", 0)
+        c10d = ", ".join(f"{v} {k}" for k, v in sorted(r["c10d"].get(name, {}).items()))
+        lines.append(f"| {name} | {_fmt(wall)} | {_fmt(cpu)} | {ow} | {oc} | {calls} | {c10d} |")
     lines.append("")
+
+    # -- collectives
+    buckets = r["buckets"]
+    for rank, x in enumerate(ranks):
+        rs = x["calls"][ours_acc].get("reduce_scatter_tensor", 0)
+        ag, tag = (
+            x["calls"][ours_acc].get("all_gather_into_tensor", 0),
+            x["calls"][t_acc].get("all_gather_into_tensor", 0),
+        )
+        trs = x["calls"][t_acc].get("reduce_scatter_tensor", 0)
+        lines.append(
+            f"rank {rank} collectives per optimizer step with accumulation: ours {rs} reduce_scatter for {buckets}"
+            f" buckets (target buckets x 1 = {buckets}: {_verdict(rs == buckets)}), FSDP2 {trs}; all_gathers ours"
+            f" {ag}, FSDP2 {tag} (one per bucket per micro-batch forward in both)"
+        )
+    c10d_total = {k: sum(v.values()) for k, v in r["c10d"].items()}
+    dist_total = {k: sum(v.values()) for k, v in r["calls"].items()}
     lines.append(
-        f"ours with accumulation: {rs} reduce_scatter per optimizer step for {r['buckets']} buckets (target"
-        f" buckets x 1); distributed overhead ours/FSDP2 {ow / tw:.2f} wall, {oc / tc:.2f} CPU (target <= 1)"
+        "torch.distributed calls and the profiler's c10d ops agree in number for every variant: "
+        + ("yes" if c10d_total == dist_total else f"NO ({dist_total} vs {c10d_total})")
     )
+
+    # -- time
+    def diff(a: str, b: str, kind: str) -> tuple[float, float, float]:
+        return _spread(_paired(times, a, b, kind))
+
+    for ours_or_torch, acc, sync in (("ours", ours_acc, ours_sync), ("FSDP2", t_acc, t_sync)):
+        lines.append(
+            f"{ours_or_torch}: accumulating minus syncing every micro-batch, per step: wall"
+            f" {_fmt(diff(acc, sync, 'wall'))} ms, CPU {_fmt(diff(acc, sync, 'cpu'))} ms"
+        )
+    for kind in ("wall", "cpu"):
+        o = _spread(_paired(times, ours_acc, "1-process thunder.jit", kind))
+        t = _spread(_paired(times, t_acc, "1-process eager", kind))
+        ratio = f"{o[0] / t[0]:.2f}" if t[0] > 0 else "n/a (FSDP2's overhead <= 0)"
+        overlap = " (the quartile ranges overlap: within this run's noise)" if o[1] <= t[2] and t[1] <= o[2] else ""
+        lines.append(
+            f"distributed overhead with accumulation, {kind}: ours {_fmt(o)} ms vs FSDP2 {_fmt(t)} ms, ours/FSDP2"
+            f" {ratio}: target (ours <= FSDP2's) {_verdict(o[0] <= t[0])}{overlap}"
+        )
+    lines.append(
+        f"step ours accumulating minus FSDP2 accumulating: wall {_fmt(diff(ours_acc, t_acc, 'wall'))} ms, CPU"
+        f" {_fmt(diff(ours_acc, t_acc, 'cpu'))} ms"
+    )
+
+    # -- memory
     acc = r["accumulation_memory"]
     lines.append(
-        "peak of an optimizer step: ours "
-        f"{_mib(acc['ours ZERO2, no_backward_sync'])} accumulating vs {_mib(acc['ours ZERO2, sync every micro-batch'])}"
-        f" syncing; FSDP2 {_mib(acc['FSDP2, set_requires_gradient_sync(False)'])} vs"
-        f" {_mib(acc['FSDP2, sync every micro-batch'])}; ours keeps {_mib(r['kept']['bytes'])} of unsharded gradients"
+        "peak of an optimizer step (rank 0): ours "
+        f"{_mib(acc[ours_acc])} accumulating vs {_mib(acc[ours_sync])} syncing; FSDP2 {_mib(acc[t_acc])} vs"
+        f" {_mib(acc[t_sync])}; ours keeps {_mib(r['kept']['bytes'])} of unsharded gradients"
         f" ({r['kept']['params']} parameters in {r['kept']['buckets']} buckets) between micro-batches"
     )
-    return "\n".join(lines)
+    return lines
+
+
+def table(ranks: list[dict[str, Any]], load: str) -> str:
+    return "\n".join([load, "", *_memory_report(ranks), "", *_accumulation_report(ranks)])
 
 
 def main() -> None:
@@ -348,15 +468,21 @@ def main() -> None:
     from thunderviz.ranks.spawn import run_ranks
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--layers", type=int, default=6)
     args = parser.parse_args()
+    if args.layers < 6:
+        parser.error(f"--layers {args.layers}: the comparison is specified on at least 6 layers")
     before = os.getloadavg()
-    result = run_ranks(_bench, args.warmup, args.rounds, args.layers, timeout=3600)[0]
+    results = run_ranks(_bench, args.warmup, args.rounds, args.layers, timeout=3600)
     after = os.getloadavg()
-    load = f"1-min load average {before[0]:.2f} before, {after[0]:.2f} after, on {os.cpu_count()} CPUs"
-    print(table(result, load), flush=True)
+    load = (
+        f"litgpt GPT, {args.layers} layers, d=128; 2 CPU ranks (gloo, 1 thread each); warmup {args.warmup},"
+        f" rounds {args.rounds}; 1-min load average {before[0]:.2f} before, {after[0]:.2f} after, on"
+        f" {os.cpu_count()} CPUs"
+    )
+    print(table(results, load), flush=True)
 
 
 if __name__ == "__main__":
