@@ -15,12 +15,13 @@ from thunderviz.parallel.options import FOREIGN_OPTIONS, OPTIONS, OptionError, P
 
 def test_exact_names_registered_with_fabric():
     names = {n for n in STRATEGY_REGISTRY.available_strategies() if n.startswith("thunder")}
-    assert names == {"thunder_fsdp", "thunder_fsdp_zero3", "thunder_ddp"}
+    assert names == {"thunder_fsdp", "thunder_fsdp_zero3", "thunder_ddp", "thunder_auto"}
     assert type(STRATEGY_REGISTRY.get("thunder_fsdp")) is ThunderFSDPStrategy
     assert type(STRATEGY_REGISTRY.get("thunder_ddp")) is ThunderDDPStrategy
     zero3 = STRATEGY_REGISTRY.get("thunder_fsdp_zero3")
     assert type(zero3) is ThunderFSDPStrategy
     assert zero3.sharding_strategy is FSDPType.ZERO3
+    assert type(STRATEGY_REGISTRY.get("thunder_auto")).__name__ == "ThunderAutoStrategy"
 
 
 def test_fabric_builds_registered_strategies_by_name():
