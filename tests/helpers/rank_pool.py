@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from thunderviz.errors import RankError
-from thunderviz.ranks.rendezvous import free_port, torchrun_environment
+from thunderviz.ranks.rendezvous import free_port, one_host_environment
 
 __all__ = ["run_on_pool", "shutdown"]
 
@@ -41,18 +41,7 @@ POOL_VARIABLE = "THUNDERVIZ_TEST_RANK_POOL"
 
 def _serve(rank: int, world_size: int, port: int, jobs: Any, results: Any) -> None:
     """A pool rank: wait for a job, run it, send the result (or the traceback), until told to stop (``None``)."""
-    os.environ.update(
-        torchrun_environment(
-            rank=rank,
-            local_rank=rank,
-            world_size=world_size,
-            local_world_size=world_size,
-            node_rank=0,
-            master_addr="127.0.0.1",
-            master_port=port,
-            threads=1,
-        )
-    )
+    os.environ.update(one_host_environment(rank, world_size, port, threads=1))
     import gc
 
     import torch

@@ -14,7 +14,15 @@ from __future__ import annotations
 import ipaddress
 import socket
 
-__all__ = ["bind_listener", "free_port", "hostname_address", "interface_of", "route_to", "torchrun_environment"]
+__all__ = [
+    "bind_listener",
+    "free_port",
+    "hostname_address",
+    "interface_of",
+    "one_host_environment",
+    "route_to",
+    "torchrun_environment",
+]
 
 
 def torchrun_environment(
@@ -41,6 +49,21 @@ def torchrun_environment(
     if threads:
         env["OMP_NUM_THREADS"] = str(threads)
     return env
+
+
+def one_host_environment(rank: int, world_size: int, port: int, threads: int | None = None) -> dict[str, str]:
+    """``torchrun_environment`` for ``world_size`` ranks on this machine, meeting on loopback at ``port`` (the
+    one-shot spawner and the test suite's rank pair)."""
+    return torchrun_environment(
+        rank=rank,
+        local_rank=rank,
+        world_size=world_size,
+        local_world_size=world_size,
+        node_rank=0,
+        master_addr="127.0.0.1",
+        master_port=port,
+        threads=threads,
+    )
 
 
 def free_port(host: str = "127.0.0.1") -> int:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from thunderviz.errors import RankError
-from thunderviz.ranks.rendezvous import free_port, torchrun_environment
+from thunderviz.ranks.rendezvous import free_port, one_host_environment
 
 __all__ = ["run_ranks"]
 
@@ -28,18 +28,7 @@ __all__ = ["run_ranks"]
 def _child(
     fn: Callable[..., Any], rank: int, world_size: int, port: int, args: tuple, queue: Any, threads: int
 ) -> None:
-    os.environ.update(
-        torchrun_environment(
-            rank=rank,
-            local_rank=rank,
-            world_size=world_size,
-            local_world_size=world_size,
-            node_rank=0,
-            master_addr="127.0.0.1",
-            master_port=port,
-            threads=threads,
-        )
-    )
+    os.environ.update(one_host_environment(rank, world_size, port, threads=threads))
     import torch
 
     torch.set_num_threads(threads)
