@@ -30,6 +30,8 @@ from typing import Any
 
 WORLDS = (2, 4)
 CANDIDATES = ("ddp", "fsdp-zero2-block", "fsdp-zero2-layer", "fsdp-zero3-block", "fsdp-zero3-layer")
+#: Steps timed after the memory meter stops; a candidate's step time is the fastest of them on its slowest rank.
+TIMED_STEPS = 10
 
 
 def deepspeed_estimate(candidate: str, params: int, largest_layer: int, world: int) -> int:
@@ -83,11 +85,12 @@ def main() -> None:
             print(f"planned {m} / {o} for {worlds}: {time.perf_counter() - t:.1f} s ({plans[m, o].how})", flush=True)
     measured: dict[tuple[str, str, str, int], list[dict[str, Any]]] = {}
     for w in worlds:
-        scenarios = [(m, o, c) for m in models for o in optimizers for c in CANDIDATES]
+        # 5 steps under the memory meter, then TIMED_STEPS timed ones without it (memory_runs.measure)
+        scenarios = [(m, o, c, 5, None, TIMED_STEPS) for m in models for o in optimizers for c in CANDIDATES]
         t = time.perf_counter()
         per_rank = run_ranks(measure_many, scenarios, nproc=w, timeout=7200)
         print(f"measured {len(scenarios)} runs on {w} ranks: {time.perf_counter() - t:.1f} s", flush=True)
-        for i, (m, o, c) in enumerate(scenarios):
+        for i, (m, o, c, *_) in enumerate(scenarios):
             measured[m, o, c, w] = [r[i] for r in per_rank]
 
     rows = []
