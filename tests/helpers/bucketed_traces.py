@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from tests.helpers.trace_folder import trace_files
 from thunderviz.parallel.decisions import Decision
 
 __all__ = ["RUNS", "TUTORIAL_MODEL", "bucketed_trace_files", "decisions_of", "run_report", "write_bucketed_traces"]
@@ -126,14 +125,7 @@ def bucketed_trace_files() -> dict[str, list[str]]:
     ``THUNDERVIZ_BUCKETED_TRACES=<folder>`` reuses files an earlier ``python -m tests.helpers.bucketed_traces
     <folder>`` wrote (while working on the views; CI never sets it, so it always tests fresh traces).
     """
-    reuse = os.environ.get("THUNDERVIZ_BUCKETED_TRACES")
-    if reuse:
-        files = {run: [str(Path(reuse) / f"{run}-rank{r}.json") for r in range(2)] for run in RUNS}
-        missing = [f for fs in files.values() for f in fs if not Path(f).exists()]
-        if missing:
-            raise FileNotFoundError(f"THUNDERVIZ_BUCKETED_TRACES={reuse!r}: missing {missing}")
-        return files
-    return write_bucketed_traces(tempfile.mkdtemp(prefix="thunderviz-bucketed-traces-"))
+    return trace_files("THUNDERVIZ_BUCKETED_TRACES", RUNS, write_bucketed_traces, "thunderviz-bucketed-traces-")
 
 
 if __name__ == "__main__":

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from tests.helpers.trace_folder import trace_files
 from thunderviz.parallel.decisions import Decision
 
 __all__ = ["capture_gpt_on_rank", "decisions_for", "gpt_trace_files", "write_gpt_traces"]
@@ -89,14 +88,7 @@ def gpt_trace_files() -> dict[str, list[str]]:
     ``THUNDERVIZ_GPT_TRACES=<folder>`` reuses files an earlier ``python -m tests.helpers.gpt_traces <folder>``
     wrote (saves two minutes while working on the widgets; CI never sets it, so it always tests fresh traces).
     """
-    reuse = os.environ.get("THUNDERVIZ_GPT_TRACES")
-    if reuse:
-        files = {k: [str(Path(reuse) / f"{k}-rank{r}.json") for r in range(2)] for k in ("fsdp", "ddp")}
-        missing = [f for fs in files.values() for f in fs if not Path(f).exists()]
-        if missing:
-            raise FileNotFoundError(f"THUNDERVIZ_GPT_TRACES={reuse!r}: missing {missing}")
-        return files
-    return write_gpt_traces(tempfile.mkdtemp(prefix="thunderviz-gpt-traces-"))
+    return trace_files("THUNDERVIZ_GPT_TRACES", ("fsdp", "ddp"), write_gpt_traces, "thunderviz-gpt-traces-")
 
 
 if __name__ == "__main__":
