@@ -43,7 +43,7 @@ def test_cpu_rehearsal_runs_every_step_and_passes():
         "- ThunderFSDPStrategy ZERO3 BLOCK on cpu (gloo)",
         "backward bucket: all_gather blocks.1",
         "2. %%thunder_fsdp --nproc 1 --backend gloo in a real Jupyter kernel:",
-        "report: <RunReport thunder_fsdp on 1 ranks (gloo)",
+        "report: <RunReport device_report: thunder_fsdp (FSDP ZERO3 BLOCK) on 1 ranks (gloo)",
         "3. memory plan against the measured step peak on cpu (world size 1):",
         "- fsdp-zero2-block: predicted",
         "device_check: all checks passed",

@@ -221,4 +221,6 @@ def test_jit_keywords_for_an_already_jitted_module_are_refused_and_logged(featur
             "reason": message,
             "clear_cache": False,
             "strategy": "FSDP ZERO2 BLOCK" if kind == "fsdp" else "DDP 25 MB buckets",
+            # the one-line headline of a refusal: its first sentence
+            "headline": "error: " + message.split(". ")[0],
         }
