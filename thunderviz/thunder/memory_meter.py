@@ -21,6 +21,7 @@ inside a hook: torch iterates them while calling them).
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -114,7 +115,13 @@ class StepMemoryMeter:
     # -- the hooks ---------------------------------------------------------------------------------------------
 
     def start(self) -> StepMemoryMeter:
+        """Hook the optimizers, after collecting what earlier work left in reference cycles: freed by the cyclic
+        collector inside a measured window instead, it moved peaks (in one process running the memory bench's 50
+        scenarios, later ZERO3 peaks measured up to 5% above the same scenario run alone; with this collection they
+        match)."""
         from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+        gc.collect()
 
         self._handles = [
             register_optimizer_step_pre_hook(self._before_step),
