@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from thunderviz.ranks.watchdog import tagged_processes
+from thunderviz.ranks.watchdog import OwnerWatch, tagged_processes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -65,3 +65,28 @@ def test_sigkilled_owner_leaves_no_process_behind() -> None:
         if owner.poll() is None:
             owner.kill()
             owner.wait()
+
+
+def test_owner_watch_is_not_fooled_by_a_clock_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stepped system clock (NTP on a fresh machine) moves psutil's create_time of every newly built Process; the
+    watchdog used to compare it on each poll and killed a live kernel's ranks mid-cell. It must only notice exits."""
+    import psutil._pslinux as pslinux
+
+    me = psutil.Process()
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        watch_me = OwnerWatch(me.pid, me.create_time())
+        watch_child = OwnerWatch(child.pid, psutil.Process(child.pid).create_time())
+        real_boot_time = pslinux.boot_time
+        monkeypatch.setattr(pslinux, "boot_time", lambda: real_boot_time() + 30.0)
+        assert psutil.Process(me.pid).create_time() - me.create_time() > 29.0  # the step is visible to psutil
+        assert not watch_me.wait_exited(0.2) and not watch_child.wait_exited(0.2)
+        child.stdin.close()  # the child exits; the watch notices within its wait
+        assert watch_child.wait_exited(10.0)
+        child.wait(10)
+        assert watch_child.wait_exited(0.0) and not watch_me.wait_exited(0.0)
+    finally:
+        child.kill()
+        child.wait(10)
+    # a pid whose start time does not match (reused before the watch began) is not the owner: gone already
+    assert OwnerWatch(me.pid, me.create_time() - 100.0).wait_exited(0.0)

@@ -3,7 +3,7 @@
 Why a separate process: a kernel that is SIGKILLed or restarted runs no ``atexit`` and no ``finally``, and
 ipyparallel starts its controller and engines in their own sessions, so nothing else would stop them (measured:
 13 processes survive a SIGKILLed client). Every process the cluster starts inherits the environment variable
-``THUNDERVIZ_CLUSTER_TAG=<tag>``; the watchdog polls the owner's pid and, once it is gone, kills everything that
+``THUNDERVIZ_CLUSTER_TAG=<tag>``; the watchdog follows the owner (``OwnerWatch``) and, once it is gone, kills all that
 carries the tag. It knows no pids in advance, so engines restarted later and their children are covered too.
 
 Run as ``python -m thunderviz.ranks.watchdog --owner PID --owner-started T --tag TAG [--cluster-file F]``.
@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import select
 import signal
 import sys
 import time
@@ -59,13 +60,42 @@ def kill_tagged(tag: str, *, grace: float = 1.0) -> list[int]:
     return [p.pid for p in procs + late]
 
 
-def _owner_alive(pid: int, started: float) -> bool:
-    try:
-        proc = psutil.Process(pid)
-        # pid reuse: a different process with the same pid started later is not our owner.
-        return abs(proc.create_time() - started) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+class OwnerWatch:
+    """Whether the owner process exited, asked without the wall clock.
+
+    Why not compare ``create_time()`` on every poll: psutil computes it from the boot time, which moves whenever the
+    system clock is stepped (NTP on a freshly booted machine), and a step of more than a second made the watchdog
+    take a live owner for a reused pid and kill every rank mid-cell. So the start time is checked once, when the
+    watch begins (moments after the owner started us), and from then on the owner is followed by a pidfd on Linux
+    (readable once it exits; never confused with a later process of the same pid), else by psutil's own identity
+    check.
+    """
+
+    def __init__(self, pid: int, started: float) -> None:
+        self._process: psutil.Process | None = None
+        self._pidfd: int | None = None
+        try:
+            process = psutil.Process(pid)
+            if abs(process.create_time() - started) < 1.0:  # pid reuse before we began: not our owner
+                self._process = process
+        except psutil.Error:
+            return
+        if self._process is not None and hasattr(os, "pidfd_open"):
+            with contextlib.suppress(OSError):
+                self._pidfd = os.pidfd_open(pid)
+
+    def wait_exited(self, seconds: float) -> bool:
+        """Wait up to ``seconds``; True once the owner has exited (a zombie has)."""
+        if self._process is None:
+            return True
+        if self._pidfd is not None:
+            readable, _, _ = select.select([self._pidfd], [], [], seconds)
+            return bool(readable)
+        time.sleep(seconds)
+        try:
+            return not self._process.is_running() or self._process.status() == psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return True
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,13 +115,13 @@ def main(argv: list[str] | None = None) -> int:
     # SIGTERM from the owner means "the cluster was stopped cleanly, exit without killing anything".
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    owner = OwnerWatch(args.owner, args.owner_started)
     while not stop:
-        if not _owner_alive(args.owner, args.owner_started):
+        if owner.wait_exited(POLL_SECONDS) and not stop:
             kill_tagged(args.tag)
             if args.cluster_file:
                 Path(args.cluster_file).unlink(missing_ok=True)
             return 0
-        time.sleep(POLL_SECONDS)
     return 0
 
 
