@@ -74,7 +74,9 @@ def test_error_on_every_rank_keeps_the_pool_and_its_state(engine: RankEngine) ->
     assert {r: s.pid for r, s in engine.status().items()} == pids  # no restart happened
 
 
-@pytest.mark.parametrize("how", ["os._exit(3)", "os.kill(os.getpid(), signal.SIGKILL)"])
+@pytest.mark.parametrize(
+    "how", ["os._exit(3)", "os.kill(os.getpid(), signal.SIGKILL)", "os.kill(os.getpid(), signal.SIGSEGV)"]
+)
 def test_rank_that_dies_is_reported_with_its_rank(engine: RankEngine, how: str) -> None:
     err, elapsed = _timed_failure(engine, f"import os, signal, time\nif rank == 1:\n    {how}\ntime.sleep(30)\n")
     print(f"\n[fault latency] {how} -> cell failed in {elapsed:.2f} s")
@@ -82,7 +84,41 @@ def test_rank_that_dies_is_reported_with_its_rank(engine: RankEngine, how: str) 
     assert "rank 1 died" in str(err)
     assert elapsed < 10.0
     assert "restarted before the next cell" in str(err)
+    # what the process wrote last comes with it: faulthandler's stacks for a fatal signal (down to the cell's
+    # line), and for a death that leaves no words, a message saying so
+    rendered = "\n".join(err._render_traceback_())
+    if "SIGSEGV" in how:
+        assert "Fatal Python error: Segmentation fault" in err.failures[1].summary
+        assert "Fatal Python error: Segmentation fault" in err.failures[1].traceback
+        assert "--- rank 1 the end of its process log ---" in rendered
+    else:
+        assert "no fatal error in its log" in err.failures[1].summary and "memory available now" in str(err)
     _next_cell_works(engine)
+
+
+def test_restart_that_fails_says_why_and_the_next_cell_retries(
+    engine: RankEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import sys
+
+    from thunderviz.errors import RankError
+    from thunderviz.ranks import cluster
+
+    _timed_failure(engine, "import os\nif rank == 0:\n    os._exit(4)\nimport time\ntime.sleep(30)\n")
+    assert engine.restart_reason == "rank 0 died"
+    refuse = "import sys\nprint('this engine refuses to start', file=sys.stderr)\nsys.exit(3)"
+    monkeypatch.setattr(cluster, "_ENGINE_CMD", [sys.executable, "-c", refuse])
+    start = time.monotonic()
+    with pytest.raises(RankError) as info:
+        engine.run("x = 1", collect=False)
+    elapsed = time.monotonic() - start
+    # fails as soon as the engine processes are gone (not after the 120 s bound), with what they wrote
+    assert "0 of 2 rank engines registered" in str(info.value) and "this engine refuses to start" in str(info.value)
+    assert elapsed < 60.0, elapsed
+    assert engine.restart_reason == "the previous restart did not complete"
+    monkeypatch.undo()
+    _next_cell_works(engine)  # restarts again, from the real engine command
+    assert engine.restart_reason is None
 
 
 def test_collective_that_one_rank_skips_is_bounded_by_timeout(engine: RankEngine) -> None:

@@ -18,6 +18,8 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,8 @@ ENGINE_START_TIMEOUT_S = 120.0
 # How long attaching waits for the engines --nproc asks for, and a restart for engines an owner replaced.
 ATTACH_WAIT_S = 60.0
 RESTART_WAIT_S = 10.0
+#: How many of its last log lines a rank that died brings into the cell's error.
+LAST_WORDS_LINES = 30
 UNREGISTER_WAIT_S = 10.0
 #: Raise ipyparallel's log level (INFO, DEBUG) to see what its controller, engines and Cluster object do.
 IPP_LOG_VARIABLE = "THUNDERVIZ_IPP_LOG_LEVEL"
@@ -81,6 +85,60 @@ def _run(coro: Any) -> Any:
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(asyncio.run, coro).result()
+
+
+def process_gone(pid: int) -> bool:
+    """Whether process ``pid`` exited (a zombie not yet reaped by its parent counts as gone)."""
+    try:
+        return psutil.Process(pid).status() in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.NoSuchProcess:
+        return True
+
+
+@dataclass(frozen=True)
+class _EngineProcess:
+    pid: int | None
+    exit_code: int | None  # known once ipyparallel noticed the exit
+    tail: Callable[[int], str]  # lines -> the end of what it wrote
+
+
+def _log_tail_reader(path: str) -> Callable[[int], str]:
+    def read(lines: int) -> str:
+        try:
+            with open(path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 64 * 1024))
+                return _last_words(f.read().decode("utf-8", errors="replace"), lines)
+        except OSError:
+            return ""
+
+    return read
+
+
+def _text_tail_reader(text: str) -> Callable[[int], str]:
+    return lambda lines: _last_words(text, lines)
+
+
+def _last_words(text: str, lines: int) -> str:
+    """The last ``lines`` lines of a log; from its last fatal-signal dump on when it has one (a dump lists every
+    thread, so its own first line is often further back than ``lines``)."""
+    # the nanny's lines after a death only say that its engine exited, with status None (it is not the parent);
+    # faulthandler's list of loaded extension modules is one very long line that says nothing about the death
+    kept = [
+        line
+        for line in text.rstrip().splitlines()
+        if "[KernelNanny." not in line and not line.startswith("Extension modules:")
+    ]
+    fatal = [i for i, line in enumerate(kept) if line.startswith("Fatal Python error")]
+    if fatal:
+        return "\n".join(kept[fatal[-1] :][: 3 * lines])
+    return "\n".join(kept[-lines:])
+
+
+def memory_note() -> str:
+    """How much memory this machine has left, for messages about processes that vanished or never started."""
+    memory = psutil.virtual_memory()
+    return f"{memory.available / 2**30:.1f} GiB of {memory.total / 2**30:.1f} GiB memory available now"
 
 
 def controller_address(client: Any) -> tuple[str, int]:
@@ -152,6 +210,9 @@ class LocalCluster(RankCluster):
             # Gloo picks its listening interface from the hostname unless told: keep it on loopback.
             "GLOO_SOCKET_IFNAME": "lo",
             "PYTHONUNBUFFERED": "1",
+            # A rank killed by a fatal signal (segfault, abort) writes its Python stacks to its log: the engine
+            # reads them back into the cell's error (``last_words``) instead of a bare "the process exited".
+            "PYTHONFAULTHANDLER": "1",
         }
         level, asked = ipp_log_level()
         self._log_level = level  # a number: ipyparallel spells WARNING "WARN"
@@ -188,13 +249,65 @@ class LocalCluster(RankCluster):
         return client
 
     def wait_for_engines(self, timeout: float = ENGINE_START_TIMEOUT_S) -> None:
-        try:
-            self.client.wait_for_engines(self.n, timeout=timeout, interactive=False)
-        except Exception as exc:
+        """Wait (bounded) until all ``n`` engines registered; fail as soon as too few engine processes are alive
+        for that to happen (an engine that crashed at start-up never registers: waiting out the bound helps no one).
+        """
+        started = time.monotonic()
+        from ipyparallel.error import EngineError
+
+        deadline = started + timeout
+        while True:
+            try:
+                self.client.wait_for_engines(self.n, timeout=min(1.0, timeout), interactive=False)
+                return
+            except TimeoutError:
+                alive = sum(1 for p in self._engine_processes_seen() if p.exit_code is None and not process_gone(p.pid))
+                if alive >= self.n and time.monotonic() < deadline:
+                    continue
+            except EngineError:  # every engine process exited: their exit codes and last words are listed below
+                pass
+            registered = len(self.client.ids)
             raise RankError(
-                f"{self.n} rank engines did not register within {timeout:.0f} s. Check that ipyparallel works here "
-                "(`ipcluster start -n 2`) and that the machine is not out of memory."
-            ) from exc
+                f"{registered} of {self.n} rank engines registered in {time.monotonic() - started:.0f} s "
+                f"(the bound is {timeout:.0f} s). "
+                f"{self._engine_processes()} Check that ipyparallel works here (`ipcluster start -n 2`) and that "
+                "the machine is not out of memory, then run the cell again."
+            )
+
+    def _engine_processes_seen(self) -> list[_EngineProcess]:
+        """Every engine process ipyparallel started for this cluster: the running ones with their log files, the
+        ones whose exit it noticed with their exit code and the output it kept (it drops their launchers)."""
+        seen = []
+        for engine_set in (getattr(self._cluster, "engines", None) or {}).values():
+            for launcher in engine_set.launchers.values():
+                if launcher.pid:
+                    seen.append(_EngineProcess(launcher.pid, None, _log_tail_reader(launcher.output_file)))
+            stopped = (getattr(engine_set, "stop_data", None) or {}).get("engines", {})
+            for identifier, data in stopped.items():
+                output = engine_set.outputs.get(identifier, "") if hasattr(engine_set, "outputs") else ""
+                seen.append(_EngineProcess(data.get("pid"), data.get("exit_code"), _text_tail_reader(output)))
+        return seen
+
+    def last_words(self, pid: int, lines: int = LAST_WORDS_LINES) -> str:
+        """The end of what engine process ``pid`` wrote (ipyparallel sends an engine's stdout and stderr to a log
+        file): faulthandler's stacks after a fatal signal, a traceback, or ipyparallel's reason for shutting the
+        engine down. Empty when it wrote nothing, as after a SIGKILL."""
+        for process in self._engine_processes_seen():
+            if process.pid == pid:
+                return process.tail(lines)
+        return ""
+
+    def _engine_processes(self) -> str:
+        """One sentence per engine process that is gone, with its last words: why a start did not complete."""
+        gone = []
+        for process in self._engine_processes_seen():
+            if process.pid is None or (process.exit_code is None and not process_gone(process.pid)):
+                continue
+            status = "" if process.exit_code is None else f" with status {process.exit_code}"
+            words = process.tail(6).strip()
+            ends = f"; its log ends:\n{words}\n" if words else "."
+            gone.append(f"Engine process {process.pid} exited{status}{ends}")
+        return " ".join(gone) if gone else f"Their processes are running ({memory_note()})."
 
     def _start_watchdog(self) -> None:
         me = psutil.Process()

@@ -33,7 +33,14 @@ import psutil
 from thunderviz.errors import RankError
 from thunderviz.ranks import inside_rank
 from thunderviz.ranks.cell_numbers import CellNumbers
-from thunderviz.ranks.cluster import ATTACH_WAIT_S, AttachedCluster, LocalCluster, RankCluster, controller_address
+from thunderviz.ranks.cluster import (
+    ATTACH_WAIT_S,
+    AttachedCluster,
+    LocalCluster,
+    RankCluster,
+    controller_address,
+    memory_note,
+)
 from thunderviz.ranks.driver import OUTPUT_MODES, Outcome, drive, output_filter
 from thunderviz.ranks.failures import CellError, FailureKind, RankFailure, RankUsageError, cell_error
 from thunderviz.ranks.protocol import (
@@ -323,7 +330,31 @@ class RankEngine:
         outcome = drive(requests, self, **kwargs)
         if outcome.restart_reason:
             self.restart_reason = outcome.restart_reason
+        self._explain_deaths(outcome)
         return outcome
+
+    def _explain_deaths(self, outcome: Outcome) -> None:
+        """A rank that died gets the end of its process log as its traceback (read now: a restart replaces it).
+
+        Why: "the process exited" alone leaves a user (and CI) guessing between a segfault, an abort, ipyparallel
+        shutting the engine down, and the out-of-memory killer; the log tells the first three apart, and a log
+        with nothing after start-up points at a SIGKILL."""
+        if not isinstance(self.cluster, LocalCluster):
+            return
+        for rank, failure in outcome.failures.items():
+            pid = self.rank_pids.get(rank)
+            if failure.kind is not FailureKind.DIED or failure.traceback or pid is None:
+                continue
+            words = self.cluster.last_words(pid)
+            fatal = next((line for line in words.splitlines() if line.startswith("Fatal Python error")), None)
+            if fatal:
+                failure.summary += f" ({fatal}; its stacks are below)"
+            else:
+                failure.summary += (
+                    " with no fatal error in its log (a SIGKILL, such as the out-of-memory killer's, leaves none; "
+                    f"{memory_note()}); the end of its log is below"
+                )
+            failure.traceback = words
 
     # ----------------------------------------------------------------- running
 
@@ -567,9 +598,17 @@ class RankEngine:
         """
         self._set_phase(self.ranks, Phase.STARTING)
         where = {eid: f"rank {rank} on {self.rank_hosts.get(rank)}" for rank, eid in self.rank_to_engine.items()}
-        how = self.cluster.restart(where)
+        before = self.restart_reason
+        try:
+            how = self.cluster.restart(where)
+            self._set_up(reset_in_place=how == "in-place")
+        except BaseException:
+            # Pending still, so the next cell tries again instead of using the engine ids of a cluster that is gone
+            # (one failed restart used to turn every later cell into "IndexError: No such engine").
+            if self.restart_reason is None or self.restart_reason == before:
+                self.restart_reason = "the previous restart did not complete"
+            raise
         self.restart_reason = None
-        self._set_up(reset_in_place=how == "in-place")
 
     def interrupt(self) -> None:
         """Send SIGINT to every rank (what Ctrl-C does while a cell runs)."""

@@ -127,7 +127,8 @@ class CellError(RankError):
         for rank in sorted(self.failures):
             failure = self.failures[rank]
             if failure.traceback:
-                lines.append(f"--- rank {rank} traceback ---")
+                what = "the end of its process log" if failure.kind is FailureKind.DIED else "traceback"
+                lines.append(f"--- rank {rank} {what} ---")
                 lines.extend(f"[rank {rank}] {line}" for line in failure.traceback.rstrip().splitlines())
         return lines
 
