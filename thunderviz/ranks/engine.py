@@ -352,7 +352,7 @@ class RankEngine:
             else:
                 failure.summary += (
                     " with no fatal error in its log (a SIGKILL, such as the out-of-memory killer's, leaves none; "
-                    f"{memory_note()}); the end of its log is below"
+                    f"{memory_note()})" + ("; the end of its log is below" if words.strip() else "")
                 )
             failure.traceback = words
 
