@@ -6,12 +6,15 @@ import pytest
 
 from thunderviz.parallel.options import Bucketing, Parallelism, Sharding
 from thunderviz.parallel.plan import (
+    LINK_COSTS,
     PREFERENCE,
     ChoiceRow,
+    LinkCost,
     candidate_name,
     candidate_specs,
     choose,
     extrapolate,
+    link_cost,
     parse_memory,
     ring_bytes,
     smallest_fitting,
@@ -51,8 +54,11 @@ def test_ring_bytes_per_rank() -> None:
         ring_bytes("broadcast", 1, 2)
 
 
-def _row(name: str, peak: int, comm: int, world: int = 2, checkpointing: bool = False) -> ChoiceRow:
-    return ChoiceRow(name, world, peak, comm, 1, checkpointing)
+def _row(
+    name: str, peak: int, comm: int, world: int = 2, checkpointing: bool = False, collectives: int = 1, link=None
+) -> ChoiceRow:
+    seconds = (link or link_cost("cpu")).seconds(comm, collectives)
+    return ChoiceRow(name, world, peak, comm, collectives, seconds, checkpointing)
 
 
 def test_choose_takes_least_communication_that_fits_ties_by_preference() -> None:
@@ -67,6 +73,33 @@ def test_choose_takes_least_communication_that_fits_ties_by_preference() -> None
     assert choose(rows, 50) == 3
     assert choose(rows, 39) is None
     assert smallest_fitting(rows) == 3
+
+
+def test_the_link_decides_zero2_layer_against_zero3_block() -> None:
+    """ZERO2-LAYER sends fewer bytes in more collectives than ZERO3-BLOCK: litgpt-gpt2's plan at world 2 has
+    531 KB in 30 collectives against 761 KB in 9. On a latency-bound link (gloo on CPU) ZERO3-BLOCK is faster, as
+    ``bench/memory_plan.py`` measured; with a large model on NCCL the bytes decide and ZERO2-LAYER is."""
+
+    def pair(link: LinkCost, scale: int) -> list[ChoiceRow]:
+        return [
+            _row("fsdp-zero2-layer", 55, 531_456 * scale, collectives=30, link=link),
+            _row("fsdp-zero3-block", 40, 761_472 * scale, collectives=9, link=link),
+        ]
+
+    assert choose(pair(LINK_COSTS["cpu"], 1), 60) == 1
+    assert choose(pair(LINK_COSTS["cuda"], 1), 60) == 1  # small messages: latency-bound on NCCL too
+    assert choose(pair(LINK_COSTS["cuda"], 10_000), 60) == 0  # 5 GB against 7.6 GB: the bytes decide
+    assert choose(pair(LINK_COSTS["cuda"], 10_000), 50) == 1  # unless only ZERO3 fits
+
+
+def test_link_costs_price_collectives_and_bytes() -> None:
+    link = LinkCost(latency_s=1e-3, bytes_per_s=1e6)
+    assert link.seconds(2_000_000, 3) == pytest.approx(2.003)
+    assert link_cost("cuda") is LINK_COSTS["cuda"]
+    with pytest.raises(ValueError, match="the devices are cpu, cuda"):
+        link_cost("tpu")
+    with pytest.raises(ValueError, match="bandwidth > 0"):
+        LinkCost(latency_s=1e-3, bytes_per_s=0)
 
 
 def test_checkpointing_only_when_nothing_else_fits() -> None:

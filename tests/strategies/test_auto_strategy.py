@@ -13,6 +13,13 @@ from typing import Any
 from thunderviz.ranks.spawn import run_ranks
 
 PEAKS = {"ddp": 9000, "fsdp-zero2-block": 7000, "fsdp-zero2-layer": 6900, "fsdp-zero3-block": 5000}
+#: (bytes, collectives) per step, litgpt-gpt2's at world 2: ZERO2-LAYER sends fewer bytes in more collectives
+COMM = {
+    "ddp": (531_456, 1),
+    "fsdp-zero2-block": (531_456, 6),
+    "fsdp-zero2-layer": (531_456, 30),
+    "fsdp-zero3-block": (761_472, 9),
+}
 
 
 def _error(fn: Any) -> str:
@@ -40,6 +47,8 @@ def _scenarios(rank: int, world: int) -> dict[str, Any]:
     model = f.setup(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 2)))
     f.backward(model(torch.randn(3, 4)).sum())  # the chosen strategy trains
     too_small = ThunderAutoStrategy(4000, plan=synthetic_plan(PEAKS, world_size=1))
+    by_time = ThunderAutoStrategy(6950, plan=synthetic_plan(PEAKS, world_size=1, comm=COMM))
+    fabric(by_time).setup(torch.nn.Linear(4, 4))
     out = {
         "is_fsdp": isinstance(chosen, ThunderFSDPStrategy),
         "is_ddp": isinstance(chosen, ThunderDDPStrategy),
@@ -51,6 +60,8 @@ def _scenarios(rank: int, world: int) -> dict[str, Any]:
         "no_budget": _error(lambda: fabric(ThunderAutoStrategy()).setup(torch.nn.Linear(4, 4))),
         "no_batch": _error(lambda: fabric(ThunderAutoStrategy("1GiB")).setup(torch.nn.Linear(4, 4))),
         "bad_budget": _error(lambda: ThunderAutoStrategy("lots")),
+        "by_time": by_time.chosen.name,
+        "by_time_reason": by_time.decisions[-1].reason,
     }
     return out
 
@@ -79,3 +90,20 @@ def test_needs_a_budget_on_cpu_and_a_batch_or_plan() -> None:
     assert "needs the memory each rank may use" in r["no_budget"]
     assert "needs one rank's example batch" in r["no_batch"]
     assert r["bad_budget"].startswith("PlanError: ThunderAutoStrategy: memory_per_rank='lots'")
+
+
+def test_chooses_by_predicted_time_not_bytes() -> None:
+    """ZERO2-LAYER and ZERO3-BLOCK both fit: ZERO3-BLOCK sends more bytes, but in 9 collectives against 30, which on
+    the CPU link (gloo) takes less time; the reason says what the one left out would have cost."""
+    r = _results()
+    assert r["by_time"] == "fsdp-zero3-block"
+    assert "fsdp-zero2-layer fits but communicates ~9.8 ms" in r["by_time_reason"]
+    assert "(~3.8 ms on the cpu link)" in r["by_time_reason"]
+
+
+def test_predicting_stops_only_where_no_later_candidate_can_be_faster() -> None:
+    from tests.helpers.plans import synthetic_plan
+    from thunderviz.strategies.auto import settled
+
+    plan = synthetic_plan(dict.fromkeys(("ddp", "fsdp-zero2-block", "fsdp-zero2-layer", "fsdp-zero3-block"), 1))
+    assert [settled(c) for c in plan.candidates] == [True, True, False, True]

@@ -1,17 +1,21 @@
 """Which strategies a plan considers, how they are ordered and chosen, and the arithmetic a plan needs: plain Python.
 
 A *candidate* is one way to run the model: a ``StrategyOptions`` (the one option model, ``parallel.options``) at one
-world size. The candidates, in the order the auto strategy prefers them when several fit:
+world size. The candidates, in the order that breaks ties (``PREFERENCE``):
 
     ddp, fsdp-zero2-block, fsdp-zero2-layer, fsdp-zero3-block, fsdp-zero3-layer
 
-Why this order: DDP moves each gradient once (an all_reduce: 2(W-1)/W of the model per rank per step) and nothing
-in forward; ZERO2 moves the same bytes (all_gather + reduce_scatter, (W-1)/W each) in more collectives; ZERO3
-gathers every bucket a second time in backward (3(W-1)/W); BLOCK issues one collective per block where LAYER issues
-one per layer. ``choose`` sorts by predicted communication bytes, then this order, so the predictions decide and the
-order breaks ties (DDP and ZERO2 move the same bytes when no dimension needs padding: DDP wins, with nothing to
-gather in forward). ``NONE`` bucketing is left out: it costs LAYER's memory with more
-collectives.
+``choose`` takes, of those that fit, the one with the least predicted communication *time*: ``LinkCost``, the
+alpha-beta model of the ranks' link (a fixed cost per collective plus bytes over bandwidth), prices each candidate's
+predicted bytes and collectives. DDP moves each gradient once (an all_reduce: 2(W-1)/W of the model per rank per
+step) and nothing in forward; ZERO2 moves the same bytes (all_gather + reduce_scatter, (W-1)/W each) in more
+collectives; ZERO3 gathers every bucket a second time in backward (3(W-1)/W); BLOCK issues one collective per block
+where LAYER issues one per layer. So DDP before ZERO2 before ZERO3 (same bucketing) and BLOCK before LAYER (same
+sharding) hold on every link: each later one moves at least the bytes in at least the collectives. The link decides
+the one pair these leave open, ZERO2-LAYER against ZERO3-BLOCK (fewer bytes in many more collectives): on a
+latency-bound link (gloo on CPU, a small model) ZERO3-BLOCK is faster, on NCCL with a large model the bytes dominate
+and ZERO2-LAYER is. DDP and ZERO2 move the same bytes when no dimension needs padding: DDP wins the tie, with
+nothing to gather in forward. ``NONE`` bucketing is left out: it costs LAYER's memory with more collectives.
 
 Activation checkpointing (issue 17) is a further dimension the plan is built to take: ``CandidateSpec.checkpointing``
 exists and ``choose`` sorts every checkpointing candidate after all others ("only when nothing else fits"); no
@@ -29,14 +33,17 @@ from dataclasses import dataclass
 from thunderviz.parallel.options import Bucketing, Parallelism, Sharding, StrategyOptions, parse_options
 
 __all__ = [
+    "LINK_COSTS",
     "PREFERENCE",
     "CandidateSpec",
     "ChoiceRow",
     "Extrapolation",
+    "LinkCost",
     "candidate_name",
     "candidate_specs",
     "choose",
     "extrapolate",
+    "link_cost",
     "parse_memory",
     "ring_bytes",
     "smallest_fitting",
@@ -130,31 +137,80 @@ def ring_bytes(kind: str, nbytes: int, world_size: int) -> int:
     raise ValueError(f"ring_bytes: unknown collective kind {kind!r}")
 
 
+@dataclass(frozen=True)
+class LinkCost:
+    """The alpha-beta model of the ranks' link: each collective costs ``latency_s`` plus its bytes over
+    ``bytes_per_s``.
+
+    Communication is priced by time, not bytes, because per collective cost decides between candidates that trade
+    bytes for collectives (ZERO2-LAYER sends less than ZERO3-BLOCK in three times the collectives). ``latency_s``
+    is what one collective adds to a training step, the framework's work around it included, not the wire latency.
+    """
+
+    latency_s: float
+    bytes_per_s: float
+
+    def __post_init__(self) -> None:
+        if not (self.latency_s >= 0 and self.bytes_per_s > 0):
+            raise ValueError(
+                f"LinkCost(latency_s={self.latency_s}, bytes_per_s={self.bytes_per_s}): the latency must be >= 0"
+                " seconds and the bandwidth > 0 bytes per second"
+            )
+
+    def seconds(self, comm_bytes: int, collectives: int) -> float:
+        """Predicted time one rank spends communicating per step: ``collectives`` x latency + bytes / bandwidth."""
+        return collectives * self.latency_s + comm_bytes / self.bytes_per_s
+
+
+#: The links a plan prices communication with, by the ranks' device.
+#:
+#: - ``cpu`` (gloo over loopback), measured on this project's 2-core machines: one more collective in a thunder
+#:   step costs 0.25 to 0.43 ms at world 2 (a LAYER step minus the BLOCK step of the same sharding, side by side,
+#:   over the extra collectives; ``bench/memory_plan.py``), and a 16 MiB ``all_gather_into_tensor`` moves about
+#:   0.7 GB/s per rank.
+#: - ``cuda`` (NCCL) is assumed, not measured here (no GPU): 20 us per collective and 100 GB/s per rank, an
+#:   NVLink node's order of magnitude; across hosts the bandwidth is lower (give ``plan(link=...)``).
+LINK_COSTS: dict[str, LinkCost] = {
+    "cpu": LinkCost(latency_s=300e-6, bytes_per_s=0.7e9),
+    "cuda": LinkCost(latency_s=20e-6, bytes_per_s=100e9),
+}
+
+
+def link_cost(device: str) -> LinkCost:
+    """The link ``LINK_COSTS`` assumes for ranks on ``device`` (``"cpu"`` or ``"cuda"``)."""
+    try:
+        return LINK_COSTS[device]
+    except KeyError:
+        raise ValueError(f"no link cost for device {device!r}; the devices are {', '.join(LINK_COSTS)}") from None
+
+
 # -- choosing ----------------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class ChoiceRow:
-    """What ``choose`` reads of one predicted candidate."""
+    """What ``choose`` reads of one predicted candidate (``comm_seconds``: ``LinkCost.seconds`` of its bytes and
+    collectives)."""
 
     name: str
     world_size: int
     peak_bytes: int
     comm_bytes: int
     collectives: int
+    comm_seconds: float
     checkpointing: bool = False
 
     def fits(self, budget: int | None) -> bool:
         return budget is None or self.peak_bytes <= budget
 
-    def sort_key(self) -> tuple[int, int, int]:
-        return (int(self.checkpointing), self.comm_bytes, PREFERENCE.index(self.name))
+    def sort_key(self) -> tuple[int, float, int, int]:
+        return (int(self.checkpointing), self.comm_seconds, self.comm_bytes, PREFERENCE.index(self.name))
 
 
 def choose(rows: Sequence[ChoiceRow], budget: int | None, world_size: int | None = None) -> int | None:
     """Index of the candidate to run: among those of ``world_size`` (default: every world size) that fit ``budget``,
-    the one with the least predicted communication (ties: ``PREFERENCE``); None when none fits. Checkpointing
-    candidates come after every other (issue 17: only when nothing else fits)."""
+    the one with the least predicted communication time (ties: fewer bytes, then ``PREFERENCE``); None when none
+    fits. Checkpointing candidates come after every other (issue 17: only when nothing else fits)."""
     fitting = [i for i, r in enumerate(rows) if r.fits(budget) and (world_size is None or r.world_size == world_size)]
     if not fitting:
         return None

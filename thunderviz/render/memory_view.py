@@ -161,10 +161,20 @@ def plan_html(plan: Any) -> str:
             c.memory.phase,
             format_bytes(c.comm_bytes),
             c.collectives,
+            f"{c.comm_seconds * 1000:.1f} ms",
         ]
         for c in plan.candidates
     ]
-    headers = ["candidate", "ranks", "peak per rank", "fits", "peak during", "sent per step", "collectives"]
+    headers = [
+        "candidate",
+        "ranks",
+        "peak per rank",
+        "fits",
+        "peak during",
+        "sent per step",
+        "collectives",
+        "communicating",
+    ]
     return f"<div class='thunderviz-plan'>{head}{bars_svg(plan_bars(plan), budget)}{table(headers, rows)}</div>"
 
 

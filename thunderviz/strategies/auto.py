@@ -2,17 +2,20 @@
 
 At the first ``fabric.setup`` the strategy predicts the candidates (``strategies.planning``) for this world size,
 with this rank's example batch, the optimizer handed to ``fabric.setup`` (or the one named at construction) and
-Fabric's precision, and picks the one that fits ``memory_per_rank`` with the least predicted communication
-(``parallel.plan.choose``). Rank 0 plans and broadcasts the result, so every rank makes the same choice. From then on
-the strategy *is* the chosen one — a ``ThunderDDPStrategy`` or ``ThunderFSDPStrategy`` with those options
-(``isinstance`` says so), sharing Fabric's process group and plumbing — and the decision log's entry for the module
-says what was chosen and the numbers it was chosen by. When nothing fits, ``fabric.setup`` raises ``PlanError``
-naming the smallest per-rank memory that would work.
+Fabric's precision, and picks the one that fits ``memory_per_rank`` with the least predicted communication time
+(``parallel.plan.choose``: bytes and collectives priced on the device's link). Rank 0 plans and broadcasts the
+result, so every rank makes the same choice. From then on the strategy *is* the chosen one — a
+``ThunderDDPStrategy`` or ``ThunderFSDPStrategy`` with those options (``isinstance`` says so), sharing Fabric's
+process group and plumbing — and the decision log's entry for the module says what was chosen and the numbers it
+was chosen by. When nothing fits, ``fabric.setup`` raises ``PlanError`` naming the smallest per-rank memory that
+would work.
 
-Candidates are predicted in ``parallel.plan.PREFERENCE`` order and the first that fits is taken: along that order
-the predicted communication never decreases (DDP's all_reduce moves 2(W-1)/W of the gradients, ZERO2's all_gather
-and reduce_scatter the same bytes of padded shards, ZERO3 a third more; BLOCK and LAYER move the same bytes), so the
-first that fits is the one ``choose`` would pick, and the rest need not be rehearsed.
+Candidates are predicted one trace at a time, in ``parallel.plan.PREFERENCE`` order (DDP; ZERO2 BLOCK and LAYER;
+ZERO3 BLOCK and LAYER), and predicting stops once the best that fits is DDP or a BLOCK candidate: every candidate
+after it moves at least its bytes in at least its collectives (DDP's all_reduce moves 2(W-1)/W of the gradients,
+ZERO2's all_gather and reduce_scatter the same bytes of padded shards, ZERO3 a third more; BLOCK and LAYER move the
+same bytes, LAYER in more collectives), so it is what ``choose`` would pick from all of them. When only ZERO2-LAYER
+of the ZERO2 pair fits, ZERO3 is predicted too: ZERO3-BLOCK sends more bytes in fewer collectives and may be faster.
 """
 
 from __future__ import annotations
@@ -31,8 +34,8 @@ from typing_extensions import override
 
 from thunderviz.errors import PlanError
 from thunderviz.parallel.decisions import impossible
-from thunderviz.parallel.options import Parallelism, parse_options
-from thunderviz.parallel.plan import PREFERENCE, candidate_specs, parse_memory
+from thunderviz.parallel.options import Bucketing, Parallelism, parse_options
+from thunderviz.parallel.plan import PREFERENCE, candidate_specs, choose, parse_memory
 from thunderviz.strategies.base import ThunderParallelStrategy
 from thunderviz.strategies.ddp import ThunderDDPStrategy
 from thunderviz.strategies.fsdp import ThunderFSDPStrategy
@@ -167,9 +170,8 @@ class ThunderAutoStrategy(ThunderParallelStrategy):
                     f"ThunderAutoStrategy(plan=...): the plan has world sizes {self.plan.world_sizes}, this run has"
                     f" {world} ranks; plan for world_sizes=({world},)"
                 )
-            pool = sorted(pool, key=lambda c: PREFERENCE.index(c.name))
             tried = [dataclasses.replace(c, fits=c.peak_bytes <= budget, bundle=None) for c in pool]
-            return tried, next((c for c in tried if c.fits), None)
+            return tried, _best(tried, budget)
         if self.example_input is None:
             raise PlanError(
                 "ThunderAutoStrategy needs one rank's example batch to predict activation memory:"
@@ -189,10 +191,10 @@ class ThunderAutoStrategy(ThunderParallelStrategy):
                 budget=budget,
             )
             tried += [dataclasses.replace(c, bundle=None) for c in got]
-            fitting = [c for c in tried if c.fits]
-            if fitting:
-                return tried, fitting[0]
-        return tried, None
+            pick = _best(tried, budget)
+            if pick is not None and settled(pick):
+                return tried, pick
+        return tried, _best(tried, budget)
 
     def _optimizer_for_plan(self, optimizers: list[Optimizer]) -> Any:
         if self.optimizer is not None:
@@ -211,20 +213,42 @@ class ThunderAutoStrategy(ThunderParallelStrategy):
         self.options = dataclasses.replace(pick.options, fabric_kwargs=self.options.fabric_kwargs)
         self._backward_sync_control = impl._make_backward_sync_control(self)
         self.chosen = pick
-        rejected = [c for c in self._tried if c is not pick]
-        before = "; ".join(f"{c.name} predicted {format_bytes(c.peak_bytes)}, does not fit" for c in rejected)
+        others = []
+        for c in self._tried:
+            if c is pick:
+                continue
+            if c.peak_bytes > budget:
+                others.append(f"{c.name} predicted {format_bytes(c.peak_bytes)}, does not fit")
+            else:
+                others.append(f"{c.name} fits but communicates ~{c.comm_seconds * 1000:.1f} ms")
+        # (a given plan's candidates are the user's choice; those the rehearsal skipped cost at least the pick's)
+        untried = [] if self.plan is not None else [n for n in PREFERENCE if n not in {c.name for c in self._tried}]
         self._why = (
             f"thunder_auto chose {pick.name} on {pick.world_size} ranks: predicted peak"
             f" {format_bytes(pick.peak_bytes)} per rank within memory_per_rank={format_bytes(budget)}, sending"
             f" {format_bytes(pick.comm_bytes)} per step in {pick.collectives} collectives"
-            + (f" ({before})" if before else "")
-            + "; the candidates after it in DDP, ZERO2, ZERO3 x BLOCK, LAYER order communicate at least as much"
+            f" (~{pick.comm_seconds * 1000:.1f} ms on the {self.root_device.type} link)"
+            + (f" ({'; '.join(others)})" if others else "")
+            + (f"; {', '.join(untried)} communicate at least as much" if untried else "")
         )
 
     @classmethod
     @override
     def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
         register_strategy_names(strategy_registry, only="auto")
+
+
+def settled(pick: Candidate) -> bool:
+    """Whether no candidate of a later trace group (``PREFERENCE`` order) can communicate less than ``pick``: true
+    for DDP and BLOCK candidates, which every later one outsends in at least as many collectives; false for a LAYER
+    pick, which ZERO3-BLOCK (more bytes, fewer collectives) may beat on a latency-bound link."""
+    return pick.options.parallelism is Parallelism.DDP or pick.options.bucketing_strategy is Bucketing.BLOCK
+
+
+def _best(candidates: list[Candidate], budget: int) -> Candidate | None:
+    """What ``choose`` takes of ``candidates`` within ``budget``; None when none fits."""
+    i = choose([c.row() for c in candidates], budget)
+    return candidates[i] if i is not None else None
 
 
 @cache

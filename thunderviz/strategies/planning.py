@@ -25,9 +25,11 @@ from thunderviz.parallel.plan import (
     PREFERENCE,
     CandidateSpec,
     ChoiceRow,
+    LinkCost,
     candidate_specs,
     choose,
     extrapolate,
+    link_cost,
     parse_memory,
     smallest_fitting,
 )
@@ -48,8 +50,9 @@ class Candidate:
 
     ``peak_bytes`` is the predicted per-rank peak of a steady-state step, ``breakdown`` its split
     (``trace.memory.CATEGORIES``), ``comm_bytes`` what each rank sends per step (ring algorithms), ``collectives``
-    how many per step, ``fits`` whether ``peak_bytes`` is within the plan's budget (True without one). ``bundle``
-    holds the rehearsal's traces (for a model extrapolated over blocks: the cut model's).
+    how many per step, ``comm_seconds`` the time they take on the plan's link (``parallel.plan.LinkCost``), ``fits``
+    whether ``peak_bytes`` is within the plan's budget (True without one). ``bundle`` holds the rehearsal's traces
+    (for a model extrapolated over blocks: the cut model's).
     """
 
     name: str
@@ -58,6 +61,7 @@ class Candidate:
     memory: MemoryEstimate
     comm_bytes: int
     collectives: int
+    comm_seconds: float
     fits: bool
     checkpointing: bool = False
     bundle: TraceBundle | None = field(default=None, repr=False)
@@ -80,16 +84,22 @@ class Candidate:
 
     def row(self) -> ChoiceRow:
         return ChoiceRow(
-            self.name, self.world_size, self.peak_bytes, self.comm_bytes, self.collectives, self.checkpointing
+            self.name,
+            self.world_size,
+            self.peak_bytes,
+            self.comm_bytes,
+            self.collectives,
+            self.comm_seconds,
+            self.checkpointing,
         )
 
     def describe(self) -> str:
-        """``fsdp-zero2-block x8: peak 12.1 GiB (fits), sends 3.1 GiB in 66 collectives per step``."""
+        """``fsdp-zero2-block x8: peak 12.1 GiB (fits), sends 3.1 GiB in 66 collectives per step (~32.3 ms)``."""
         fit = "fits" if self.fits else "does not fit"
         collectives = f"{self.collectives} collective{'' if self.collectives == 1 else 's'}"
         return (
             f"{self.name} x{self.world_size}: peak {format_bytes(self.peak_bytes)} ({fit}), sends"
-            f" {format_bytes(self.comm_bytes)} in {collectives} per step"
+            f" {format_bytes(self.comm_bytes)} in {collectives} per step (~{self.comm_seconds * 1000:.1f} ms)"
         )
 
     def __repr__(self) -> str:
@@ -115,7 +125,8 @@ class Plan:
     @property
     def recommended(self) -> Candidate | None:
         """What the auto strategy picks: the first world size (in the order asked) at which a candidate fits, and
-        there the one that fits with the least communication (``parallel.plan.choose``); None when nothing fits."""
+        there the one that fits with the least predicted communication time (``parallel.plan.choose``); None when
+        nothing fits."""
         for w in self.world_sizes:
             pick = self.recommended_for(w)
             if pick is not None:
@@ -217,8 +228,11 @@ def predict_candidates(
     precision: str,
     device: str,
     budget: int | None,
+    link: LinkCost | None = None,
 ) -> tuple[list[Candidate], str]:
     """Predict ``specs`` (in their order): rehearsed whole, or cut to ``CUT_BLOCKS`` blocks and extrapolated; and how.
+
+    Communication is priced on ``link`` (default: ``parallel.plan.LINK_COSTS`` for ``device``).
 
     All of them together, so thunder traces as little as is exact (``thunder.rehearsal.rehearse_all``: one trace per
     sharding for every bucketing and world size).
@@ -236,6 +250,7 @@ def predict_candidates(
     by_name = {s.name: s.options for s in specs}
     sizes = sorted({s.world_size for s in specs})
     kwargs = {"loss_fn": loss_fn, "optimizer": optimizer, "precision": precision, "device": device}
+    priced = link or link_cost(device)
 
     def run(model: Any, capture: bool = True) -> dict[tuple[str, int], Any]:
         got = rehearse_all(
@@ -251,7 +266,7 @@ def predict_candidates(
     found = block_container(template)
     if found is None or found[1] <= WHOLE_UP_TO_BLOCKS:
         whole = run(template)
-        out = [_whole(s, whole[s.name, s.world_size], budget, "rehearsed") for s in specs]
+        out = [_whole(s, whole[s.name, s.world_size], budget, priced, "rehearsed") for s in specs]
         return out, "rehearsed whole"
     path, n = found
     # the traces kept for the memory view are the larger cut's: capturing the other would cost time for nothing
@@ -264,13 +279,14 @@ def predict_candidates(
         phases = {r.memory.phase for r in points.values()}
         if len(phases) != 1:  # the peak moved: the cut models are not like the whole one there
             whole = whole or run(template)
-            out.append(_whole(s, whole[s.name, s.world_size], budget, "rehearsed whole (cut, the peak moved)"))
+            out.append(_whole(s, whole[s.name, s.world_size], budget, priced, "rehearsed whole (cut, the peak moved)"))
             continue
         at = extrapolate({k: _quantities(r) for k, r in points.items()}, n)
         breakdown = {k[2:]: v for k, v in at.items() if k.startswith("c:")}
         groups = {k[2:]: v for k, v in at.items() if k.startswith("g:")}
         memory = MemoryEstimate(sum(breakdown.values()), breakdown, groups, phases.pop(), how)
-        out.append(_candidate(s, memory, at["comm"], at["collectives"], budget, points[CUT_BLOCKS[-1]].bundle))
+        bundle = points[CUT_BLOCKS[-1]].bundle
+        out.append(_candidate(s, memory, at["comm"], at["collectives"], budget, priced, bundle))
     return out, how
 
 
@@ -283,9 +299,9 @@ def _quantities(r: Any) -> dict[str, int]:
     }
 
 
-def _whole(spec: CandidateSpec, r: Any, budget: int | None, how: str) -> Candidate:
+def _whole(spec: CandidateSpec, r: Any, budget: int | None, link: LinkCost, how: str) -> Candidate:
     memory = MemoryEstimate(r.memory.peak_bytes, r.memory.breakdown, r.memory.groups, r.memory.phase, how)
-    return _candidate(spec, memory, r.comm_bytes, r.collectives, budget, r.bundle)
+    return _candidate(spec, memory, r.comm_bytes, r.collectives, budget, link, r.bundle)
 
 
 def _candidate(
@@ -294,11 +310,13 @@ def _candidate(
     comm: int,
     collectives: int,
     budget: int | None,
+    link: LinkCost,
     bundle: TraceBundle | None,
 ) -> Candidate:
     fits = budget is None or memory.peak_bytes <= budget
+    seconds = link.seconds(comm, collectives)
     return Candidate(
-        spec.name, spec.world_size, spec.options, memory, comm, collectives, fits, spec.checkpointing, bundle
+        spec.name, spec.world_size, spec.options, memory, comm, collectives, seconds, fits, spec.checkpointing, bundle
     )
 
 
@@ -313,6 +331,7 @@ def plan(
     memory_per_rank: int | str | None = None,
     device: str | None = None,
     candidates: Sequence[str] = PREFERENCE,
+    link: LinkCost | None = None,
 ) -> Plan:
     """Predict, before running, every candidate strategy's per-rank peak memory and communication.
 
@@ -330,6 +349,9 @@ def plan(
             for CUDA on a machine with one, otherwise no budget (every candidate fits).
         device: ``"cpu"`` or ``"cuda"``, the ranks' device; default CUDA where available.
         candidates: which candidates (default all of ``parallel.plan.PREFERENCE``).
+        link: what a collective costs on the ranks' link (``LinkCost(latency_s, bytes_per_s)``), which prices
+            communication time and so decides between candidates that trade bytes for collectives; default
+            ``parallel.plan.LINK_COSTS[device]`` (measured for gloo on CPU, assumed for NCCL).
 
     Raises:
         PlanError: the model, input, loss, optimizer or precision cannot be planned (the message says why).
@@ -354,6 +376,7 @@ def plan(
             precision=precision,
             device=device,
             budget=budget,
+            link=link,
         )
     except PlanError:
         raise
