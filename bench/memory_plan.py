@@ -13,7 +13,12 @@ model states only.
 
 The auto check: for each model, optimizer and world size, a budget halfway between each two consecutive measured
 peaks; the candidate the plan picks for it (``Plan.recommended_for``, what ``ThunderAutoStrategy`` picks) must fit
-when measured, and its measured step time is compared with the fastest measured candidate that fits.
+when measured, and its measured step time is compared with the fastest measured candidate that fits. Step times
+are measured side by side (``memory_runs.time_many``): a model's five candidates set up at once in the same ranks
+and timed in turns, ``ROUNDS`` rounds of ``STEPS`` steps, the order rotated each round; a candidate's step time is
+the median over its timed steps of the slowest rank's wall time. (Timed one after the other, each at its own
+moment of the run, candidates differed by the machine's drift, 30% and more on 2 shared cores.) Beside it, the
+CPU time of a step summed over the ranks, the cost that does not depend on how the ranks share the cores.
 
 Run: ``.venv/bin/python bench/memory_plan.py [--models a,b] [--worlds 2,4] [--json out.json]`` (about an hour on 2
 shared CPU cores).
@@ -24,14 +29,16 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import statistics
 import time
 from pathlib import Path
 from typing import Any
 
 WORLDS = (2, 4)
 CANDIDATES = ("ddp", "fsdp-zero2-block", "fsdp-zero2-layer", "fsdp-zero3-block", "fsdp-zero3-layer")
-#: Steps timed after the memory meter stops; a candidate's step time is the fastest of them on its slowest rank.
-TIMED_STEPS = 10
+#: Side-by-side timing: rounds of turns, steps per turn (see the module docstring).
+ROUNDS = 8
+STEPS = 3
 
 
 def deepspeed_estimate(candidate: str, params: int, largest_layer: int, world: int) -> int:
@@ -70,7 +77,7 @@ def main() -> None:
 
     import torch
 
-    from thunderviz.demos.memory_runs import MODELS, measure_many, predict
+    from thunderviz.demos.memory_runs import MODELS, measure_many, predict, time_many
     from thunderviz.ranks.spawn import run_ranks
 
     models = args.models.split(",") if args.models else list(MODELS)
@@ -84,19 +91,35 @@ def main() -> None:
             plans[m, o] = predict(m, o, worlds)
             print(f"planned {m} / {o} for {worlds}: {time.perf_counter() - t:.1f} s ({plans[m, o].how})", flush=True)
     measured: dict[tuple[str, str, str, int], list[dict[str, Any]]] = {}
+    timed: dict[tuple[str, str, str, int], tuple[float, float]] = {}
     for w in worlds:
-        # 5 steps under the memory meter, then TIMED_STEPS timed ones without it (memory_runs.measure)
-        scenarios = [(m, o, c, 5, None, TIMED_STEPS) for m in models for o in optimizers for c in CANDIDATES]
+        # each candidate alone: 5 steps under the memory meter (memory_runs.measure)
+        scenarios = [(m, o, c, 5) for m in models for o in optimizers for c in CANDIDATES]
         t = time.perf_counter()
         per_rank = run_ranks(measure_many, scenarios, nproc=w, timeout=7200)
         print(f"measured {len(scenarios)} runs on {w} ranks: {time.perf_counter() - t:.1f} s", flush=True)
         for i, (m, o, c, *_) in enumerate(scenarios):
             measured[m, o, c, w] = [r[i] for r in per_rank]
+        # the candidates of each model and optimizer side by side
+        runs = [(m, o, CANDIDATES, ROUNDS, STEPS) for m in models for o in optimizers]
+        t = time.perf_counter()
+        per_rank_times = run_ranks(time_many, runs, nproc=w, timeout=7200)
+        print(
+            f"timed {len(runs)} x {len(CANDIDATES)} candidates side by side on {w} ranks:"
+            f" {time.perf_counter() - t:.1f} s",
+            flush=True,
+        )
+        for i, (m, o, *_) in enumerate(runs):
+            for c in CANDIDATES:
+                steps = [r[i][c] for r in per_rank_times]  # per rank: [(wall, cpu)] per timed step
+                wall = statistics.median(max(s[k][0] for s in steps) for k in range(len(steps[0])))
+                cpu = statistics.median(sum(s[k][1] for s in steps) for k in range(len(steps[0])))
+                timed[m, o, c, w] = (wall, cpu)
 
     rows = []
     header = (
         f"{'model':13} {'opt':5} {'W':>2} {'candidate':17} {'predicted':>9} {'measured':>9} {'error':>7}"
-        f" {'DeepSpeed':>9} {'4x rule':>8}   (MiB per rank)"
+        f" {'DeepSpeed':>9} {'4x rule':>8} (MiB per rank) {'step':>7} {'CPU':>7} (ms, side by side)"
     )
     print("\n" + header)
     for m in models:
@@ -111,7 +134,7 @@ def main() -> None:
                     err = (pred - meas) / meas
                     ds = deepspeed_estimate(c, params, largest, w)
                     rule = 4 * pbytes
-                    step = max(r["step_s"] for r in runs)
+                    step, cpu = timed[m, o, c, w]
                     rows.append(
                         {
                             "model": m,
@@ -124,11 +147,12 @@ def main() -> None:
                             "deepspeed": ds,
                             "rule_4x": rule,
                             "step_s": step,
+                            "cpu_s": cpu,
                         }
                     )
                     print(
                         f"{m:13} {o:5} {w:>2} {c:17} {_fmt(pred)} {_fmt(meas)} {err * 100:+6.2f}% {_fmt(ds)}"
-                        f" {_fmt(rule)}"
+                        f" {_fmt(rule)} {'':13} {step * 1000:7.1f} {cpu * 1000:7.1f}"
                     )
     worst = max(rows, key=lambda r: abs(r["error"]))
     within = sum(abs(r["error"]) <= 0.10 for r in rows)
@@ -146,7 +170,8 @@ def main() -> None:
     print(
         f"auto strategy: {auto['budgets']} budgets between measured peaks; the choice fit when measured"
         f" {auto['fit']} times of {auto['budgets']}; it was the fastest that fits or within 10% of it"
-        f" {auto['fast']} times (slowest relative to the fastest: {auto['worst_ratio']:.2f}x)"
+        f" {auto['fast']} times (slowest relative to the fastest: {auto['worst_ratio']:.2f}x); by CPU time per step"
+        f" {auto['fast_cpu']} times (worst {auto['worst_cpu_ratio']:.2f}x)"
     )
     for line in auto["misses"]:
         print("  " + line)
@@ -158,8 +183,8 @@ def main() -> None:
 
 
 def _auto_check(rows: list[dict], plans: dict, models: list[str], optimizers: list[str], worlds: tuple) -> dict:
-    budgets = fit = fast = 0
-    worst_ratio = 1.0
+    budgets = fit = fast = fast_cpu = 0
+    worst_ratio = worst_cpu_ratio = 1.0
     misses = []
     for m in models:
         for o in optimizers:
@@ -178,16 +203,27 @@ def _auto_check(rows: list[dict], plans: dict, models: list[str], optimizers: li
                     fitting = [r for r in group if r["measured"] <= budget]
                     fastest = min(r["step_s"] for r in fitting)
                     ratio = chosen["step_s"] / fastest
+                    cpu_ratio = chosen["cpu_s"] / min(r["cpu_s"] for r in fitting)
                     worst_ratio = max(worst_ratio, ratio)
+                    worst_cpu_ratio = max(worst_cpu_ratio, cpu_ratio)
                     fit += chosen["measured"] <= budget
                     fast += ratio <= 1.10
+                    fast_cpu += cpu_ratio <= 1.10
                     if chosen["measured"] > budget or ratio > 1.10:
                         misses.append(
                             f"{m}/{o}/x{w} budget {budget / 2**20:.2f} MiB: chose {pick.name} (measured"
                             f" {chosen['measured'] / 2**20:.2f} MiB, {chosen['step_s'] * 1000:.1f} ms); fastest fitting"
-                            f" {fastest * 1000:.1f} ms"
+                            f" {fastest * 1000:.1f} ms ({min(fitting, key=lambda r: r['step_s'])['candidate']})"
                         )
-    return {"budgets": budgets, "fit": fit, "fast": fast, "worst_ratio": worst_ratio, "misses": misses}
+    return {
+        "budgets": budgets,
+        "fit": fit,
+        "fast": fast,
+        "worst_ratio": worst_ratio,
+        "fast_cpu": fast_cpu,
+        "worst_cpu_ratio": worst_cpu_ratio,
+        "misses": misses,
+    }
 
 
 if __name__ == "__main__":

@@ -5,8 +5,8 @@ Shared by the accuracy tests (``tests/strategies/test_memory_plan_2rank.py``), t
 models (two litgpt ``GPT(Config(...))`` shapes, a GPT with its head tied to its embedding, a residual MLP and a small
 CNN), each with one rank's batch and its loss; ``predict`` plans them (``thunderviz.plan``, on the meta device, in
 this process); ``measure_many`` trains them on rank processes (``thunderviz.run_ranks``) under each candidate's
-strategy, and measures each rank's steady-state step peak with torch's accounting (``thunder.memory_meter``) and
-the step time.
+strategy, and measures each rank's steady-state step peak with torch's accounting (``thunder.memory_meter``);
+``time_many`` times the candidates of a model against each other, side by side in the same ranks.
 
 The loop is the one the plan rehearses: ``out = model(x); loss = loss_fn(out, y); fabric.backward(loss);
 optimizer.step(); optimizer.zero_grad()``, a new batch every step.
@@ -15,9 +15,10 @@ optimizer.step(); optimizer.zero_grad()``, a new batch every step.
 from __future__ import annotations
 
 import functools
+import gc
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,16 @@ from torch import nn
 
 from thunderviz.demos.models import ResidualMLP, TinyGPT
 
-__all__ = ["MODELS", "OPTIMIZERS", "MemoryModel", "measure", "measure_many", "predict"]
+__all__ = [
+    "MODELS",
+    "OPTIMIZERS",
+    "MemoryModel",
+    "measure",
+    "measure_many",
+    "predict",
+    "time_many",
+    "time_side_by_side",
+]
 
 
 @dataclass(frozen=True)
@@ -188,6 +198,35 @@ def predict(model: str, optimizer: str, world_sizes: tuple[int, ...], **kwargs: 
     )
 
 
+def _strategy(candidate: str, world: int) -> Any:
+    from thunderviz.parallel.plan import candidate_specs
+    from thunderviz.strategies.ddp import ThunderDDPStrategy
+    from thunderviz.strategies.fsdp import ThunderFSDPStrategy
+
+    options = candidate_specs([world], [candidate])[0].options
+    cls = ThunderFSDPStrategy if options.parallelism.value == "fsdp" else ThunderDDPStrategy
+    return cls.from_options(options)
+
+
+def _setup(m: MemoryModel, optimizer: str, world: int, strategy: Any) -> tuple[Any, Any, Any]:
+    from lightning.fabric import Fabric
+
+    fabric = Fabric(accelerator="cpu", devices=world, strategy=strategy)
+    fabric.launch()
+    torch.manual_seed(0)
+    with fabric.init_module(empty_init=True):
+        net = m.build()
+    net, opt = fabric.setup(net, OPTIMIZERS[optimizer](net.parameters()))
+    return fabric, net, opt
+
+
+def _step(m: MemoryModel, fabric: Any, net: Any, opt: Any, batch: tuple[torch.Tensor, torch.Tensor]) -> None:
+    x, y = batch
+    fabric.backward(m.loss(net(x), y))
+    opt.step()
+    opt.zero_grad()
+
+
 def measure(
     rank: int,
     world: int,
@@ -196,21 +235,12 @@ def measure(
     candidate: str,
     steps: int = 5,
     auto_budget: int | None = None,
-    timed_steps: int = 0,
 ) -> dict[str, Any]:
     """Train ``model`` for ``steps`` steps under ``candidate``'s strategy (or ``ThunderAutoStrategy`` with
-    ``auto_budget`` when ``candidate == "auto"``); this rank's measured step memory and step time.
-
-    The step time is the median of the measured steps after the first, or with ``timed_steps`` the fastest of that
-    many further steps run after the memory meter stopped: on shared cores a step is only ever slowed by others, so
-    the minimum is the best estimate of what the step itself costs (the auto strategy's speed check compares them).
+    ``auto_budget`` when ``candidate == "auto"``); this rank's measured step memory and step time (the median of the
+    measured steps after the first; ``time_side_by_side`` times candidates fairly against each other).
     """
-    from lightning.fabric import Fabric
-
-    from thunderviz.parallel.plan import candidate_specs
     from thunderviz.strategies.auto import ThunderAutoStrategy
-    from thunderviz.strategies.ddp import ThunderDDPStrategy
-    from thunderviz.strategies.fsdp import ThunderFSDPStrategy
     from thunderviz.thunder.memory_meter import StepMemoryMeter
 
     m = MODELS[model]
@@ -218,15 +248,8 @@ def measure(
         x0, y0 = m.batch(0, "meta")
         strategy: Any = ThunderAutoStrategy(auto_budget, example_input=x0, loss_fn=lambda out: m.loss(out, y0))
     else:
-        options = candidate_specs([world], [candidate])[0].options
-        cls = ThunderFSDPStrategy if options.parallelism.value == "fsdp" else ThunderDDPStrategy
-        strategy = cls.from_options(options)
-    fabric = Fabric(accelerator="cpu", devices=world, strategy=strategy)
-    fabric.launch()
-    torch.manual_seed(0)
-    with fabric.init_module(empty_init=True):
-        net = m.build()
-    net, opt = fabric.setup(net, OPTIMIZERS[optimizer](net.parameters()))
+        strategy = _strategy(candidate, world)
+    fabric, net, opt = _setup(m, optimizer, world, strategy)
     meter = StepMemoryMeter(lambda: [net]).start()
     times = []
     for step in range(steps):
@@ -240,23 +263,54 @@ def measure(
         del out, loss
         times.append(time.perf_counter() - t0)
     measured = meter.stop()
-    step_s = statistics.median(times[1:])
-    if timed_steps:
-        timed = []
-        for step in range(timed_steps):
-            x, y = m.batch(1000 * (steps + step) + rank, "cpu")
-            t0 = time.perf_counter()
-            loss = m.loss(net(x), y)
-            fabric.backward(loss)
-            opt.step()
-            opt.zero_grad()
-            del loss
-            timed.append(time.perf_counter() - t0)
-        step_s = min(timed)
     chosen = strategy.chosen.name if candidate == "auto" else candidate
-    return {"measured": measured, "step_s": step_s, "candidate": chosen}
+    return {"measured": measured, "step_s": statistics.median(times[1:]), "candidate": chosen}
 
 
 def measure_many(rank: int, world: int, scenarios: list[tuple]) -> list[dict[str, Any]]:
     """``measure`` for each scenario in one set of rank processes (one interpreter start and process group)."""
     return [measure(rank, world, *s) for s in scenarios]
+
+
+def time_side_by_side(
+    rank: int, world: int, model: str, optimizer: str, candidates: Sequence[str], rounds: int = 8, steps: int = 3
+) -> dict[str, list[tuple[float, float]]]:
+    """Every candidate set up at once in these ranks, then timed in turns: ``rounds`` rounds of ``steps`` steps
+    each, the order rotated every round; this rank's (wall, CPU) seconds of each timed step, by candidate.
+
+    Why side by side: on shared cores the machine's speed drifts over minutes, so candidates timed one after the
+    other (each at its own moment of a long run) differ by that drift, 30% and more here, more than the 10% a
+    choice is judged by. Taking turns gives every candidate the same share of the drift. A barrier starts each
+    turn, so no rank's lag leaks into the next candidate's time. Two warm-up steps each come first (the first
+    compiles). Memory is measured apart (``measure``): the other candidates' models would be alive here.
+    """
+    import torch.distributed as dist
+
+    m = MODELS[model]
+    setups = {}
+    for c in candidates:
+        setups[c] = _setup(m, optimizer, world, _strategy(c, world))
+        for warm in range(2):
+            _step(m, *setups[c], m.batch(warm * 1000 + rank, "cpu"))
+    times: dict[str, list[tuple[float, float]]] = {c: [] for c in candidates}
+    order = list(candidates)
+    for r in range(rounds):
+        turn = order[r % len(order) :] + order[: r % len(order)]
+        for c in turn:
+            dist.barrier()
+            for s in range(steps):
+                batch = m.batch(1000 * (2 + r * steps + s) + rank, "cpu")
+                t0, c0 = time.perf_counter(), time.process_time()
+                _step(m, *setups[c], batch)
+                times[c].append((time.perf_counter() - t0, time.process_time() - c0))
+    return times
+
+
+def time_many(rank: int, world: int, runs: list[tuple]) -> list[dict[str, list[tuple[float, float]]]]:
+    """``time_side_by_side`` for each ``(model, optimizer, candidates, ...)`` in one set of rank processes, each
+    run's modules released before the next is set up."""
+    out = []
+    for run in runs:
+        out.append(time_side_by_side(rank, world, *run))
+        gc.collect()
+    return out
