@@ -165,9 +165,10 @@ class LinkCost:
 #: The links a plan prices communication with, by the ranks' device.
 #:
 #: - ``cpu`` (gloo over loopback), measured on this project's 2-core machines: one more collective in a thunder
-#:   step costs 0.25 to 0.43 ms at world 2 (a LAYER step minus the BLOCK step of the same sharding, side by side,
-#:   over the extra collectives; ``bench/memory_plan.py``), and a 16 MiB ``all_gather_into_tensor`` moves about
-#:   0.7 GB/s per rank.
+#:   step costs 0.25 to 0.43 ms at world 2 on an idle machine, 1 to 5 ms on a slow one (a LAYER step minus the
+#:   BLOCK step of the same sharding, timed side by side, over the extra collectives; ``bench/memory_plan.py``),
+#:   and a 16 MiB ``all_gather_into_tensor`` moves about 0.7 GB/s per rank. Only the ratio of the two decides a
+#:   choice, and a costlier collective only favours ZERO3-BLOCK over ZERO2-LAYER more.
 #: - ``cuda`` (NCCL) is assumed, not measured here (no GPU): 20 us per collective and 100 GB/s per rank, an
 #:   NVLink node's order of magnitude; across hosts the bandwidth is lower (give ``plan(link=...)``).
 LINK_COSTS: dict[str, LinkCost] = {
