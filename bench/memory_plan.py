@@ -143,6 +143,7 @@ def main() -> None:
                             "candidate": c,
                             "predicted": pred,
                             "measured": meas,
+                            "measured_per_rank": [r["measured"].peak_bytes for r in runs],
                             "error": err,
                             "deepspeed": ds,
                             "rule_4x": rule,
