@@ -13,7 +13,7 @@ import functools
 
 import pytest
 
-from thunderviz.demos.memory_runs import measure_many, predict
+from thunderviz.demos.memory_runs import measure_many, predict, time_many
 from thunderviz.ranks.spawn import run_ranks
 from thunderviz.trace.memory import compare
 
@@ -36,15 +36,24 @@ def _budget() -> int:
     return (ddp + z2) // 2
 
 
+#: The bench's side-by-side timing, small: the CNN's DDP and ZERO2 BLOCK, 2 rounds of 2 steps.
+TIMED = ("cnn", "sgd", ("ddp", "fsdp-zero2-block"), 2, 2)
+
+
+def measure_and_time(rank: int, world: int, scenarios: list[tuple], runs: list[tuple]) -> tuple[list, list]:
+    """``measure_many`` then ``time_many`` in the same rank processes (one process group for both)."""
+    return measure_many(rank, world, scenarios), time_many(rank, world, runs)
+
+
 @functools.cache
-def _measured() -> list[list[dict]]:
+def _ranks() -> list[tuple[list, list]]:
     scenarios = [(GPT[0], GPT[1], c) for c in GPT[2]]
     scenarios += [(MLP[0], MLP[1], "fsdp-zero3-block"), (MLP[0], MLP[1], "auto", 5, _budget())]
-    return run_ranks(measure_many, scenarios, timeout=1400)
+    return run_ranks(measure_and_time, scenarios, [TIMED], timeout=1400)
 
 
 def _scenario(i: int) -> list[dict]:
-    return [per_rank[i] for per_rank in _measured()]
+    return [measured[i] for measured, _ in _ranks()]
 
 
 @pytest.mark.parametrize(
@@ -80,3 +89,13 @@ def test_auto_strategy_chooses_what_fits_and_it_fits_when_measured() -> None:
     for r in _scenario(4):
         assert r["candidate"] == "fsdp-zero2-block"  # DDP is predicted over the budget
         assert r["measured"].peak_bytes <= budget
+
+
+def test_side_by_side_timing_times_every_candidate_in_turns() -> None:
+    """Each rank brings (wall, CPU) seconds for every timed step of every candidate: rounds x steps of them."""
+    _, _, candidates, rounds, steps = TIMED
+    for _, (times,) in _ranks():
+        assert list(times) == list(candidates)
+        for c in candidates:
+            assert len(times[c]) == rounds * steps, c
+            assert all(wall > 0 and cpu > 0 for wall, cpu in times[c]), times[c]
