@@ -92,6 +92,14 @@ def test_the_link_decides_zero2_layer_against_zero3_block() -> None:
     assert choose(pair(LINK_COSTS["cuda"], 10_000), 50) == 1  # unless only ZERO3 fits
 
 
+def test_ddp_whenever_it_fits_however_many_buckets_it_issues() -> None:
+    """DDP moves ZERO2's bytes and nothing in forward; its all_reduce count is its bucket size's choice (a 7B
+    model's 14 GB in 25 MB buckets is some 560), not a reason to gather in forward."""
+    rows = [_row("ddp", 100, 10_000, collectives=560), _row("fsdp-zero2-block", 60, 10_000, collectives=64)]
+    assert choose(rows, None) == 0
+    assert choose(rows, 99) == 1
+
+
 def test_link_costs_price_collectives_and_bytes() -> None:
     link = LinkCost(latency_s=1e-3, bytes_per_s=1e6)
     assert link.seconds(2_000_000, 3) == pytest.approx(2.003)

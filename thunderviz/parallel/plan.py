@@ -5,17 +5,18 @@ world size. The candidates, in the order that breaks ties (``PREFERENCE``):
 
     ddp, fsdp-zero2-block, fsdp-zero2-layer, fsdp-zero3-block, fsdp-zero3-layer
 
-``choose`` takes, of those that fit, the one with the least predicted communication *time*: ``LinkCost``, the
-alpha-beta model of the ranks' link (a fixed cost per collective plus bytes over bandwidth), prices each candidate's
-predicted bytes and collectives. DDP moves each gradient once (an all_reduce: 2(W-1)/W of the model per rank per
-step) and nothing in forward; ZERO2 moves the same bytes (all_gather + reduce_scatter, (W-1)/W each) in more
-collectives; ZERO3 gathers every bucket a second time in backward (3(W-1)/W); BLOCK issues one collective per block
-where LAYER issues one per layer. So DDP before ZERO2 before ZERO3 (same bucketing) and BLOCK before LAYER (same
-sharding) hold on every link: each later one moves at least the bytes in at least the collectives. The link decides
-the one pair these leave open, ZERO2-LAYER against ZERO3-BLOCK (fewer bytes in many more collectives): on a
-latency-bound link (gloo on CPU, a small model) ZERO3-BLOCK is faster, on NCCL with a large model the bytes dominate
-and ZERO2-LAYER is. DDP and ZERO2 move the same bytes when no dimension needs padding: DDP wins the tie, with
-nothing to gather in forward. ``NONE`` bucketing is left out: it costs LAYER's memory with more collectives.
+``choose`` takes DDP whenever it fits: it moves each gradient once (an all_reduce: 2(W-1)/W of the model per rank
+per step), as many bytes as ZERO2 moves, and nothing in forward, where ZERO2 must gather before it computes (how many
+all_reduces DDP issues is its bucket size's choice, not a cost to weigh against sharding). Of the FSDP candidates
+that fit it takes the one with the least predicted communication *time*: ``LinkCost``, the alpha-beta model of the
+ranks' link (a fixed cost per collective plus bytes over bandwidth), prices each candidate's predicted bytes and
+collectives. ZERO2 moves the model's bytes (all_gather + reduce_scatter, (W-1)/W each); ZERO3 gathers every bucket
+a second time in backward (3(W-1)/W); BLOCK issues one collective per block where LAYER issues one per layer. So
+ZERO2 before ZERO3 (same bucketing) and BLOCK before LAYER (same sharding) hold on every link: each later one moves
+at least the bytes in at least the collectives. The link decides the one pair these leave open, ZERO2-LAYER against
+ZERO3-BLOCK (fewer bytes in many more collectives): on a latency-bound link (gloo on CPU, a small model) ZERO3-BLOCK
+is faster, on NCCL with a large model the bytes dominate and ZERO2-LAYER is. ``NONE`` bucketing is left out: it
+costs LAYER's memory with more collectives.
 
 Activation checkpointing (issue 17) is a further dimension the plan is built to take: ``CandidateSpec.checkpointing``
 exists and ``choose`` sorts every checkpointing candidate after all others ("only when nothing else fits"); no
@@ -204,14 +205,16 @@ class ChoiceRow:
     def fits(self, budget: int | None) -> bool:
         return budget is None or self.peak_bytes <= budget
 
-    def sort_key(self) -> tuple[int, float, int, int]:
-        return (int(self.checkpointing), self.comm_seconds, self.comm_bytes, PREFERENCE.index(self.name))
+    def sort_key(self) -> tuple[int, int, float, int, int]:
+        sharded = int(self.name != "ddp")
+        return (int(self.checkpointing), sharded, self.comm_seconds, self.comm_bytes, PREFERENCE.index(self.name))
 
 
 def choose(rows: Sequence[ChoiceRow], budget: int | None, world_size: int | None = None) -> int | None:
     """Index of the candidate to run: among those of ``world_size`` (default: every world size) that fit ``budget``,
-    the one with the least predicted communication time (ties: fewer bytes, then ``PREFERENCE``); None when none
-    fits. Checkpointing candidates come after every other (issue 17: only when nothing else fits)."""
+    DDP, else the one with the least predicted communication time (ties: fewer bytes, then ``PREFERENCE``; see the
+    module docstring); None when none fits. Checkpointing candidates come after every other (issue 17: only when
+    nothing else fits)."""
     fitting = [i for i, r in enumerate(rows) if r.fits(budget) and (world_size is None or r.world_size == world_size)]
     if not fitting:
         return None

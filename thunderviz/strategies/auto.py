@@ -2,19 +2,19 @@
 
 At the first ``fabric.setup`` the strategy predicts the candidates (``strategies.planning``) for this world size,
 with this rank's example batch, the optimizer handed to ``fabric.setup`` (or the one named at construction) and
-Fabric's precision, and picks the one that fits ``memory_per_rank`` with the least predicted communication time
-(``parallel.plan.choose``: bytes and collectives priced on the device's link). Rank 0 plans and broadcasts the
-result, so every rank makes the same choice. From then on the strategy *is* the chosen one — a
+Fabric's precision, and picks DDP if it fits ``memory_per_rank``, else the one that fits with the least predicted
+communication time (``parallel.plan.choose``: bytes and collectives priced on the device's link). Rank 0 plans
+and broadcasts the result, so every rank makes the same choice. From then on the strategy *is* the chosen one — a
 ``ThunderDDPStrategy`` or ``ThunderFSDPStrategy`` with those options (``isinstance`` says so), sharing Fabric's
 process group and plumbing — and the decision log's entry for the module says what was chosen and the numbers it
 was chosen by. When nothing fits, ``fabric.setup`` raises ``PlanError`` naming the smallest per-rank memory that
 would work.
 
 Candidates are predicted one trace at a time, in ``parallel.plan.PREFERENCE`` order (DDP; ZERO2 BLOCK and LAYER;
-ZERO3 BLOCK and LAYER), and predicting stops once the best that fits is DDP or a BLOCK candidate: every candidate
-after it moves at least its bytes in at least its collectives (DDP's all_reduce moves 2(W-1)/W of the gradients,
-ZERO2's all_gather and reduce_scatter the same bytes of padded shards, ZERO3 a third more; BLOCK and LAYER move the
-same bytes, LAYER in more collectives), so it is what ``choose`` would pick from all of them. When only ZERO2-LAYER
+ZERO3 BLOCK and LAYER), and predicting stops once the best that fits is DDP or a BLOCK candidate (``settled``):
+``choose`` takes DDP whenever it fits, and every FSDP candidate after a BLOCK one moves at least its bytes in at
+least its collectives (ZERO3 a third more bytes than ZERO2 of padded shards; LAYER the same bytes as BLOCK in more
+collectives), so it is what ``choose`` would pick from all of them. When only ZERO2-LAYER
 of the ZERO2 pair fits, ZERO3 is predicted too: ZERO3-BLOCK sends more bytes in fewer collectives and may be faster.
 """
 
@@ -239,9 +239,10 @@ class ThunderAutoStrategy(ThunderParallelStrategy):
 
 
 def settled(pick: Candidate) -> bool:
-    """Whether no candidate of a later trace group (``PREFERENCE`` order) can communicate less than ``pick``: true
-    for DDP and BLOCK candidates, which every later one outsends in at least as many collectives; false for a LAYER
-    pick, which ZERO3-BLOCK (more bytes, fewer collectives) may beat on a latency-bound link."""
+    """Whether ``choose`` takes ``pick`` over every candidate of a later trace group (``PREFERENCE`` order): true for
+    DDP (taken whenever it fits) and for BLOCK candidates (every later one sends at least their bytes in at least as
+    many collectives); false for a LAYER pick, which ZERO3-BLOCK (more bytes, fewer collectives) may beat on a
+    latency-bound link."""
     return pick.options.parallelism is Parallelism.DDP or pick.options.bucketing_strategy is Bucketing.BLOCK
 
 

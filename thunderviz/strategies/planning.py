@@ -125,8 +125,8 @@ class Plan:
     @property
     def recommended(self) -> Candidate | None:
         """What the auto strategy picks: the first world size (in the order asked) at which a candidate fits, and
-        there the one that fits with the least predicted communication time (``parallel.plan.choose``); None when
-        nothing fits."""
+        there DDP if it fits, else the one that fits with the least predicted communication time
+        (``parallel.plan.choose``); None when nothing fits."""
         for w in self.world_sizes:
             pick = self.recommended_for(w)
             if pick is not None:
