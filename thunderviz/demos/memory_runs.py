@@ -221,10 +221,14 @@ def _setup(m: MemoryModel, optimizer: str, world: int, strategy: Any) -> tuple[A
 
 
 def _step(m: MemoryModel, fabric: Any, net: Any, opt: Any, batch: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """One step of the loop the plan rehearses: the output and loss live until the step's end."""
     x, y = batch
-    fabric.backward(m.loss(net(x), y))
+    out = net(x)
+    loss = m.loss(out, y)
+    fabric.backward(loss)
     opt.step()
     opt.zero_grad()
+    del out, loss
 
 
 def measure(
@@ -253,14 +257,9 @@ def measure(
     meter = StepMemoryMeter(lambda: [net]).start()
     times = []
     for step in range(steps):
-        x, y = m.batch(1000 * step + rank, "cpu")
+        batch = m.batch(1000 * step + rank, "cpu")
         t0 = time.perf_counter()
-        out = net(x)
-        loss = m.loss(out, y)
-        fabric.backward(loss)
-        opt.step()
-        opt.zero_grad()
-        del out, loss
+        _step(m, fabric, net, opt, batch)
         times.append(time.perf_counter() - t0)
     measured = meter.stop()
     chosen = strategy.chosen.name if candidate == "auto" else candidate

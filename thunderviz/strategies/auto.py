@@ -14,8 +14,8 @@ Candidates are predicted one trace at a time, in ``parallel.plan.PREFERENCE`` or
 ZERO3 BLOCK and LAYER), and predicting stops once the best that fits is DDP or a BLOCK candidate (``settled``):
 ``choose`` takes DDP whenever it fits, and every FSDP candidate after a BLOCK one moves at least its bytes in at
 least its collectives (ZERO3 a third more bytes than ZERO2 of padded shards; LAYER the same bytes as BLOCK in more
-collectives), so it is what ``choose`` would pick from all of them. When only ZERO2-LAYER
-of the ZERO2 pair fits, ZERO3 is predicted too: ZERO3-BLOCK sends more bytes in fewer collectives and may be faster.
+collectives), so it is what ``choose`` would pick from all of them. When only ZERO2-LAYER of the ZERO2 pair fits,
+ZERO3 is predicted too: ZERO3-BLOCK sends more bytes in fewer collectives and may be faster.
 """
 
 from __future__ import annotations
