@@ -81,7 +81,21 @@ def _unpack_gather_impl(
     sizes = [math.prod(s) // world for s in full_shapes]
     outs = [torch.empty((world, n), dtype=buffer.dtype, device=buffer.device) for n in sizes]
     torch.split_with_sizes_copy(rows, sizes, dim=1, out=outs)
+    _free_gathered(buffer)
     return [o.view(s) for o, s in zip(outs, full_shapes, strict=True)]
+
+
+def _free_gathered(buffer: torch.Tensor) -> None:
+    """Free the gathered flat buffer now that it is copied out, whoever else still holds it (FSDP's own way).
+
+    Why not leave it to reference counting: gloo's worker thread keeps its work object, and with it the
+    ``all_gather``'s output, until after ``wait()`` has returned (measured: in about 23% of 2000 waits on two ranks
+    the output still had a second owner). The buffer then dies whenever that thread next runs, on an oversubscribed
+    host after the next bucket's allocations, and a measured peak moved up by a bucket in 3 of 100 measurements.
+    The rehearsal (meta tensors, no thread) counts it freed here, as its reference dies right after this call.
+    """
+    if buffer.device.type != "meta":
+        buffer.untyped_storage().resize_(0)
 
 
 def _with_accumulated(grads: list[torch.Tensor], keys: tuple[str, ...], world: int, divide: bool) -> list[torch.Tensor]:
