@@ -37,7 +37,7 @@ from typing import Any
 WORLDS = (2, 4)
 CANDIDATES = ("ddp", "fsdp-zero2-block", "fsdp-zero2-layer", "fsdp-zero3-block", "fsdp-zero3-layer")
 #: Side-by-side timing: rounds of turns, steps per turn (see the module docstring).
-ROUNDS = 8
+ROUNDS = 16
 STEPS = 3
 
 

@@ -584,45 +584,55 @@ def test_gathered_buffer_unpacks_into_each_parameter():
     """Rank r's packed shards, gathered rank after rank, unpack into every (padded) full parameter."""
     fulls = [torch.arange(14.0).reshape(7, 2), torch.arange(100.0, 106.0), torch.arange(200.0, 204.0).reshape(2, 2)]
     per_rank = [[distribute.shard_tensor(t, r, WORLD)[0] for t in fulls] for r in range(WORLD)]
-    gathered = torch.cat([_pack_gather_impl(shards, "b", ()) for shards in per_rank])  # what all_gather returns
+    sent = [_pack_gather_impl(shards, "b", ()) for shards in per_rank]
+    gathered = torch.cat(sent)  # what all_gather returns
     shapes = tuple((math.ceil(t.shape[0] / WORLD) * WORLD, *t.shape[1:]) for t in fulls)
-    unpacked = _unpack_gather_impl(gathered, shapes, WORLD, "b")
+    unpacked = _unpack_gather_impl(gathered, sent[0], shapes, WORLD, "b")
     for full, got in zip(fulls, unpacked, strict=True):
         torch.testing.assert_close(got[: full.shape[0]], full)
         assert not got[full.shape[0] :].any()  # padding rows
-    # Freed by the unpack although this test still holds it, as gloo's worker thread may after wait() returns.
-    assert gathered.untyped_storage().nbytes() == 0
+    # Both buffers freed by the unpack although this test still holds them, as gloo's worker thread may.
+    assert gathered.untyped_storage().nbytes() == 0 and sent[0].untyped_storage().nbytes() == 0
 
 
-def _gather_owners(rank: int, world: int, n: int) -> tuple[int, int]:
-    """Of ``n`` bucket gathers on this rank: how many outputs still had a second owner once wait() returned and the
-    handle was dropped, and how many still had bytes after the unpack."""
+def _gather_owners(rank: int, world: int, n: int, unpack: bool) -> tuple[int, int]:
+    """Of ``n`` bucket gathers on this rank, once wait() has returned: without ``unpack``, how many sent or gathered
+    buffers outlived their last Python reference (someone else still owned them); with it, how many still had bytes
+    after the unpack."""
+    import weakref
+
     import torch.distributed as dist
 
     if not dist.is_initialized():  # on the session's rank pair an earlier job may have created it
         dist.init_process_group("gloo")
     shapes = ((4 * world, 64), (2 * world,))
-    shared, left = 0, 0
+    outlived, left = 0, 0
     for _ in range(n):
-        shards = [torch.randn(4, 64), torch.randn(2)]
-        out = torch.empty(world * sum(s.numel() for s in shards))
-        handle = dist.all_gather_into_tensor(out, _pack_gather_impl(shards, "b", ()), async_op=True)
+        sent = _pack_gather_impl([torch.randn(4, 64), torch.randn(2)], "b", ())
+        out = torch.empty(world * sent.numel())
+        handle = dist.all_gather_into_tensor(out, sent, async_op=True)
         handle.wait()
         del handle
-        shared += torch._C._storage_Use_Count(out.untyped_storage()._cdata) > 1
-        _unpack_gather_impl(out, shapes, world, "b")
-        left += out.untyped_storage().nbytes() > 0
-    return shared, left
+        if not unpack:  # leave the buffers to reference counting, as before the unpack freed them
+            refs = [weakref.ref(t.untyped_storage()) for t in (sent, out)]
+            del sent, out
+            outlived += any(r() is not None for r in refs)
+            continue
+        _unpack_gather_impl(out, sent, shapes, world, "b")
+        left += out.untyped_storage().nbytes() + sent.untyped_storage().nbytes() > 0
+    return outlived, left
 
 
 def test_gathered_buffer_outlives_wait_on_gloo_unless_the_unpack_frees_it():
-    """The race the unpack's free closes: gloo's worker thread may still own an all_gather's output after wait(),
-    so without the free the buffer would die at that thread's whim (seen as a bucket more in a measured peak)."""
+    """The race the unpack's free closes: gloo's worker thread may still own an all_gather's input and output after
+    wait(), so without the free they would die at that thread's whim (seen as a shard or a bucket more in a measured
+    peak)."""
     from tests.helpers.rank_pool import run_on_pool
 
-    per_rank = run_on_pool(_gather_owners, 500, timeout=240)
-    assert sum(shared for shared, _ in per_rank) > 0, f"no output outlived its wait in 1000 gathers: {per_rank}"
-    assert [left for _, left in per_rank] == [0, 0]
+    unfreed, _ = zip(*run_on_pool(_gather_owners, 500, False, timeout=240), strict=True)
+    assert sum(unfreed) > 0, f"no buffer outlived its last reference in 1000 gathers: {unfreed}"
+    _, left = zip(*run_on_pool(_gather_owners, 500, True, timeout=240), strict=True)
+    assert left == (0, 0)
 
 
 def test_reduce_scatter_buffer_gives_each_rank_its_rows_of_every_gradient():

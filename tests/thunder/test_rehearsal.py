@@ -48,6 +48,23 @@ def test_tracker_counts_a_storage_once_and_forgets_it_when_freed() -> None:
     assert tracker.peak.peak_bytes == 2048
 
 
+def test_tracker_counts_a_storage_resized_to_nothing_as_freed_then() -> None:
+    """What ``MemTracker`` counts too, and how the communication pass frees its buffers (``comm_pass._free``)."""
+    original = torch.UntypedStorage.resize_
+    tracker = StorageTracker(cuda_rounding=False)
+    with tracker:
+        a = torch.empty(256, device="meta")
+        held = a.view(-1)  # another owner, as a collective's work object may be
+        a.untyped_storage().resize_(0)
+        assert tracker.total == 0
+        _ = torch.empty(128, device="meta")
+        assert tracker.total == 512
+        del a, held
+        assert tracker.total == 512
+    assert tracker.peak.peak_bytes == 1024
+    assert torch.UntypedStorage.resize_ is original  # put back on exit
+
+
 def test_cuda_rounding_is_the_allocators_512_byte_blocks() -> None:
     tracker = StorageTracker(cuda_rounding=True)
     with tracker:

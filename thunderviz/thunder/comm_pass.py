@@ -73,29 +73,31 @@ def _pack_gather_impl(shards: list[torch.Tensor], label: str, names: tuple[str, 
 
 
 def _unpack_gather_impl(
-    buffer: torch.Tensor, full_shapes: tuple[tuple[int, ...], ...], world: int, label: str
+    buffer: torch.Tensor, sent: torch.Tensor, full_shapes: tuple[tuple[int, ...], ...], world: int, label: str
 ) -> list[torch.Tensor]:
     # The gathered buffer is [rank 0's shards | rank 1's shards | ...]; parameter i is column block i of the
     # (world, n) view, which one split_with_sizes_copy writes into each parameter's own storage (as FSDP2 does).
+    _free(sent)
     rows = buffer.view(world, -1)
     sizes = [math.prod(s) // world for s in full_shapes]
     outs = [torch.empty((world, n), dtype=buffer.dtype, device=buffer.device) for n in sizes]
     torch.split_with_sizes_copy(rows, sizes, dim=1, out=outs)
-    _free_gathered(buffer)
+    _free(buffer)
     return [o.view(s) for o, s in zip(outs, full_shapes, strict=True)]
 
 
-def _free_gathered(buffer: torch.Tensor) -> None:
-    """Free the gathered flat buffer now that it is copied out, whoever else still holds it (FSDP's own way).
+def _free(buffer: torch.Tensor) -> None:
+    """Free a bucket's communication buffer now, whoever else still holds it (FSDP's own way: storage resized to 0).
 
     Why not leave it to reference counting: gloo's worker thread keeps its work object, and with it the
-    ``all_gather``'s output, until after ``wait()`` has returned (measured: in about 23% of 2000 waits on two ranks
-    the output still had a second owner). The buffer then dies whenever that thread next runs, on an oversubscribed
-    host after the next bucket's allocations, and a measured peak moved up by a bucket in 3 of 100 measurements.
-    The rehearsal (meta tensors, no thread) counts it freed here, as its reference dies right after this call.
+    ``all_gather``'s input and output, until after ``wait()`` has returned (measured on 4 ranks: in about 20% of 3000
+    waits neither had died when the last Python reference went). The buffers then died whenever that thread next
+    ran, on oversubscribed cores after the next allocations, and measured peaks moved up by a bucket or a shard in 4
+    of 400 bench measurements. The unpack is the first point after the wait, and the buffers are the pass's own
+    (the pack's result and the collective's), so nothing else reads them. The rehearsal counts the same frees:
+    ``StorageTracker`` follows storage resizes as ``MemTracker`` does.
     """
-    if buffer.device.type != "meta":
-        buffer.untyped_storage().resize_(0)
+    buffer.untyped_storage().resize_(0)
 
 
 def _with_accumulated(grads: list[torch.Tensor], keys: tuple[str, ...], world: int, divide: bool) -> list[torch.Tensor]:
@@ -224,7 +226,7 @@ def _accumulate_meta(grads: list[Any], keys: tuple, divided: bool, dtypes: tuple
     return TensorProxy(like=grads[0])
 
 
-def _unpack_gather_meta(buffer: Any, full_shapes: tuple, world: int, label: str) -> list[Any]:
+def _unpack_gather_meta(buffer: Any, sent: Any, full_shapes: tuple, world: int, label: str) -> list[Any]:
     from thunder.core.proxies import TensorProxy
 
     return [TensorProxy(like=buffer, shape=tuple(s)) for s in full_shapes]
@@ -490,7 +492,7 @@ def _gather_code(trace: Any, k: int, g: list[_Member], trace_name: str) -> _Buck
         fut, made_ag = _record_new(trace, _torchex("all_gather_prim_impl"), buf, rec.group, True, None)
         gathered, made_w = _record_new(trace, _torchex("wait_prim_impl"), fut)
         shapes = tuple(tuple(m.result.shape) for m in g)
-        unpack = ops.unpack_gather.bind(gathered, shapes, rec.world, label, output=[m.result for m in g])
+        unpack = ops.unpack_gather.bind(gathered, buf, shapes, rec.world, label, output=[m.result for m in g])
         issue, wait = made + made_ag, [*made_w, unpack]
     bucket = Bucket(
         "all_gather",

@@ -97,12 +97,39 @@ class StorageTracker(TorchDispatchMode):
 
     def __enter__(self) -> StorageTracker:
         self.active = True
+        self._track_resize()
         return super().__enter__()
 
     def __exit__(self, *exc: Any) -> None:
         self.resolve()
         self.active = False
+        torch.UntypedStorage.resize_ = self._original_resize  # type: ignore[method-assign]
         super().__exit__(*exc)
+
+    def _track_resize(self) -> None:
+        """Follow ``UntypedStorage.resize_``, which no dispatch mode sees, as ``MemTracker`` does: the communication
+        pass frees its buffers by resizing them to 0 (``comm_pass._free``), so their bytes go when that happens."""
+        original = self._original_resize = torch.UntypedStorage.resize_
+        tracker = self
+
+        def resize_(st: torch.UntypedStorage, size: int) -> Any:
+            out = original(st, size)
+            tracker._resized(st)
+            return out
+
+        torch.UntypedStorage.resize_ = resize_  # type: ignore[method-assign]
+
+    def _resized(self, st: torch.UntypedStorage) -> None:
+        info = self._info.get(id(st))
+        if info is None:
+            return
+        sizes, category, group, _, shard = info
+        new_sizes = self._sizes(st.nbytes(), shard)
+        self.resolve()
+        for w, count in self.counts.items():
+            count.add(new_sizes[w] - sizes[w], category, group)
+        info[0] = new_sizes
+        self._pending = True
 
     @property
     def phase(self) -> str:
