@@ -92,10 +92,10 @@ def _free(buffer: torch.Tensor) -> None:
     Why not leave it to reference counting: gloo's worker thread keeps its work object, and with it the
     ``all_gather``'s input and output, until after ``wait()`` has returned (measured on 4 ranks: in about 20% of 3000
     waits neither had died when the last Python reference went). The buffers then died whenever that thread next
-    ran, on oversubscribed cores after the next allocations, and measured peaks moved up by a bucket or a shard in 4
-    of 400 bench measurements. The unpack is the first point after the wait, and the buffers are the pass's own
-    (the pack's result and the collective's), so nothing else reads them. The rehearsal counts the same frees:
-    ``StorageTracker`` follows storage resizes as ``MemTracker`` does.
+    ran, on oversubscribed cores after the next allocations, and a rank's measured peak moved up by a bucket or a
+    shard in 4 of 600 rank measurements of two bench runs. The unpack is the first point after the wait, and the
+    buffers are the pass's own (the pack's result and the collective's), so nothing else reads them. The rehearsal
+    counts the same frees: ``StorageTracker`` follows storage resizes as ``MemTracker`` does.
     """
     buffer.untyped_storage().resize_(0)
 
@@ -492,6 +492,7 @@ def _gather_code(trace: Any, k: int, g: list[_Member], trace_name: str) -> _Buck
         fut, made_ag = _record_new(trace, _torchex("all_gather_prim_impl"), buf, rec.group, True, None)
         gathered, made_w = _record_new(trace, _torchex("wait_prim_impl"), fut)
         shapes = tuple(tuple(m.result.shape) for m in g)
+        # `buf` only to free it there (snapshot.RELEASED_ONLY: not an input of the unpack in the trace model)
         unpack = ops.unpack_gather.bind(gathered, buf, shapes, rec.world, label, output=[m.result for m in g])
         issue, wait = made + made_ag, [*made_w, unpack]
     bucket = Bucket(

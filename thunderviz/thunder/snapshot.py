@@ -15,7 +15,20 @@ from typing import Any
 from thunderviz.thunder.collectives import collective_kinds
 from thunderviz.trace.model import COLLECTIVE_KINDS, OpRecord, SourceRef, TensorRef, TraceSnapshot
 
-__all__ = ["dtype_name", "flat_proxies", "recomputed_ops", "snapshot_trace", "stage_label", "tensor_ref"]
+__all__ = [
+    "RELEASED_ONLY",
+    "dtype_name",
+    "flat_proxies",
+    "recomputed_ops",
+    "snapshot_trace",
+    "stage_label",
+    "tensor_ref",
+]
+
+#: Ops that take an argument only to free it (op name -> its position): that is not data flow, so the snapshot
+#: leaves it out of the op's inputs and edges. The communication pass's unpack frees the bucket's send buffer
+#: (``comm_pass._free``); drawn as an input, it would tie every pack to its unpack and move modules in the graph.
+RELEASED_ONLY: dict[str, int] = {"thunderviz_unpack_all_gather": 1}
 
 
 def snapshot_trace(
@@ -27,7 +40,7 @@ def snapshot_trace(
     bsyms = list(trace.bound_symbols)
     kinds = collective_kinds()
     # flat_proxy_args flattens the arguments on every access: read it once per op.
-    ins = [_unique(b.flat_proxy_args) for b in bsyms]
+    ins = [_unique(_data_args(b)) for b in bsyms]
     ops = [_op_record(i, b, kinds, ins[i]) for i, b in enumerate(bsyms)]
 
     # Producers by op index (thunder's map), so edges need no id() bookkeeping.
@@ -87,6 +100,15 @@ def stage_label(trace: Any, i: int) -> str:
         return "computation" if i == 0 else f"stage {i}"
     text = str(prov).strip().removeprefix("# Constructed by ").strip()
     return re.sub(r"\s*\(took \d+ milliseconds\)", "", text)
+
+
+def _data_args(bsym: Any) -> list[Any]:
+    """The proxies ``bsym`` reads (``RELEASED_ONLY`` ones left out)."""
+    position = RELEASED_ONLY.get(str(bsym.sym.name))
+    if position is None or len(bsym.args) <= position:
+        return bsym.flat_proxy_args
+    released = {p.name for p in flat_proxies(bsym.args[position])}
+    return [p for p in bsym.flat_proxy_args if p.name not in released]
 
 
 def flat_proxies(x: Any) -> list[Any]:
