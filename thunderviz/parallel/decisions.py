@@ -9,6 +9,10 @@ Cases, as the design names them:
 - case 2: a raw ``nn.Module`` and ``jit=False``: the user jits a *function* that takes the model; we distribute the
   module's parameters and thunder inserts the collectives when that function is traced.
 - case 3: a module the user already jitted: distribute it in place and hand back the user's own object.
+
+Beside *where* thunder.jit is called, the table decides *how* (``decide_executors``): which thunder executors the
+strategy's own ``thunder.jit`` gets, from the device, what is installed and the user's request. It is logged as its
+own row (``Action.CHOOSE_EXECUTORS``) just before the case's row.
 """
 
 from __future__ import annotations
@@ -33,11 +37,13 @@ __all__ = [
     "Action",
     "Case",
     "Decision",
+    "ExecutorFacts",
     "ObjectFacts",
     "ObjectKind",
     "checkpointing_plan",
     "communication_plan",
     "decide",
+    "decide_executors",
     "headline_of",
     "impossible",
 ]
@@ -68,6 +74,8 @@ class Action(TextEnum):
     JIT_AND_DISTRIBUTE = "jit, then distribute"
     DISTRIBUTE_IN_PLACE = "distribute in place"
     DISTRIBUTE_FOR_FUNCTION_JIT = "distribute for a jitted function"
+    #: which executors thunder.jit compiles with (``decide_executors``); logged before the case's own row
+    CHOOSE_EXECUTORS = "choose executors"
     #: no correct choice exists; the strategy raised ``JitDecisionError`` (its message is the reason)
     REFUSE = "error"
 
@@ -107,6 +115,11 @@ class Decision:
     headline: str = ""
     #: the options' summary when they are known only as text (a decision log read back from a file)
     strategy_summary: str = ""
+    #: ``CHOOSE_EXECUTORS``: the executor names the strategy's own ``thunder.jit`` gets, in order (empty: the
+    #: strategy does not call thunder.jit, the user's own call chose them)
+    executors: tuple[str, ...] = ()
+    #: something the user must hear now (``warnings.warn``), e.g. an executor left out because it is not installed
+    warning: str = ""
 
     def __post_init__(self) -> None:
         if not self.headline:
@@ -128,11 +141,13 @@ class Decision:
             clear_cache=bool(d.get("clear_cache", False)),
             headline=str(d.get("headline", "")),
             strategy_summary=str(d.get("strategy", "")),
+            executors=tuple(str(e) for e in d.get("executors", ())),
+            warning=str(d.get("warning", "")),
         )
 
     def to_dict(self) -> dict[str, Any]:
         """Plain strings and a bool (Enums by value, the options as their ``summary()``)."""
-        return {
+        out: dict[str, Any] = {
             "target": self.target,
             "case": str(self.case),
             "action": str(self.action),
@@ -141,6 +156,11 @@ class Decision:
             "strategy": self.strategy,
             "headline": self.headline,
         }
+        if self.action is Action.CHOOSE_EXECUTORS:
+            out["executors"] = list(self.executors)
+        if self.warning:
+            out["warning"] = self.warning
+        return out
 
 
 def impossible(target: str, error: JitDecisionError, options: StrategyOptions | None = None) -> Decision:
@@ -397,4 +417,187 @@ def decide(facts: ObjectFacts, options: StrategyOptions) -> Decision:
         headline=_headline(Case.USER_JITTED, options, facts),
         reason=f"already jitted (not jitting twice): {_verb(options)} in place and return the user's own"
         f" ThunderModule, so no undistributed handle is left behind{jit_note}{tail(Case.USER_JITTED)}",
+    )
+
+
+# -- how to jit: the executors ---------------------------------------------------------------------------------------
+
+#: Executors whose kernels torch.compile's inductor builds: they need a C++ compiler on CPU and triton on CUDA.
+INDUCTOR_EXECUTORS = frozenset({"torchcompile", "torchcompile_cat", "torchcompile_xentropy"})
+
+#: CUDA without nvFuser: litgpt's default list less nvFuser. Measured on one H200 (torch 2.11, thunder 0.2.6),
+#: GPT d=1024 x 8 layers, bf16, batch 8x1024, fwd+bwd: eager 17.0 ms / 4289 MiB, thunder's defaults 51.6 ms / 8753 MiB
+#: (no fusion region, 7.5 GiB saved for backward), this list 17.7 ms / 3507 MiB (1.5 GiB saved).
+CUDA_TORCHCOMPILE = ("sdpa", "torchcompile", "torch")
+#: CUDA with nvFuser: litgpt's README measured sdpa + torchcompile_cat + nvFuser fastest (TinyLlama 1.1B on 8xA100:
+#: 322 ms/iter against 373 for sdpa + torchcompile and 448 eager); thunder's docs pair torchcompile_cat with nvFuser.
+CUDA_NVFUSER = ("sdpa", "torchcompile_cat", "nvfuser", "torch")
+
+#: Why thunder's own defaults on CPU (bench/jit_decisions.py, 2-core machine, TinyGPT 4x128, batch 8x64, AdamW).
+_CPU_MEASURED = (
+    "on CPU they are chosen by measurement: with executors=['sdpa', 'torchcompile', 'torch'] a step is 0.6x thunder's"
+    " defaults' (about eager's), but the first call compiles 2.7-4x longer (18-28 s against 6.6 s for a 4-block GPT on"
+    " 2 cores), which a notebook cell pays on every rank and which takes about a thousand steps to earn back; pass"
+    " that list for long CPU runs (it works in every case)"
+)
+
+
+@dataclass(frozen=True)
+class ExecutorFacts:
+    """What the executor rule needs to know about this process, as plain data (``thunder.executors`` reads it)."""
+
+    device: str  # "cpu" or "cuda": where the strategy's ranks compute
+    installed: tuple[str, ...]  # executor names registered with the installed thunder (nvFuser only if importable)
+    defaults: tuple[str, ...]  # thunder's default executors here (``thunder.get_default_executors()``)
+    #: torch.compile's inductor can build kernels on ``device`` (a C++ compiler on CPU, triton on CUDA)
+    inductor_ok: bool = True
+    inductor_problem: str = ""  # why not, in words (empty when ``inductor_ok``)
+    #: case 3: the executors of the user's own thunder.jit call, read from its compile data
+    user_jitted: tuple[str, ...] = ()
+
+
+def _names(executors: tuple[Any, ...]) -> tuple[str, ...]:
+    return tuple(e if isinstance(e, str) else str(getattr(e, "name", e)) for e in executors)
+
+
+def _listed(names: tuple[str, ...]) -> str:
+    return ", ".join(names) if names else "none"
+
+
+def _fusion_note(names: tuple[str, ...] | None) -> str:
+    fusing = sorted(n for n in (names or ()) if n in INDUCTOR_EXECUTORS or n == "nvfuser")
+    if not fusing:
+        return ""
+    return (
+        f"; collectives and their waits stay outside {', '.join(fusing)}'s fusion regions (thunder's torchcompile"
+        " executor would take them in, where torch.compile refuses async collectives), so the communication plan's"
+        " buckets and overlap are unchanged"
+    )
+
+
+def _usable(requested: tuple[str, ...], facts: ExecutorFacts) -> tuple[tuple[str, ...], list[str]]:
+    """The requested names this machine can run, in order, and a sentence per name left out."""
+    kept: list[str] = []
+    dropped: list[str] = []
+    for name in requested:
+        if name not in facts.installed:
+            dropped.append(f"{name} is not installed here (thunder.jit would refuse the name)")
+        elif name in INDUCTOR_EXECUTORS and not facts.inductor_ok:
+            dropped.append(f"{name} cannot compile here: {facts.inductor_problem}")
+        else:
+            kept.append(name)
+    return tuple(kept), dropped
+
+
+def _executor_decision(
+    target: str, case: Case, options: StrategyOptions, headline: str, reason: str, **kw: Any
+) -> Decision:
+    return Decision(
+        target=target,
+        case=case,
+        action=Action.CHOOSE_EXECUTORS,
+        options=options,
+        headline=headline,
+        reason=reason,
+        **kw,
+    )
+
+
+def decide_executors(facts: ExecutorFacts, options: StrategyOptions, case: Case, target: str) -> Decision:
+    """How thunder.jit compiles the model: which executors, in which order, and why.
+
+    The user's explicit ``executors=`` wins, except names this machine cannot run (not installed, or an inductor
+    executor without a compiler), which are left out with a warning so that a script written on a GPU machine runs
+    on a laptop. Without a request the choice follows the device: on CUDA a fusion executor (thunder without one is
+    about 3x slower than eager and holds twice its memory), on CPU thunder's own defaults (measured; see
+    ``_CPU_MEASURED``). Cases 2 and 3 record the user's own choice: the strategy does not call thunder.jit there.
+    """
+    if case is Case.FUNCTION_JIT:
+        return _executor_decision(
+            target,
+            case,
+            options,
+            "executors: your thunder.jit's (jit=False: the strategy does not compile)",
+            "jit=False: your own thunder.jit(fn, executors=...) call chooses the executors; litgpt's list"
+            " (sdpa, torchcompile, nvfuser, torch) works as long as nvFuser is installed"
+            f"{_fusion_note(INDUCTOR_EXECUTORS)}",
+        )
+    if case is Case.USER_JITTED:
+        names = facts.user_jitted
+        return _executor_decision(
+            target,
+            case,
+            options,
+            f"executors: {_listed(names)} (your thunder.jit's)",
+            "the module is already jitted: its executors are the ones your thunder.jit(model, executors=...) call"
+            f" chose ({_listed(names)}); the strategy never compiles it again{_fusion_note(names)}",
+            executors=names,
+        )
+    if options.executors is not None:
+        requested = _names(options.executors)
+        kept, dropped = _usable(requested, facts)
+        if not kept:
+            kept = facts.defaults
+            dropped.append(f"none of them is usable, so thunder's defaults ({_listed(kept)}) are used")
+        left_out = "; ".join(dropped)
+        warning = (
+            f"{options.strategy_name}(executors={list(requested)}): {left_out}. Compiling with {_listed(kept)}."
+            if dropped
+            else ""
+        )
+        return _executor_decision(
+            target,
+            case,
+            options,
+            f"executors: {_listed(kept)} (yours" + (", some left out)" if dropped else ")"),
+            f"your executors=[{_listed(requested)}], in your order"
+            + (f"; left out: {left_out}" if dropped else "")
+            + _fusion_note(kept),
+            executors=kept,
+            warning=warning,
+        )
+    if facts.device == "cuda":
+        if not facts.inductor_ok:
+            plain = tuple(n for n in facts.defaults if n not in INDUCTOR_EXECUTORS)
+            return _executor_decision(
+                target,
+                case,
+                options,
+                f"executors: {_listed(plain)} (no fusion executor can compile here)",
+                f"on CUDA a fusion executor is what makes thunder as fast as eager, but {facts.inductor_problem};"
+                " expect about 3x eager's step and twice its memory (measured on an H200) until it is installed",
+                executors=plain,
+                warning=f"{options.strategy_name}: no fusion executor can compile here ({facts.inductor_problem})."
+                f" Compiling with {_listed(plain)}: expect about 3x eager's step time and twice its memory.",
+            )
+        if "nvfuser" in facts.installed:
+            return _executor_decision(
+                target,
+                case,
+                options,
+                f"executors: {_listed(CUDA_NVFUSER)} (nvFuser fuses, torch.compile takes the concatenations)",
+                "on CUDA with nvFuser installed: litgpt's pairing, which its README measured fastest (TinyLlama 1.1B,"
+                " 8xA100: 322 ms/iter against 373 with torchcompile alone and 448 eager); thunder's docs pair"
+                f" torchcompile_cat with nvFuser{_fusion_note(CUDA_NVFUSER)}",
+                executors=CUDA_NVFUSER,
+            )
+        return _executor_decision(
+            target,
+            case,
+            options,
+            f"executors: {_listed(CUDA_TORCHCOMPILE)} (nvFuser not installed; torch.compile fuses the regions)",
+            "on CUDA without nvFuser, thunder's docs name torchcompile as the fuser; without a fusion executor"
+            " thunder fuses nothing and rematerializes nothing: measured on an H200 (GPT d=1024 x 8 layers, bf16,"
+            " batch 8x1024) 51.6 ms and 8753 MiB per step against eager's 17.0 ms and 4289 MiB; with this list 17.7 ms"
+            f" and 3507 MiB{_fusion_note(CUDA_TORCHCOMPILE)}",
+            executors=CUDA_TORCHCOMPILE,
+        )
+    return _executor_decision(
+        target,
+        case,
+        options,
+        f"executors: {_listed(facts.defaults)} (thunder's defaults on CPU: they compile fastest)",
+        f"thunder's defaults ({_listed(facts.defaults)}; the torch executor runs the rest); {_CPU_MEASURED}"
+        f"{_fusion_note(facts.defaults)}",
+        executors=facts.defaults,
     )

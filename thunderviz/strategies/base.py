@@ -10,6 +10,7 @@ written and read by ``strategies.checkpoint``.
 from __future__ import annotations
 
 import inspect
+import warnings
 from abc import abstractmethod
 from collections.abc import Callable
 from contextlib import AbstractContextManager, ExitStack
@@ -25,13 +26,14 @@ from torch.optim import Optimizer
 from typing_extensions import Self, override
 
 from thunderviz.errors import JitDecisionError
-from thunderviz.parallel.decisions import Action, decide, impossible
+from thunderviz.parallel.decisions import Action, Case, Decision, decide, decide_executors, impossible
 from thunderviz.parallel.options import Parallelism, StateDictType, StrategyOptions, options_for, parse_options
 from thunderviz.strategies import checkpoint, clipping
 from thunderviz.strategies.activation_checkpointing import checkpoint_modules_
 from thunderviz.strategies.materialize import has_meta_tensors
 from thunderviz.thunder import hooks
 from thunderviz.thunder.comm_setup import configure_comm
+from thunderviz.thunder.executors import executor_facts, resolve_executors
 from thunderviz.thunder.facts import inspect_object
 from thunderviz.thunder.jit_keywords import jit_keywords
 from thunderviz.thunder.modules import user_module
@@ -179,11 +181,14 @@ class ThunderParallelStrategy(DDPStrategy):
             raise RuntimeError(
                 f"{type(self).__name__} needs a process group before `fabric.setup`: call `fabric.launch()` first."
             )
-        self.decisions.append(decision)
+        how = self._decide_executors(module, decision)
+        self.decisions += [how, decision]
         # Before anything traces the module: thunder must see the checkpointed forwards (strategies.activation_...).
         checkpoint_modules_(user_module(module), facts.checkpointed)
         if decision.action is Action.JIT_AND_DISTRIBUTE:
-            jitted = hooks.jit(module, executors=self.executors, **self.jit_kwargs)
+            jitted = hooks.jit(
+                module, executors=resolve_executors(how.executors, self.options.executors), **self.jit_kwargs
+            )
             replaced = self._distribute_(module)
             hooks.rebind_module_tensors(jitted, replaced)
             self._register(decision.target, module, jitted)
@@ -201,6 +206,14 @@ class ThunderParallelStrategy(DDPStrategy):
         hooks.clear_all_trace_caches()
         self._register(decision.target, module, None)
         return module, replaced
+
+    def _decide_executors(self, module: nn.Module, decision: Decision) -> Decision:
+        """How thunder.jit compiles (``parallel.decisions.decide_executors``); warns where a request was cut down."""
+        facts = executor_facts(self.root_device.type, module if decision.case is Case.USER_JITTED else None)
+        how = decide_executors(facts, self.options, decision.case, decision.target)
+        if how.warning:
+            warnings.warn(how.warning, UserWarning, stacklevel=4)
+        return how
 
     def _register(self, name: str, inner: nn.Module, jitted: Any) -> None:
         self._setup_modules.append(inner)

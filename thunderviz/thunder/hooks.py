@@ -11,7 +11,8 @@ all from a function the user jitted (case 2). The mechanism here works for every
 3. while thunder traces, the moment a tagged tensor is turned into a proxy we replace it by
    ``thunder.distributed.prims.synchronize(proxy)``, exactly as thunder <= 0.2.0 did in ``JitCtx.proxify``:
    forward all_gather for shards, backward reduce_scatter / all_reduce from synchronize's VJP;
-4. a parameter that also carries a communication plan (``set_comm_config``, see ``parallel.buckets``) is recorded in
+4. fusion executors never take a collective into a fusion region (``thunder.executors``);
+5. a parameter that also carries a communication plan (``set_comm_config``, see ``parallel.buckets``) is recorded in
    the jitted object's ``CommTransform`` (``thunder.comm_pass``), which buckets and schedules its collectives in the
    final traces; under ZERO3 its gathered value is tagged *recompute in backward*, so thunder's autodiff gathers it
    again from the shard in backward instead of saving the unsharded weight.
@@ -33,6 +34,7 @@ import torch
 import torch.distributed as tdist
 
 from thunderviz.thunder.compat import SUPPORTED_THUNDER_VERSIONS, ensure_supported_thunder
+from thunderviz.thunder.executors import keep_collectives_out_of_fusions
 from thunderviz.thunder.snapshot import dtype_name
 
 __all__ = [
@@ -358,6 +360,7 @@ def install_sync_hook() -> None:
         proxify.__thunderviz_original__ = original  # type: ignore[attr-defined]
         jit_ext.JitCtx.proxify = proxify
         _guard_sort_waits()
+        keep_collectives_out_of_fusions()
         _installed = True
 
 
