@@ -73,6 +73,33 @@ def collective_counts(trace: Any) -> dict[str, int]:
     return counts
 
 
+def fusion_regions(trace: Any) -> list[dict[str, Any]]:
+    """Each fusion region of an executed trace: its name and the collectives found anywhere inside it."""
+    from thunder.executors import torchex
+
+    ids = {
+        torchex.all_gather_prim_impl.id,
+        torchex.reduce_scatter_prim_impl.id,
+        torchex.all_reduce_prim_impl.id,
+        torchex.wait_prim_impl.id,
+    }
+    names = {"all_gather", "reduce_scatter", "all_reduce", "wait", "synchronize"}
+
+    def inside(bsyms: Any) -> list[str]:
+        found = []
+        for b in bsyms:
+            if b.sym.id in ids or str(b.sym.name) in names:
+                found.append(str(b.sym.name))
+            found += inside(b.subsymbols)
+        return found
+
+    return [
+        {"name": b.sym.name, "collectives": inside(b.subsymbols)}
+        for b in trace.bound_symbols
+        if getattr(b.sym, "is_fusion", False)
+    ]
+
+
 def run_many(rank: int, world: int, scenario: Callable[..., Any], scenarios: list[tuple]) -> list[Any]:
     """``scenario(rank, world, *s)`` for each ``s``: several scenarios in one call on the same rank processes."""
     return [scenario(rank, world, *s) for s in scenarios]

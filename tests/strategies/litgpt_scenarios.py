@@ -6,7 +6,12 @@ unless the strategy is Lightning's FSDP); ``fabric.setup(model)``; an AdamW opti
 ``fabric.setup_optimizers``; then per micro-batch ``with fabric.no_backward_sync(model, enabled=is_accumulating)``
 forward + ``fabric.backward(loss / accumulation)``, and on the last micro-batch ``fabric.clip_gradients(model,
 optimizer, max_norm=...)``, ``optimizer.step()``, ``optimizer.zero_grad()``; ``fabric.save(path, state)`` and
-``fabric.load(path, state)`` to resume. Random init, no weights; a tiny config so it runs in seconds.
+``fabric.load(path, state)`` to resume. Random init, no weights; a tiny config so it runs in seconds. FSDP gets
+litgpt's own default executors (``extensions/thunder/pretrain.py``: sdpa, torchcompile, nvfuser, torch): nvFuser is
+left out where it is not installed (a recorded decision and a warning) and torchcompile fuses around our
+collectives, so that run is litgpt's default configuration end to end. DDP keeps our decided executors (thunder's
+defaults on CPU): torchcompile's compile costs this test about 20 s per strategy, and DDP with torchcompile is
+trained against one process in test_fusion_executors_2rank.py.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ MICRO_BATCH = 2
 STEPS = 4  # optimizer steps; the checkpoint is taken after SAVE_AT
 SAVE_AT = 2
 MAX_NORM = 0.3
+LITGPT_EXECUTORS = ("sdpa", "torchcompile", "nvfuser", "torch")
 LR = 3e-3
 
 
@@ -117,7 +123,11 @@ def pretrain(rank: int, world: int, kind: str, path: str) -> dict[str, Any]:
 
     from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
 
-    strategy = ThunderFSDPStrategy() if kind == "fsdp" else ThunderDDPStrategy(state_dict_type="sharded")
+    strategy = (
+        ThunderFSDPStrategy(executors=list(LITGPT_EXECUTORS))
+        if kind == "fsdp"
+        else ThunderDDPStrategy(state_dict_type="sharded")
+    )
     fabric = Fabric(accelerator="cpu", devices=world, strategy=strategy)
     fabric.launch()
 
@@ -150,6 +160,7 @@ def pretrain(rank: int, world: int, kind: str, path: str) -> dict[str, Any]:
         "resumed_log": resumed_log,
         "resumed_counters": (resumed["iter_num"], resumed["step_count"]),
         "decision": strategy.decisions[-1].to_dict(),
+        "executors": strategy.decisions[-2].to_dict(),
         "reference": reference(world) if rank == 0 else None,
     }
 

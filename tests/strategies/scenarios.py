@@ -137,16 +137,25 @@ def train(
     jit_before_setup: bool = False,
     clip: str | None = None,
     meta: bool = False,
+    executors: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
     """One scenario. ``case``: 'raw' (case 1), 'function' (case 2), 'jitted' or 'jitted_ran' (case 3).
 
     ``clip``: a key of ``CLIPS`` (``fabric.clip_gradients`` after every backward); ``meta``: the model is built under
-    ``fabric.init_module(empty_init=True)``.
+    ``fabric.init_module(empty_init=True)``; ``executors``: case 1 passes them to the strategy, cases 2 and 3 to the
+    user's own ``thunder.jit`` (less any that is not installed: there thunder.jit itself would refuse the name).
     """
     import thunder
 
     jit = case != "function"
     options = {"sharding_strategy": sharding} if strategy_kind == "fsdp" else {}
+    user_jit: dict[str, Any] = {}
+    if executors is not None and case == "raw":
+        options["executors"] = list(executors)
+    elif executors is not None:
+        from thunder.extend import get_executor
+
+        user_jit["executors"] = [e for e in executors if get_executor(e) is not None]
     fabric = common.fabric(strategy_kind, world, jit=jit, **options)
     strategy = fabric.strategy
 
@@ -158,11 +167,11 @@ def train(
     on_meta_before_setup = all(p.is_meta for p in model.parameters())
     fwd = None
     if case in ("jitted", "jitted_ran"):
-        model = thunder.jit(model)
+        model = thunder.jit(model, **user_jit)
         if case == "jitted_ran":
             model(MODELS[model_name].batch(999))  # runs unsharded once: its cache entry must not be reused
     if case == "function":
-        fwd = thunder.jit(lambda m, x: loss_fn(m(x)))
+        fwd = thunder.jit(lambda m, x: loss_fn(m(x)), **user_jit)
         if jit_before_setup:
             torch.manual_seed(0)
             fwd(MODELS[model_name](), MODELS[model_name].batch(999))  # caches a trace with no collectives
@@ -204,6 +213,7 @@ def train(
         "ref": ref,
         "forward_collectives": collective_counts(fw),
         "backward_collectives": collective_counts(bw),
+        "fusions": common.fusion_regions(fw) + common.fusion_regions(bw),
         "decisions": [d.to_dict() for d in strategy.decisions],
         "local_shapes": {n: tuple(p.shape) for n, p in common.inner(model).named_parameters()},
     }

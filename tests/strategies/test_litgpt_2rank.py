@@ -27,6 +27,10 @@ def test_pretraining_order_matches_one_process(results, kind):
         r = out[kind]
         assert r["on_meta_before_setup"] is True, "init_module(empty_init=True) must leave the GPT on meta"
         assert r["decision"]["case"] == "case 1: raw module"
+        if kind == "fsdp":
+            assert r["executors"]["executors"] == ["sdpa", "torchcompile", "torch"], "nvFuser left out, the rest kept"
+        else:
+            assert "thunder's defaults on CPU" in r["executors"]["headline"]
         assert len(r["log"]["losses"]) == STEPS * ACCUMULATION and len(r["log"]["norms"]) == STEPS
         assert all(n > 0.3 for n in r["log"]["norms"]), "clipping never engaged"
         torch.testing.assert_close(torch.tensor(r["log"]["losses"]), torch.tensor(ref["losses"]), msg=f"rank {rank}")

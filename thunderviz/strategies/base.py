@@ -212,7 +212,7 @@ class ThunderParallelStrategy(DDPStrategy):
         facts = executor_facts(self.root_device.type, module if decision.case is Case.USER_JITTED else None)
         how = decide_executors(facts, self.options, decision.case, decision.target)
         if how.warning:
-            warnings.warn(how.warning, UserWarning, stacklevel=4)
+            warnings.warn(how.warning, UserWarning, stacklevel=5)  # the user's fabric.setup(...) line
         return how
 
     def _register(self, name: str, inner: nn.Module, jitted: Any) -> None:

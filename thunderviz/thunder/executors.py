@@ -17,14 +17,23 @@ the collectives where it always did, outside the fusion regions, and buckets the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import threading
+from collections.abc import Iterator
 from typing import Any
 
-from thunderviz.parallel.decisions import ExecutorFacts
+from thunderviz.parallel.decisions import Case, ExecutorFacts, decide_executors
+from thunderviz.parallel.options import StrategyOptions
 
-__all__ = ["executor_facts", "keep_collectives_out_of_fusions", "resolve_executors"]
+__all__ = [
+    "decided_executors",
+    "executor_facts",
+    "keep_collectives_out_of_fusions",
+    "resolve_executors",
+    "uncompiled_fusions",
+]
 
 _patch_lock = threading.Lock()
 
@@ -79,7 +88,12 @@ def executor_facts(device: str, user_jitted: Any = None) -> ExecutorFacts:
     mine: tuple[str, ...] = ()
     if user_jitted is not None:
         cd = thunder.compile_data(user_jitted)
-        mine = tuple(ex.name for ex in getattr(cd, "executors_list", ()) or ())
+        # thunder puts an ad hoc executor of its own first (for symbols registered at trace time): not a choice
+        mine = tuple(
+            str(ex.name)
+            for ex in getattr(cd, "executors_list", ()) or ()
+            if not str(ex.name).startswith("__ad_hoc_executor")
+        )
     return ExecutorFacts(
         device=device,
         installed=installed,
@@ -95,3 +109,51 @@ def resolve_executors(names: tuple[str, ...], given: tuple[Any, ...] | None) -> 
     they passed one (an executor of their own that is registered under no name), else the name."""
     objects = {getattr(e, "name", None): e for e in (given or ()) if not isinstance(e, str)}
     return [objects.get(n, n) for n in names]
+
+
+def decided_executors(options: StrategyOptions, device: str) -> list[Any]:
+    """What a strategy with ``options`` passes to its own ``thunder.jit`` on ``device`` (case 1): the same rule, for
+    a rehearsal that must trace what the ranks will run."""
+    how = decide_executors(executor_facts(device), options, Case.RAW_MODULE, "")
+    return resolve_executors(how.executors, options.executors)
+
+
+class _TorchWithoutCompile:
+    """The ``torch`` module as thunder's torchcompile executor sees it during a rehearsal: ``compile`` returns the
+    function unchanged, everything else is torch's."""
+
+    def __getattr__(self, name: str) -> Any:
+        import torch
+
+        if name == "compile":
+            return lambda fn, *args, **kwargs: fn
+        return getattr(torch, name)
+
+
+@contextlib.contextmanager
+def uncompiled_fusions() -> Iterator[None]:
+    """Within this block, thunder's torchcompile executors build their fusion regions but run each region's ops one
+    by one (the torch executor's trace of the region) instead of compiling it.
+
+    Why: a rehearsal runs on meta tensors under a dispatch mode that counts every storage, where inductor can neither
+    compile nor be seen into; the regions' boundaries — what each region returns, what forward saves for backward,
+    what rematerialization recomputes — are thunder's and stay exactly as they would be. What changes is inside a
+    region: its temporaries are counted one after the other, where the compiled kernel would fuse them away, so the
+    transient peak inside a region can be overstated, never understated.
+    """
+    import thunder.executors.torch_compile as tc
+    from thunder.executors.passes import del_last_used
+
+    original_torch, original_transform = tc.torch, tc.transform_for_execution
+
+    def region_trace(trace: Any, executors_list: Any) -> Any:
+        # each intermediate is freed after its last use, as in any thunder execution trace (a region's own trace has
+        # no deletions: torch.compile plans its buffers itself)
+        return del_last_used(original_transform(trace, executors_list=executors_list))
+
+    tc.torch = _TorchWithoutCompile()  # type: ignore[assignment]
+    tc.transform_for_execution = region_trace
+    try:
+        yield
+    finally:
+        tc.torch, tc.transform_for_execution = original_torch, original_transform
