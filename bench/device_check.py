@@ -17,6 +17,12 @@ What runs, each in a fresh rank process (world size 1):
    cuBLAS's workspace (tens of MiB, allocated through the caching allocator on the first matmul), blocks the
    allocator hands out whole when the remainder is under 1 MiB — stays within that; the CPU rehearsal uses a small
    model.
+4. Speed and memory against eager (the executor decision, issue 28): eager, torch.compile, and our DDP and FSDP ZERO2
+   BLOCK with the executors the strategy decides, on ``TinyGPT(32000, 1024, d 1024, 8 layers, 16 heads)`` in bf16,
+   batch 8x1024, AdamW, world size 1: median step time of 10 steps after 3, and the peak of one steady step
+   (``max_memory_allocated``). Gates on CUDA: ours <= 1.10x eager's step time and <= 1.0x eager's peak, for DDP and
+   for FSDP ZERO2 BLOCK. The CPU rehearsal runs the same table on a small model without gates (on CPU the decided
+   executors are thunder's defaults, chosen for compile time: bench/jit_decisions.py).
 """
 
 from __future__ import annotations
@@ -232,6 +238,130 @@ def memory_job(rank: int, world: int, device_type: str) -> list[dict[str, Any]]:
     return rows
 
 
+#: (variant, step ratio gate, peak ratio gate) on CUDA: issue 28's bar for the decided executors
+SPEED_GATES = (("ours DDP", 1.10, 1.0), ("ours FSDP ZERO2 BLOCK", 1.10, 1.0))
+
+
+def speed_job(rank: int, world: int, device_type: str) -> list[dict[str, Any]]:
+    """Runs in a fresh rank process: each variant alone (built, timed, measured, freed), as in the module doc."""
+    import torch
+    from lightning.fabric import Fabric
+
+    from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
+    from thunderviz.demos.models import TinyGPT, make_batch
+
+    cuda = device_type == "cuda"
+    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    dtype = torch.bfloat16 if cuda else torch.float32
+    vocab, batch, block = (32000, 8, 1024) if cuda else (256, 4, 64)
+
+    def build() -> Any:
+        torch.manual_seed(0)
+        if cuda:
+            return TinyGPT(vocab_size=vocab, block_size=block, d_model=1024, n_layer=8, n_head=16).to(dtype)
+        return TinyGPT(vocab_size=vocab, block_size=block, d_model=64, n_layer=2, n_head=4)
+
+    x, y = make_batch(batch=batch, block_size=block, vocab_size=vocab, device=device)
+
+    def plain(wrap: Any) -> tuple[Any, Any, str]:
+        model = build().to(device)
+        return wrap(model), torch.optim.AdamW(model.parameters(), lr=1e-4), ""
+
+    def ours(strategy: Any) -> tuple[Any, Any, str]:
+        fabric = Fabric(accelerator="cuda" if cuda else "cpu", devices=world, strategy=strategy)
+        fabric.launch()
+        model = fabric.setup_module(build())
+        opt = fabric.setup_optimizers(torch.optim.AdamW(model.parameters(), lr=1e-4))
+        return model, opt, strategy.decisions[-2].headline
+
+    variants = {
+        "eager": lambda: plain(lambda m: m),
+        **({"torch.compile": lambda: plain(torch.compile)} if cuda else {}),
+        "ours DDP": lambda: ours(ThunderDDPStrategy()),
+        "ours FSDP ZERO2 BLOCK": lambda: ours(
+            ThunderFSDPStrategy(sharding_strategy="ZERO2", bucketing_strategy="BLOCK")
+        ),
+    }
+    rows = []
+    for name, make in variants.items():
+        t0 = time.perf_counter()
+        model, opt, decided = make()
+        built = time.perf_counter() - t0
+        first, step_ms, peak = _time_steps(model, opt, x, y, cuda)
+        rows.append({"name": name, "first_s": built + first, "step_ms": step_ms, "peak": peak, "decided": decided})
+        del model, opt
+        if cuda:
+            torch.cuda.empty_cache()
+    return rows
+
+
+def _time_steps(model: Any, opt: Any, x: Any, y: Any, cuda: bool) -> tuple[float, float, int | None]:
+    """(seconds to the end of the first step, median ms of 10 steps after 3, peak bytes of one more step on CUDA)."""
+    import statistics
+
+    import torch
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize()
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        logits = model(x)
+        torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1)).backward()
+        opt.step()
+
+    t0 = time.perf_counter()
+    step()
+    sync()
+    first = time.perf_counter() - t0
+    for _ in range(2):
+        step()
+    times = []
+    for _ in range(10):
+        sync()
+        w0 = time.perf_counter()
+        step()
+        sync()
+        times.append(time.perf_counter() - w0)
+    if not cuda:
+        return first, statistics.median(times) * 1e3, None
+    torch.cuda.reset_peak_memory_stats()
+    step()
+    sync()
+    return first, statistics.median(times) * 1e3, torch.cuda.max_memory_allocated()
+
+
+def speed_problems(rows: list[dict[str, Any]], device_type: str) -> list[str]:
+    """The gates (CUDA only): each of ``SPEED_GATES`` against eager's step time and peak."""
+    if device_type != "cuda":
+        return []
+    by = {r["name"]: r for r in rows}
+    eager = by["eager"]
+    out = []
+    for name, step_gate, peak_gate in SPEED_GATES:
+        r = by[name]
+        step_ratio, peak_ratio = r["step_ms"] / eager["step_ms"], r["peak"] / eager["peak"]
+        if step_ratio > step_gate or peak_ratio > peak_gate:
+            out.append(
+                f"speed, {name}: {step_ratio:.2f}x eager's step time (gate {step_gate:.2f}x) and {peak_ratio:.2f}x its"
+                f" peak (gate {peak_gate:.2f}x), with {r['decided']}"
+            )
+    return out
+
+
+def _print_speed(rows: list[dict[str, Any]]) -> None:
+    eager = rows[0]
+    for r in rows:
+        peak = "" if r["peak"] is None else f", peak {r['peak'] / 2**20:.0f} MiB ({r['peak'] / eager['peak']:.2f}x)"
+        print(
+            f"- {r['name']}: first step {r['first_s']:.1f} s, step {r['step_ms']:.1f} ms"
+            f" ({r['step_ms'] / eager['step_ms']:.2f}x eager){peak}"
+        )
+        if r["decided"]:
+            print(f"    {r['decided']}")
+
+
 _CELL = """\
 %%thunder_fsdp --nproc 1 --backend {backend} --sharding zero3 --bucketing block --name device_report
 import sys
@@ -315,6 +445,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cpu-rehearsal", action="store_true", help="run the same steps on CPU with gloo")
     parser.add_argument("--skip-kernel", action="store_true", help="leave out the Jupyter kernel step")
     parser.add_argument("--skip-memory", action="store_true", help="leave out the memory plan step")
+    parser.add_argument("--skip-speed", action="store_true", help="leave out the speed and memory against eager step")
     args = parser.parse_args(argv)
     t0 = time.perf_counter()
     import torch
@@ -365,6 +496,12 @@ def main(argv: list[str] | None = None) -> int:
                 f" {(row['measured'] or 0) / 2**20:.1f} MiB ({row['source']}), {err}"
             )
             problems += row["problems"]
+    if not args.skip_speed:
+        what = "GPT d=1024 x 8 layers, bf16, batch 8x1024" if device_type == "cuda" else "small GPT, no gates on CPU"
+        print(f"4. speed and memory against eager on {device_type} (world size 1; {what}):")
+        speed = run_ranks(speed_job, device_type, nproc=1, timeout=300)[0]
+        _print_speed(speed)
+        problems += speed_problems(speed, device_type)
     took = time.perf_counter() - t0
     if problems:
         print(f"device_check: FAILED after {took:.0f} s:\n  " + "\n  ".join(problems))

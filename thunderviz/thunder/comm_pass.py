@@ -843,20 +843,31 @@ def restore_weight_saves(trace: Any, bsyms: list[Any], plan: _Zero3Plan) -> list
         # The backward's signature describes the saved list through this collection (thunder's memory estimate
         # reads it); the list is the one the split made for this very trace pair, so update it in place.
         coll.coll[:] = outs
+    removed = {o.name: o for o in unpack.flat_proxy_outs if o.name in plan.removed}
     idx = _Index(bsyms)
     firsts = sorted((min(idx.consumers.get(n, [len(bsyms) - 1])), n) for n in plan.removed)
     insert_at: dict[int, list[Any]] = {}
     emitted: set[int] = set()
     gathered: set[str] = set()
     ag, wait = _torchex("all_gather_prim_impl"), _torchex("wait_prim_impl")
+
+    def gather(w: Any, code: list[Any]) -> None:
+        if w.name in gathered:
+            return
+        shard, rec = plan.weight_shard[w.name]
+        fut, made = _record_new(trace, ag, shard, rec.group, True, None)
+        code.extend([*made, wait.bind(fut, output=w)])
+        gathered.add(w.name)
+
     for pos, name in firsts:
         code = insert_at.setdefault(pos, [])
+        if name in plan.weight_shard:
+            # the unsharded weight itself was saved (a fusion region's input: thunder's rematerialization keeps a
+            # region's inputs rather than recomputing them), so it is gathered again as it is
+            gather(removed[name], code)
         for b in plan.chains[name]:
-            for w in (p for p in b.flat_proxy_args if p.name in plan.weight_shard and p.name not in gathered):
-                shard, rec = plan.weight_shard[w.name]
-                fut, made = _record_new(trace, ag, shard, rec.group, True, None)
-                code.extend([*made, wait.bind(fut, output=w)])
-                gathered.add(w.name)
+            for w in (p for p in b.flat_proxy_args if p.name in plan.weight_shard):
+                gather(w, code)
             if id(b) not in emitted:
                 emitted.add(id(b))
                 code.append(b)
