@@ -433,12 +433,16 @@ CUDA_TORCHCOMPILE = ("sdpa", "torchcompile", "torch")
 #: 322 ms/iter against 373 for sdpa + torchcompile and 448 eager); thunder's docs pair torchcompile_cat with nvFuser.
 CUDA_NVFUSER = ("sdpa", "torchcompile_cat", "nvfuser", "torch")
 
-#: Why thunder's own defaults on CPU (bench/jit_decisions.py, 2-core machine, TinyGPT 4x128, batch 8x64, AdamW).
+#: Why thunder's own defaults on CPU (bench/jit_decisions.py, 2026-12-04, 2-core machine, TinyGPT 4x128, batch 8x64,
+#: AdamW, gloo): the fusion executor steps faster and saves less for backward, but compiles longer, and the CPU memory
+#: the reports measure (torch's MemTracker) cannot be measured inside inductor's kernels.
 _CPU_MEASURED = (
-    "on CPU they are chosen by measurement: with executors=['sdpa', 'torchcompile', 'torch'] a step is 0.6x thunder's"
-    " defaults' (about eager's), but the first call compiles 2.7-4x longer (18-28 s against 6.6 s for a 4-block GPT on"
-    " 2 cores), which a notebook cell pays on every rank and which takes about a thousand steps to earn back; pass"
-    " that list for long CPU runs (it works in every case)"
+    "on CPU they are chosen by measurement (bench/jit_decisions.py, TinyGPT 4x128, AdamW, 2 ranks on 2 cores): with"
+    " executors=['sdpa', 'torchcompile', 'torch'] a step takes 0.83-0.95x as long (DDP 47.6 against 57.7 ms, ZERO2"
+    " BLOCK 60.7 against 67.3) and forward saves half as much for backward (21.7 against 41.2 MiB), but the first step,"
+    " which a notebook cell pays on every rank, takes 16-32 s against 7 s (18-28 s more with inductor's cache cold),"
+    " and torch's MemTracker, which measures every CPU peak the reports show, cannot see inside inductor's kernels;"
+    " pass that list for long CPU runs (it works in every case)"
 )
 
 
