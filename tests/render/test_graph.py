@@ -135,3 +135,19 @@ def test_markup_in_user_code_is_escaped_in_svg(tmp_path):
     svg = to_svg(to_dot(b.forward, expand={EVIL}, title=b.name))
     assert "<script" not in svg
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in svg
+
+
+def test_a_fusion_region_is_one_node_naming_what_it_fuses():
+    from dataclasses import replace
+
+    from tests.helpers.small_traces import fsdp_bundle
+    from thunderviz.render.graph import fused_summary
+
+    b = fsdp_bundle(0)
+    ops = list(b.forward.ops)
+    ops[2] = replace(ops[2], op="TorchCompile0", fused=("linear", "div", "erf", "mul", "add", "mul"))
+    op = ops[2]
+    assert fused_summary(op) == "fuses 6 ops: linear, div, erf, mul +1"
+    dot = to_dot(replace(b.forward, ops=ops), expand=["proj"])
+    # one node: its label names the region and what it fuses (the tooltip repeats the name)
+    assert dot.count("TorchCompile0\\nfuses 6 ops: linear, div, erf, mul +1") == 1, dot

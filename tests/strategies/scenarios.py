@@ -214,9 +214,17 @@ def train(
         "forward_collectives": collective_counts(fw),
         "backward_collectives": collective_counts(bw),
         "fusions": common.fusion_regions(fw) + common.fusion_regions(bw),
+        "captured_fusions": _captured_fusions(fw) if executors is not None else [],
         "decisions": [d.to_dict() for d in strategy.decisions],
         "local_shapes": {n: tuple(p.shape) for n, p in common.inner(model).named_parameters()},
     }
+
+
+def _captured_fusions(trace: Any) -> list[tuple[str, tuple[str, ...]]]:
+    """The fusion regions as the trace model captures them (``OpRecord.fused``)."""
+    from thunderviz.thunder.snapshot import snapshot_trace
+
+    return [(op.op, op.fused) for op in snapshot_trace(trace, "forward", memory=False).fusion_regions]
 
 
 def checkpoint_roundtrip(rank: int, world: int, kind: str, state_dict_type: str, path: str) -> dict[str, Any]:

@@ -49,6 +49,9 @@ def test_litgpt_executors_train_like_one_process(results, kind, case, model):
     r0 = results[0][index]
     assert r0["fusions"], "torchcompile made no fusion region: the executors did not reach thunder.jit"
     assert all(f["collectives"] == [] for f in r0["fusions"]), r0["fusions"]
+    # the trace model keeps each forward region as one op naming what it fuses (drawn as one node)
+    captured = r0["captured_fusions"]
+    assert captured and all(name.startswith("TorchCompile") and fused for name, fused in captured), captured
     strategy, sharding = KINDS[kind]
     if strategy == "fsdp":
         again = sharding == "ZERO3"

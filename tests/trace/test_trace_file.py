@@ -219,3 +219,22 @@ def test_the_dict_form_takes_what_python_hands_it():
     assert bundle_from_dict({**d, "versions": {"torch": torch.__version__}}).versions == {"torch": torch.__version__}
     with pytest.raises(Invalid, match=r"^rank: expected an integer, found true$"):
         bundle_from_dict({**d, "rank": True})
+
+
+def test_fusion_regions_round_trip_and_bad_indices_are_refused():
+    """A fusion region (``OpRecord.fused``) survives a file; a region pointing outside its trace is refused."""
+    from dataclasses import replace
+
+    from tests.helpers.small_traces import fsdp_bundle
+
+    b = fsdp_bundle(0)
+    ops = list(b.forward.ops)
+    ops[2] = replace(ops[2], op="TorchCompile0", fused=("linear", "div", "erf", "mul"))
+    b = replace(b, forward=replace(b.forward, ops=ops))
+    d = bundle_to_dict(b)
+    assert d["forward"]["fused"] == {"2": ["linear", "div", "erf", "mul"]}
+    back = bundle_from_dict(json.loads(json.dumps(d)))
+    assert back == b and [op.index for op in back.forward.fusion_regions] == [2]
+    d["forward"]["fused"] = {"9": ["linear"]}
+    with pytest.raises(Invalid, match="fusion region '9' is not an op index"):
+        bundle_from_dict(d)

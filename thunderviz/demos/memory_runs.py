@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from thunderviz.demos.models import ResidualMLP, TinyGPT
+from thunderviz.demos.models import MLPBlock, ResidualMLP, TinyGPT
 
 __all__ = [
     "MODELS",
@@ -115,6 +115,24 @@ class _ConvBlock(nn.Module):
         return x + self.conv2(torch.relu(self.conv1(x)))
 
 
+class LossTower(nn.Module):
+    """An activation-heavy residual MLP tower whose ``forward`` returns the loss (as many training codebases do):
+    the plan's ``loss_fn`` is then the identity, and nothing outside the model holds an output."""
+
+    def __init__(self, d_model: int = 64, hidden: int = 256, n_layer: int = 5) -> None:
+        super().__init__()
+        self.blocks = nn.ModuleList(MLPBlock(d_model, hidden) for _ in range(n_layer))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for block in self.blocks:
+            x = block(x)
+        return (x**2).mean()
+
+
+def _loss_is_output(out: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return out
+
+
 #: The models of the memory runs, by name.
 MODELS: dict[str, MemoryModel] = {
     "litgpt-gpt2": MemoryModel(
@@ -165,6 +183,12 @@ MODELS: dict[str, MemoryModel] = {
         functools.partial(ResidualMLP, d_in=32, d_model=64, hidden=256, n_layer=4, d_out=10),
         _features((128, 32), 10),
         _class_loss,
+    ),
+    "loss-tower": MemoryModel(
+        "activation-heavy MLP tower returning its loss (5 blocks, d=64, hidden 256, batch 256)",
+        LossTower,
+        _features((256, 64), 10),
+        _loss_is_output,
     ),
     "cnn": MemoryModel(
         "small CNN (residual conv blocks, 16 channels, 16x16 images)",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["ResidualMLP", "TinyGPT", "make_batch"]
+__all__ = ["MLPBlock", "ResidualMLP", "TinyGPT", "make_batch"]
 
 
 class _Block(nn.Module):
@@ -69,7 +69,9 @@ class TinyGPT(nn.Module):
         return self.lm_head(self.ln_f(x))
 
 
-class _MLPBlock(nn.Module):
+class MLPBlock(nn.Module):
+    """LayerNorm, Linear, GELU, Linear, with a residual connection: the repeated block of the MLP towers."""
+
     def __init__(self, d_model: int, hidden: int) -> None:
         super().__init__()
         self.norm = nn.LayerNorm(d_model)
@@ -87,7 +89,7 @@ class ResidualMLP(nn.Module):
     def __init__(self, d_in: int = 16, d_model: int = 32, hidden: int = 64, n_layer: int = 4, d_out: int = 8) -> None:
         super().__init__()
         self.inp = nn.Linear(d_in, d_model)
-        self.blocks = nn.ModuleList(_MLPBlock(d_model, hidden) for _ in range(n_layer))
+        self.blocks = nn.ModuleList(MLPBlock(d_model, hidden) for _ in range(n_layer))
         self.out = nn.Linear(d_model, d_out)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

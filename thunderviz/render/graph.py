@@ -34,6 +34,7 @@ __all__ = [
     "dot_available",
     "dot_escape",
     "format_bytes",
+    "fused_summary",
     "graph_view",
     "group_ops",
     "node_metadata",
@@ -225,7 +226,9 @@ def _op_label(op: OpRecord, param_names: dict[str, str], bucket: Bucket | None =
     out = op.outputs[0].short() if op.outputs else ""
     more = f" +{len(op.outputs) - 1}" if len(op.outputs) > 1 else ""
     label = short_op_name(op.op) + (f" {RECOMPUTED_MARK} recomputed" if op.recomputed else "")
-    if op.is_collective and bucket is not None and len(bucket.params) > 1:
+    if op.fused:
+        label += f"\n{fused_summary(op)}"
+    elif op.is_collective and bucket is not None and len(bucket.params) > 1:
         label += f"\n{_clip(bucket.summary, 32)}"
     elif op.is_collective and op.inputs:
         # A parameter's name when the collective reads one (forward all_gather), else the module whose
@@ -233,6 +236,13 @@ def _op_label(op: OpRecord, param_names: dict[str, str], bucket: Bucket | None =
         name = param_names.get(op.inputs[0].name) or op.module or op.inputs[0].name
         label += "\n" + _clip(name, 28)
     return f"{label}\n{out}{more}" if out else label
+
+
+def fused_summary(op: OpRecord, limit: int = 4) -> str:
+    """``fuses 7 ops: linear, div, erf, mul +1``: what a fusion region runs as one kernel call, by distinct op."""
+    names = list(dict.fromkeys(short_op_name(n) for n in op.fused))
+    shown = ", ".join(names[:limit]) + (f" +{len(names) - limit}" if len(names) > limit else "")
+    return _clip(f"fuses {len(op.fused)} op{'s' if len(op.fused) != 1 else ''}: {shown}", 44)
 
 
 def _op_tooltip(op: OpRecord) -> str:

@@ -138,6 +138,7 @@ def _op_record(index: int, bsym: Any, kinds: Mapping[Any, str], inputs: list[Any
         python=python,
         collective=collective,
         group_size=group_size,
+        fused=tuple(str(b.sym.name) for b in bsym.subsymbols) if getattr(bsym.sym, "is_fusion", False) else (),
     )
 
 

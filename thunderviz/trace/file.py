@@ -80,6 +80,7 @@ MAX_OPS = 2_000_000
 _NAME = 4096  # longest name: tensors, ops, modules, files, labels
 _TEXT = 2**20  # longest free text: an op's printed Python, a source line
 _MAX_NDIM = 64
+_MAX_FUSED = MAX_OPS  # ops inside one fusion region
 _MAX_NUMEL = 2**62  # a shape whose product is larger describes no tensor that exists
 _MAX_WORLD = 2**24
 
@@ -130,6 +131,7 @@ def _snapshot_to_dict(s: TraceSnapshot) -> dict[str, Any]:
         "buckets": [b.to_dict() for b in s.buckets],
         "accumulated": [b.to_dict() for b in s.accumulated],
         "recomputed": [op.index for op in s.ops if op.recomputed],
+        "fused": {str(op.index): list(op.fused) for op in s.ops if op.fused},
     }
 
 
@@ -279,6 +281,17 @@ def _bucket_from(n: Node, n_ops: int, kinds: tuple[str, ...] = BUCKET_KINDS) -> 
     )
 
 
+def _fused_from(n: Node, ops: list[OpRecord]) -> None:
+    """``{"op index": [op names]}``: the fusion regions (one map per trace, like ``recomputed``; optional)."""
+    fused = n.get("fused")
+    if fused is None:
+        return
+    for key, names in fused.entries():
+        if not key.isdigit() or int(key) >= len(ops):
+            names.fail(f"fusion region {key!r} is not an op index of this trace ({len(ops)} ops)")
+        ops[int(key)].fused = tuple(x.string(max_len=_NAME) for x in names.items(max_len=_MAX_FUSED))
+
+
 def _snapshot_from(n: Node, budget: _Budget) -> TraceSnapshot:
     op_nodes = n.req_list("ops")
     budget.take(n["ops"], len(op_nodes))
@@ -287,6 +300,7 @@ def _snapshot_from(n: Node, budget: _Budget) -> TraceSnapshot:
         if not ops:
             r.fail("a recomputed op in a trace without ops")
         ops[r.integer(minimum=0, maximum=len(ops) - 1)].recomputed = True
+    _fused_from(n, ops)
     return_names = [None if r.value is None else r.string(max_len=_NAME) for r in n.opt_list("return_names")]
     pm = n.get("param_names")
     return TraceSnapshot(

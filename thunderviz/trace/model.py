@@ -151,6 +151,13 @@ class OpRecord:
     module: str | None = None
     #: a backward op that recomputes a forward op (activation checkpointing, ZERO3): ``thunder.snapshot.recomputed_ops``
     recomputed: bool = False
+    #: a fusion region (torch.compile's, nvFuser's): the ops it runs as one kernel call, in order. Drawn as one node
+    #: that names them; its ``python`` holds each of them as thunder prints it.
+    fused: tuple[str, ...] = ()
+
+    @property
+    def is_fusion(self) -> bool:
+        return bool(self.fused)
 
     @property
     def is_collective(self) -> bool:
@@ -198,6 +205,11 @@ class TraceSnapshot:
     @property
     def collectives(self) -> list[OpRecord]:
         return [op for op in self.ops if op.collective is not None]
+
+    @property
+    def fusion_regions(self) -> list[OpRecord]:
+        """The fusion regions of this trace (what a fusion executor made of the ops inside them)."""
+        return [op for op in self.ops if op.fused]
 
     @property
     def recomputed_ops(self) -> int:
