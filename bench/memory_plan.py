@@ -1,9 +1,10 @@
 """Predicted against measured per-rank step peak, every candidate, on 2 and 4 CPU ranks; and the auto strategy's
 choice for budgets between measured peaks.
 
-Six models (``thunderviz.demos.memory_runs.MODELS``: two litgpt ``GPT(Config(...))`` shapes, a GPT whose head is
-tied to its embedding, a residual MLP, an activation-heavy MLP tower whose forward returns the loss and a small CNN) x
-AdamW and SGD with momentum x the five candidates x world sizes 2 and 4. The prediction is ``thunderviz.plan`` on the meta device in this process; the measurement is each
+Six models (``thunderviz.demos.memory_runs.MODELS``: two litgpt ``GPT(Config(...))`` shapes, a GPT whose head is tied
+to its embedding, a residual MLP, an activation-heavy MLP tower whose forward returns the loss and a small CNN) x
+AdamW and SGD with momentum x the five candidates x world sizes 2 and 4. The prediction is ``thunderviz.plan`` on the
+meta device in this process; the measurement is each
 rank's steady-state step peak with torch's ``MemTracker`` (``thunder.memory_meter``) in real gloo rank processes, the
 largest over the ranks. Beside them: what DeepSpeed's model-states formulas (``estimate_zero2_model_states_mem_needs``
 / ``estimate_zero3_model_states_mem_needs`` without offload: 4 bytes per parameter plus 16 (ZeRO-2) or 18 (ZeRO-3)

@@ -93,7 +93,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         return _run_scenarios(args)
     from nbclient.exceptions import CellExecutionError
 
-    from thunderviz.demos.tutorial import EXECUTED_NAME, TUTORIAL, run_tutorial
+    from thunderviz.demos.tutorial import EXECUTED_NAME, FURTHER, TUTORIAL, run_tutorial
 
     print(f"thunderviz demo: running {TUTORIAL.name} headlessly on 2 CPU ranks (a real kernel, the magics, real ranks)")
     try:
@@ -107,6 +107,9 @@ def _run_demo(args: argparse.Namespace) -> int:
     print(f"executed notebook: {report.parent / EXECUTED_NAME}")
     print(f"report: {report}")
     print(f"work through the tutorial yourself: jupyter lab --ip=127.0.0.1 {report.parent / TUTORIAL.name}")
+    print(
+        f"and its sequel (your own jit, activation checkpointing, a straggler, faults): {report.parent / FURTHER.name}"
+    )
     return 0
 
 

@@ -19,10 +19,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
-__all__ = ["TUTORIAL", "run_tutorial", "summarize", "write_reports"]
+__all__ = ["FURTHER", "TUTORIAL", "run_tutorial", "summarize", "write_reports"]
 
-#: The tutorial as shipped inside the package.
+#: The tutorial as shipped inside the package: the tour the demo runs (ZERO2 against ZERO3, DDP, a timeline, the plan).
 TUTORIAL: Traversable = resources.files(__package__).joinpath("tutorial.ipynb")
+#: Its sequel, shipped beside it and run by the test suite (not by the demo, which must stay short): a module or a
+#: function you jitted, activation checkpointing, a straggler on the timeline, faults.
+FURTHER: Traversable = resources.files(__package__).joinpath("further.ipynb")
 
 #: The file names ``run_tutorial`` writes into its output folder.
 REPORT_NAME = "thunderviz-demo.html"
@@ -92,19 +95,22 @@ def _kernel_env() -> dict[str, str]:
 
 
 def _offer_a_copy(out_dir: Path) -> Path:
-    """A clean copy of the tutorial to work through in ``out_dir``; an existing one (maybe edited) is kept."""
-    copy = out_dir / COPY_NAME
-    if not copy.exists():
-        copy.write_text(TUTORIAL.read_text(encoding="utf-8"), encoding="utf-8")
-    return copy
+    """Clean copies of the tutorial and its sequel to work through in ``out_dir``; existing ones (maybe edited) are
+    kept. Returns the tutorial's."""
+    for notebook, name in ((TUTORIAL, COPY_NAME), (FURTHER, FURTHER.name)):
+        copy = out_dir / name
+        if not copy.exists():
+            copy.write_text(notebook.read_text(encoding="utf-8"), encoding="utf-8")
+    return out_dir / COPY_NAME
 
 
 def run_tutorial(out_dir: Path | str, *, timeout_s: int = 900) -> Path:
     """Execute the packaged tutorial headlessly (nbclient, a real kernel) and return the path of the HTML report.
 
     Writes into ``out_dir``: the report (``thunderviz-demo.html``) and its text summary (``.txt``), the executed
-    notebook (``tutorial.executed.ipynb``) for inspection, and a clean ``tutorial.ipynb`` to work through (kept if
-    one is already there). A cell that fails raises nbclient's ``CellExecutionError`` naming the cell.
+    notebook (``tutorial.executed.ipynb``) for inspection, and clean ``tutorial.ipynb`` and ``further.ipynb`` to work
+    through (each kept if one is already there). A cell that fails raises nbclient's ``CellExecutionError`` naming
+    the cell.
     """
     import nbformat
     from nbclient import NotebookClient
