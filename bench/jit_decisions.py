@@ -7,7 +7,8 @@ lives in the same rank processes and their steady steps are interleaved round by
 alike):
 
 - world 1: eager, torch.compile, one-process ``thunder.jit`` with thunder's defaults and with
-  ``sdpa, torchcompile, torch`` (thunder's own executor cost, apart from anything we add);
+  ``sdpa, torchcompile, torch`` (thunder's own executor cost, apart from anything we add), each also with thunder's
+  experimental compile option ``auto_recompute_intermediates=True``;
 - every world: ``ThunderDDPStrategy`` and ``ThunderFSDPStrategy`` ZERO2 / ZERO3 BLOCK with the executors our decision
   picks (on CPU: thunder's defaults) and with litgpt's list (``sdpa, torchcompile, nvfuser, torch``; nvFuser is left
   out here, recorded);
@@ -110,6 +111,13 @@ def _variants(rank: int, world: int) -> dict[str, Callable[[], dict[str, Any]]]:
         out["thunder.jit defaults"] = lambda: (lambda m: plain(m, thunder.jit(m), False))(fresh_gpt())
         out["thunder.jit sdpa,torchcompile"] = lambda: (
             lambda m: plain(m, thunder.jit(m, executors=TORCHCOMPILE), True)
+        )(fresh_gpt())
+        # thunder's experimental compile option for memory (recompute intermediates instead of saving them)
+        out["thunder.jit defaults, auto_recompute"] = lambda: (
+            lambda m: plain(m, thunder.jit(m, auto_recompute_intermediates=True), False)
+        )(fresh_gpt())
+        out["thunder.jit torchcompile, auto_recompute"] = lambda: (
+            lambda m: plain(m, thunder.jit(m, executors=TORCHCOMPILE, auto_recompute_intermediates=True), True)
         )(fresh_gpt())
     out["ours DDP (decided)"] = lambda: ours(ThunderDDPStrategy(), False)
     out["ours DDP litgpt list"] = lambda: ours(ThunderDDPStrategy(executors=LITGPT), True)

@@ -622,10 +622,12 @@ def test_tutorial_trace_view_reads_at_a_glance(lab: Lab) -> None:
     summaries = root.locator("details.tv-decision summary .tv-headline").evaluate_all(
         "els => els.map(e => e.textContent)"
     )
-    assert summaries == exp["headlines"] and summaries[0].startswith("case 1: jit once, then shard - ZERO3")
-    reason = root.locator("details.tv-decision .tv-reason").first
+    # how it jits (the executors), then where it shards
+    assert summaries == exp["headlines"] and summaries[0].startswith("executors: ")
+    assert summaries[1].startswith("case 1: jit once, then shard - ZERO3")
+    reason = root.locator("details.tv-decision .tv-reason").nth(1)
     assert not reason.is_visible()
-    root.locator("details.tv-decision summary").first.click()
+    root.locator("details.tv-decision summary").nth(1).click()
     assert reason.is_visible() and "communication: BLOCK bucketing" in reason.inner_text()
     lab.shot("16-decisions-headline-and-reasoning", root)
     root.locator("button.tv-tab[data-tab=memory]").click()

@@ -30,6 +30,7 @@ from thunderviz.parallel.options import StrategyOptions
 __all__ = [
     "decided_executors",
     "executor_facts",
+    "inductor_fusions_ran",
     "keep_collectives_out_of_fusions",
     "resolve_executors",
     "uncompiled_fusions",
@@ -116,6 +117,30 @@ def decided_executors(options: StrategyOptions, device: str) -> list[Any]:
     a rehearsal that must trace what the ranks will run."""
     how = decide_executors(executor_facts(device), options, Case.RAW_MODULE, "")
     return resolve_executors(how.executors, options.executors)
+
+
+def inductor_fusions_ran(since_ns: int) -> bool:
+    """True when a jitted object called since ``since_ns`` (``time.perf_counter_ns()``, thunder's clock) ran an
+    execution trace with torch.compile fusion regions (thunder's ``torchcompile`` executors): the memory meter's
+    ``MemTracker`` cannot see inside their kernels.
+
+    Found through the garbage collector, as ``hooks.clear_all_trace_caches`` finds stale caches: the meter is handed
+    modules, and a function the user jitted (case 2) is not among them.
+    """
+    import gc
+
+    from thunder.common import CompileStats
+    from thunder.executors.torch_compile import TorchCompileExecutor
+
+    for stats in (o for o in gc.get_objects() if type(o) is CompileStats):
+        if (getattr(stats, "last_trace_host_start", None) or -1) < since_ns:
+            continue
+        traces = stats.last_traces or ()
+        if traces and any(
+            isinstance(getattr(b.sym, "executor", None), TorchCompileExecutor) for b in traces[-1].bound_symbols
+        ):
+            return True
+    return False
 
 
 class _TorchWithoutCompile:
