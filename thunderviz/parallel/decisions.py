@@ -31,6 +31,7 @@ from thunderviz.parallel.options import (
     Sharding,
     StrategyOptions,
     TextEnum,
+    executor_names,
 )
 
 __all__ = [
@@ -460,10 +461,6 @@ class ExecutorFacts:
     user_jitted: tuple[str, ...] = ()
 
 
-def _names(executors: tuple[Any, ...]) -> tuple[str, ...]:
-    return tuple(e if isinstance(e, str) else str(getattr(e, "name", e)) for e in executors)
-
-
 def _listed(names: tuple[str, ...]) -> str:
     return ", ".join(names) if names else "none"
 
@@ -538,7 +535,7 @@ def decide_executors(facts: ExecutorFacts, options: StrategyOptions, case: Case,
             executors=names,
         )
     if options.executors is not None:
-        requested = _names(options.executors)
+        requested = executor_names(options.executors)
         kept, dropped = _usable(requested, facts)
         if not kept:
             kept = facts.defaults

@@ -51,6 +51,7 @@ __all__ = [
     "StrategyOptions",
     "TextEnum",
     "UnknownOptionError",
+    "executor_names",
     "flag_options",
     "options_for",
     "parse_options",
@@ -653,7 +654,7 @@ class StrategyOptions:
         if not self.jit:
             parts.append("no jit")
         if self.executors:
-            parts.append("executors " + ",".join(_executor_name(e) for e in self.executors))
+            parts.append("executors " + ",".join(executor_names(self.executors)))
         return " ".join(parts)
 
     def constructor_kwargs(self) -> dict[str, Any]:
@@ -668,8 +669,9 @@ class StrategyOptions:
         return cls(parallelism=parallelism, state_dict_type=_BY_NAME["state_dict_type"].default_for(parallelism))
 
 
-def _executor_name(executor: Any) -> str:
-    return executor if isinstance(executor, str) else str(getattr(executor, "name", executor))
+def executor_names(executors: Iterable[Any]) -> tuple[str, ...]:
+    """Executors as the user gave them (names or thunder executor objects) -> their names, in order."""
+    return tuple(e if isinstance(e, str) else str(getattr(e, "name", e)) for e in executors)
 
 
 _OWN_FIELDS = frozenset(f.name for f in fields(StrategyOptions)) - {"parallelism", "jit_kwargs", "fabric_kwargs"}
