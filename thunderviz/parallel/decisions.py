@@ -18,6 +18,7 @@ own row (``Action.CHOOSE_EXECUTORS``) just before the case's row.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -465,8 +466,8 @@ def _listed(names: tuple[str, ...]) -> str:
     return ", ".join(names) if names else "none"
 
 
-def _fusion_note(names: tuple[str, ...] | None) -> str:
-    fusing = sorted(n for n in (names or ()) if n in INDUCTOR_EXECUTORS or n == "nvfuser")
+def _fusion_note(names: Iterable[str]) -> str:
+    fusing = sorted(n for n in names if n in INDUCTOR_EXECUTORS or n == "nvfuser")
     if not fusing:
         return ""
     return (
@@ -490,17 +491,33 @@ def _usable(requested: tuple[str, ...], facts: ExecutorFacts) -> tuple[tuple[str
     return tuple(kept), dropped
 
 
-def _executor_decision(
-    target: str, case: Case, options: StrategyOptions, headline: str, reason: str, **kw: Any
-) -> Decision:
-    return Decision(
-        target=target,
-        case=case,
-        action=Action.CHOOSE_EXECUTORS,
-        options=options,
-        headline=headline,
-        reason=reason,
-        **kw,
+def _fusion_defaults(facts: ExecutorFacts, options: StrategyOptions, row: Callable[..., Decision]) -> Decision:
+    """CUDA, nothing requested: a fusion executor, which is what makes thunder as fast as eager there."""
+    if not facts.inductor_ok:
+        plain = tuple(n for n in facts.defaults if n not in INDUCTOR_EXECUTORS)
+        return row(
+            f"executors: {_listed(plain)} (no fusion executor can compile here)",
+            f"on CUDA a fusion executor is what makes thunder as fast as eager, but {facts.inductor_problem};"
+            " expect about 3x eager's step and twice its memory (measured on an H200) until it is installed",
+            executors=plain,
+            warning=f"{options.strategy_name}: no fusion executor can compile here ({facts.inductor_problem})."
+            f" Compiling with {_listed(plain)}: expect about 3x eager's step time and twice its memory.",
+        )
+    if "nvfuser" in facts.installed:
+        return row(
+            f"executors: {_listed(CUDA_NVFUSER)} (nvFuser fuses, torch.compile takes the concatenations)",
+            "on CUDA with nvFuser installed: litgpt's pairing, which its README measured fastest (TinyLlama 1.1B,"
+            " 8xA100: 322 ms/iter against 373 with torchcompile alone and 448 eager); thunder's docs pair"
+            f" torchcompile_cat with nvFuser{_fusion_note(CUDA_NVFUSER)}",
+            executors=CUDA_NVFUSER,
+        )
+    return row(
+        f"executors: {_listed(CUDA_TORCHCOMPILE)} (nvFuser not installed; torch.compile fuses the regions)",
+        "on CUDA without nvFuser, thunder's docs name torchcompile as the fuser; without a fusion executor"
+        " thunder fuses nothing and rematerializes nothing: measured on an H200 (GPT d=1024 x 8 layers, bf16,"
+        " batch 8x1024) 51.6 ms and 8753 MiB per step against eager's 17.0 ms and 4289 MiB; with this list 17.7 ms"
+        f" and 3507 MiB{_fusion_note(CUDA_TORCHCOMPILE)}",
+        executors=CUDA_TORCHCOMPILE,
     )
 
 
@@ -513,11 +530,20 @@ def decide_executors(facts: ExecutorFacts, options: StrategyOptions, case: Case,
     about 3x slower than eager and holds twice its memory), on CPU thunder's own defaults (measured; see
     ``_CPU_MEASURED``). Cases 2 and 3 record the user's own choice: the strategy does not call thunder.jit there.
     """
+
+    def row(headline: str, reason: str, **kw: Any) -> Decision:
+        return Decision(
+            target=target,
+            case=case,
+            action=Action.CHOOSE_EXECUTORS,
+            options=options,
+            headline=headline,
+            reason=reason,
+            **kw,
+        )
+
     if case is Case.FUNCTION_JIT:
-        return _executor_decision(
-            target,
-            case,
-            options,
+        return row(
             "executors: your thunder.jit's (jit=False: the strategy does not compile)",
             "jit=False: your own thunder.jit(fn, executors=...) call chooses the executors; litgpt's list"
             " (sdpa, torchcompile, nvfuser, torch) works as long as nvFuser is installed"
@@ -525,10 +551,7 @@ def decide_executors(facts: ExecutorFacts, options: StrategyOptions, case: Case,
         )
     if case is Case.USER_JITTED:
         names = facts.user_jitted
-        return _executor_decision(
-            target,
-            case,
-            options,
+        return row(
             f"executors: {_listed(names)} (your thunder.jit's)",
             "the module is already jitted: its executors are the ones your thunder.jit(model, executors=...) call"
             f" chose ({_listed(names)}); the strategy never compiles it again{_fusion_note(names)}",
@@ -541,62 +564,19 @@ def decide_executors(facts: ExecutorFacts, options: StrategyOptions, case: Case,
             kept = facts.defaults
             dropped.append(f"none of them is usable, so thunder's defaults ({_listed(kept)}) are used")
         left_out = "; ".join(dropped)
-        warning = (
-            f"{options.strategy_name}(executors={list(requested)}): {left_out}. Compiling with {_listed(kept)}."
-            if dropped
-            else ""
-        )
-        return _executor_decision(
-            target,
-            case,
-            options,
+        return row(
             f"executors: {_listed(kept)} (yours" + (", some left out)" if dropped else ")"),
             f"your executors=[{_listed(requested)}], in your order"
             + (f"; left out: {left_out}" if dropped else "")
             + _fusion_note(kept),
             executors=kept,
-            warning=warning,
+            warning=f"{options.strategy_name}(executors={list(requested)}): {left_out}. Compiling with {_listed(kept)}."
+            if dropped
+            else "",
         )
     if facts.device == "cuda":
-        if not facts.inductor_ok:
-            plain = tuple(n for n in facts.defaults if n not in INDUCTOR_EXECUTORS)
-            return _executor_decision(
-                target,
-                case,
-                options,
-                f"executors: {_listed(plain)} (no fusion executor can compile here)",
-                f"on CUDA a fusion executor is what makes thunder as fast as eager, but {facts.inductor_problem};"
-                " expect about 3x eager's step and twice its memory (measured on an H200) until it is installed",
-                executors=plain,
-                warning=f"{options.strategy_name}: no fusion executor can compile here ({facts.inductor_problem})."
-                f" Compiling with {_listed(plain)}: expect about 3x eager's step time and twice its memory.",
-            )
-        if "nvfuser" in facts.installed:
-            return _executor_decision(
-                target,
-                case,
-                options,
-                f"executors: {_listed(CUDA_NVFUSER)} (nvFuser fuses, torch.compile takes the concatenations)",
-                "on CUDA with nvFuser installed: litgpt's pairing, which its README measured fastest (TinyLlama 1.1B,"
-                " 8xA100: 322 ms/iter against 373 with torchcompile alone and 448 eager); thunder's docs pair"
-                f" torchcompile_cat with nvFuser{_fusion_note(CUDA_NVFUSER)}",
-                executors=CUDA_NVFUSER,
-            )
-        return _executor_decision(
-            target,
-            case,
-            options,
-            f"executors: {_listed(CUDA_TORCHCOMPILE)} (nvFuser not installed; torch.compile fuses the regions)",
-            "on CUDA without nvFuser, thunder's docs name torchcompile as the fuser; without a fusion executor"
-            " thunder fuses nothing and rematerializes nothing: measured on an H200 (GPT d=1024 x 8 layers, bf16,"
-            " batch 8x1024) 51.6 ms and 8753 MiB per step against eager's 17.0 ms and 4289 MiB; with this list 17.7 ms"
-            f" and 3507 MiB{_fusion_note(CUDA_TORCHCOMPILE)}",
-            executors=CUDA_TORCHCOMPILE,
-        )
-    return _executor_decision(
-        target,
-        case,
-        options,
+        return _fusion_defaults(facts, options, row)
+    return row(
         f"executors: {_listed(facts.defaults)} (thunder's defaults on CPU: they compile fastest)",
         f"thunder's defaults ({_listed(facts.defaults)}; the torch executor runs the rest); {_CPU_MEASURED}"
         f"{_fusion_note(facts.defaults)}",

@@ -33,7 +33,7 @@ from thunderviz.strategies.activation_checkpointing import checkpoint_modules_
 from thunderviz.strategies.materialize import has_meta_tensors
 from thunderviz.thunder import hooks
 from thunderviz.thunder.comm_setup import configure_comm
-from thunderviz.thunder.executors import executor_facts, keep_collectives_out_of_fusions, resolve_executors
+from thunderviz.thunder.executors import executor_facts, resolve_executors
 from thunderviz.thunder.facts import inspect_object
 from thunderviz.thunder.jit_keywords import jit_keywords
 from thunderviz.thunder.modules import user_module
@@ -209,9 +209,6 @@ class ThunderParallelStrategy(DDPStrategy):
 
     def _decide_executors(self, module: nn.Module, decision: Decision) -> Decision:
         """How thunder.jit compiles (``parallel.decisions.decide_executors``); warns where a request was cut down."""
-        # again at every set-up, not only when the sync hook installs: a fusion executor registered since (a user's
-        # own TorchCompileExecutor) would take the collectives in as thunder's torchcompile did
-        keep_collectives_out_of_fusions()
         facts = executor_facts(self.root_device.type, module if decision.case is Case.USER_JITTED else None)
         how = decide_executors(facts, self.options, decision.case, decision.target)
         if how.warning:

@@ -328,8 +328,13 @@ def skip_grad_sync() -> Iterator[None]:
 
 
 def install_sync_hook() -> None:
-    """Patch ``JitCtx.proxify`` once so tagged tensors are synchronized where thunder first sees them."""
+    """Patch ``JitCtx.proxify`` once so tagged tensors are synchronized where thunder first sees them.
+
+    Every distribution calls this, so it also keeps collectives out of fusion executors each time: one registered
+    since the last call (a user's own TorchCompileExecutor) would take them in as thunder's torchcompile did.
+    """
     global _installed
+    keep_collectives_out_of_fusions()
     with _install_lock:
         if _installed:
             return
@@ -360,7 +365,6 @@ def install_sync_hook() -> None:
         proxify.__thunderviz_original__ = original  # type: ignore[attr-defined]
         jit_ext.JitCtx.proxify = proxify
         _guard_sort_waits()
-        keep_collectives_out_of_fusions()
         _installed = True
 
 

@@ -176,11 +176,12 @@ class StepMemoryMeter:
         tracker.__exit__(None, None, None)
         snaps = tracker.get_tracker_snapshot("peak")
         host = next((snap for dev, snap in snaps.items() if torch.device(dev).type == "cpu"), None)
-        if host is not None and not self._inductor:
-            from thunderviz.thunder.executors import inductor_fusions_ran
+        if host is None or self._inductor:
+            return
+        from thunderviz.thunder.executors import inductor_fusions_ran
 
-            self._inductor = inductor_fusions_ran(self._window_start_ns)
-        if host is not None and not self._inductor:
+        self._inductor = inductor_fusions_ran(self._window_start_ns)
+        if not self._inductor:
             self.peaks.append((self.step, int(host["Total"]), _groups(host)))
 
     # -- the result --------------------------------------------------------------------------------------------
