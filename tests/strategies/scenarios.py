@@ -214,6 +214,7 @@ def train(
         "forward_collectives": collective_counts(fw),
         "backward_collectives": collective_counts(bw),
         "fusions": common.fusion_regions(fw) + common.fusion_regions(bw),
+        "region_counts": (len(common.fusion_regions(fw)), len(common.fusion_regions(bw))),
         "captured_fusions": _captured_fusions(fw) if executors is not None else [],
         "decisions": [d.to_dict() for d in strategy.decisions],
         "local_shapes": {n: tuple(p.shape) for n, p in common.inner(model).named_parameters()},

@@ -43,6 +43,7 @@ from thunder.core.transform_common import Transform
 from thunderviz.parallel.buckets import CommConfig, group_in_order, size_capped
 from thunderviz.thunder.collectives import executed_collective_ids
 from thunderviz.thunder.compat import ensure_supported_thunder
+from thunderviz.thunder.fusion_regions import open_regions, refuse
 from thunderviz.thunder.snapshot import dtype_name
 from thunderviz.trace.buckets import Bucket
 
@@ -245,6 +246,7 @@ class _Ops:
     _instance: _Ops | None = None
 
     def __init__(self) -> None:
+        from thunder.core import prims
         from thunder.examine.memory_calculation import register_memory_calculate_function, track_alias_op_memory
         from thunder.extend import OperatorExecutor, register_executor
 
@@ -265,8 +267,13 @@ class _Ops:
         self.unpack_views = ex.register_operator(
             "thunderviz_unpack_views", meta=_unpack_views_meta, fn=_unpack_views_impl
         )
+        # Its result is used by nothing (the effect is the accumulators): tagged so a fusion pass's dead-code
+        # elimination (fusion_regions.refuse) keeps it.
         self.accumulate = ex.register_operator(
-            "thunderviz_accumulate_unsharded_grads", meta=_accumulate_meta, fn=_accumulate_impl
+            "thunderviz_accumulate_unsharded_grads",
+            meta=_accumulate_meta,
+            fn=_accumulate_impl,
+            tags=[prims.OpTags.DONT_DCE],
         )
         # The reduced gradients are views of the bucket: thunder's memory estimate must not count them twice.
         register_memory_calculate_function(self.unpack_views.id)(track_alias_op_memory)
@@ -947,18 +954,20 @@ class CommTransform(Transform):
         if ret.args and isinstance(ret.args[0], dict) and "flat_args" in ret.args[0]:
             self.forward_flat_args = [getattr(a, "name", None) for a in ret.args[0]["flat_args"]]
         new_trace = from_trace(trace)
-        bsyms, gathers = rewrite_gathers(new_trace, _strip_dels(trace.bound_symbols), self.current, "forward")
+        bsyms, fusers = open_regions(_strip_dels(trace.bound_symbols))
+        bsyms, gathers = rewrite_gathers(new_trace, bsyms, self.current, "forward")
         self.buckets["forward"] = gathers
         if not gathers:
             return trace
         resharded = _resharded_weights(bsyms, gathers, self.current)
         if resharded and TraceTag.AUGMENTED_FORWARD in trace.tags:
             bsyms, self.zero3 = drop_weight_saves(bsyms, resharded)
+        new_trace, bsyms = refuse(new_trace, bsyms, fusers)
         return _finish(new_trace, bsyms, backward=False, buckets=gathers)
 
     def _backward(self, trace: Any) -> Any:
         new_trace = from_trace(trace)
-        bsyms = _strip_dels(trace.bound_symbols)
+        bsyms, fusers = open_regions(_strip_dels(trace.bound_symbols))
         if self.zero3 is not None:
             bsyms = restore_weight_saves(new_trace, bsyms, self.zero3)
         bsyms, gathers = rewrite_gathers(new_trace, bsyms, self.current, "backward")
@@ -975,6 +984,7 @@ class CommTransform(Transform):
         self.buckets["backward"] = gathers + reductions
         if not gathers and not reductions and not self.accumulated:
             return trace
+        new_trace, bsyms = refuse(new_trace, bsyms, fusers)
         return _finish(new_trace, bsyms, backward=True, buckets=gathers + reductions, accumulated=self.accumulated)
 
 
