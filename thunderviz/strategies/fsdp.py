@@ -89,6 +89,10 @@ class ThunderFSDPStrategy(ThunderParallelStrategy):
 
 def _pending_params(modules: list[nn.Module]) -> list[str]:
     """Names of sharded parameters whose accumulated gradient waits for a synchronizing backward."""
+    from thunderviz.thunder.accumulation import any_pending
+
+    if not any_pending():
+        return []
     out = []
     for module in modules:
         for name, p in user_module(module).named_parameters():
