@@ -67,3 +67,28 @@ def test_the_laid_out_graph_reads_top_to_bottom_in_data_flow_order(bundles, run)
         y = {p[1]: float(p[3]) for p in (line.split() for line in plain.splitlines()) if p and p[0] == "node"}
         heights = [y[g.id] for g in view.groups if g.bucket is None and g.name != "(root)"]
         assert heights == sorted(heights, reverse=True), (label, list(zip(_module_order(view), heights, strict=True)))
+
+
+@pytest.mark.parametrize("label", ["forward", "backward"])
+def test_a_bucket_node_says_when_it_is_waited_for_as_the_ledger_does(bundles, label):
+    """``wait N ops later`` on a bucket node is the ledger's collective-to-wait distance, not one less (issue 30)."""
+    import re
+
+    from thunderviz.trace.ledger import ledger_from_bundle
+
+    bundle = bundles["zero3"]
+    snap = bundle.traces()[label]
+    view = graph_view(snap)
+    distances = {
+        (e.kind, e.bucket): e.distance
+        for e in ledger_from_bundle(bundle).entries
+        if e.trace == label and e.distance is not None
+    }
+    drawn = {}
+    for line in view.dot.splitlines():
+        found = re.search(r'label="([^"]*?)\\n[^"]*?\\nwait (\d+) ops? later"', line)
+        if found:
+            drawn[found.group(1)] = int(found.group(2))
+    assert drawn and len(drawn) == len(snap.buckets), (drawn, view.dot[:2000])
+    for b in snap.buckets:
+        assert drawn[b.group] == distances[(b.kind, b.label)], (b.group, drawn, distances)

@@ -21,6 +21,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+from thunderviz.render.markup import counted
 from thunderviz.trace.attribution import top_group
 from thunderviz.trace.buckets import Bucket
 from thunderviz.trace.model import OpRecord, TensorRef, TraceSnapshot
@@ -176,10 +177,6 @@ def op_summary(ops: list[OpRecord]) -> list[tuple[str, int]]:
     (``op_importance``), then by count."""
     counts = Counter(short_op_name(op.op) for op in ops)
     return sorted(counts.items(), key=lambda kv: (op_importance(kv[0]), -kv[1], kv[0]))
-
-
-def _ops_word(n: int) -> str:
-    return f"{n} op" if n == 1 else f"{n} ops"
 
 
 def _clip(text: str, n: int = _MAX_LABEL) -> str:
@@ -427,7 +424,7 @@ class _Drawing:
         if g.bucket is not None:
             return [self._bucket_node(g, g.bucket)]
         compute = g.compute
-        label = f"{_clip(g.name)}\n{_ops_word(len(compute))}"
+        label = f"{_clip(g.name)}\n{counted(len(compute), 'op')}"
         top = op_summary(compute)[:3]
         if top:
             label += "\n" + ", ".join(f"{n} {k}" for k, n in top)
@@ -435,7 +432,11 @@ class _Drawing:
         if recomputed:
             label += f"\n{RECOMPUTED_MARK} {len(recomputed)} recomputed"
         style = _RECOMPUTED_GROUP_STYLE if recomputed else _GROUP_STYLE
-        tip = f" ({len(recomputed)} ops recompute forward values instead of reading saved ones)" if recomputed else ""
+        tip = (
+            f" ({counted(len(recomputed), 'op')} recompute forward values instead of reading saved ones)"
+            if recomputed
+            else ""
+        )
         lines = [
             f'  {g.id} [id="{self.prefix}{g.id}", label="{dot_escape(label)}", tooltip="{dot_escape(g.name)}{tip}: '
             f'click to expand", {style}];'
@@ -453,7 +454,8 @@ class _Drawing:
             if (waits and b.issue_index >= 0)
             else None
         )
-        gap = "" if between is None else f"\nwait {_ops_word(len(between))} later"
+        # The wait is the (n+1)th op after the collective: the same distance the ledger prints.
+        gap = "" if between is None else f"\nwait {counted(len(between) + 1, 'op')} later"
         text = f"{_clip(b.group)}\n{b.summary.split(' (', 1)[1].rstrip(')')}{gap}"
         self.nodes[g.id] = {
             "kind": "collectives",

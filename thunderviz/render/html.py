@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from thunderviz.render.graph import RECOMPUTED_MARK, Group, dot_available, graph_view, short_op_name, to_svg
-from thunderviz.render.markup import decisions_table
+from thunderviz.render.markup import counted, decisions_table
 from thunderviz.render.markup import escape as _e
 from thunderviz.render.markup import page as _markup_page
 from thunderviz.render.style import PAGE_CSS, wrap
@@ -274,11 +274,12 @@ def _group_details(prefix: str, g: Group, snap: TraceSnapshot) -> str:
             f"<td class='mono'>{_e(src)}</td></tr>"
         )
     n_coll = len(g.collectives)
-    extra = f", {n_coll} collectives" if n_coll else ""
+    extra = f", {counted(n_coll, 'collective')}" if n_coll else ""
     if g.recomputed:
         extra += f", {RECOMPUTED_MARK} {len(g.recomputed)} recomputed"
     return (
-        f"<details id='details-{prefix}{g.id}'><summary><b>{_e(g.name)}</b>: {len(g.compute)} ops{extra}</summary>"
+        f"<details id='details-{prefix}{g.id}'><summary><b>{_e(g.name)}</b>: "
+        f"{counted(len(g.compute), 'op')}{extra}</summary>"
         "<table><tr><th>#</th><th>op</th><th>outputs</th><th>inputs</th><th>module</th><th>source</th></tr>"
         + "".join(rows)
         + "</table></details>"

@@ -13,11 +13,16 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # read by attribute; render never imports the decision table itself
     from thunderviz.parallel.decisions import Decision
 
-__all__ = ["DECISION_COLUMNS", "decisions_table", "escape", "page", "table"]
+__all__ = ["DECISION_COLUMNS", "counted", "decisions_table", "escape", "page", "table"]
 
 #: The columns of a strategy decision shown to people: what was set up, and the decision's one-line headline (its
 #: full reasoning opens under it).
 DECISION_COLUMNS = ("target", "decision")
+
+
+def counted(n: int, noun: str, plural: str | None = None) -> str:
+    """``1 op`` / ``3 ops``: a count with its noun in the right number ("1 collectives" reads as a broken report)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {plural or noun + 's'}"
 
 
 def escape(value: Any) -> str:
