@@ -86,6 +86,15 @@ def test_the_message_names_every_rank_and_the_restart() -> None:
     assert "[rank 0] tb0" in err._render_traceback_()
 
 
+def test_the_message_leads_with_the_rank_that_failed_not_the_one_we_stopped() -> None:
+    failures = {
+        0: RankFailure(0, FailureKind.KILLED, "killed after a peer failed"),
+        1: RankFailure(1, FailureKind.RAISED, "ValueError: a bad batch on rank 1", "tb1"),
+    }
+    text = str(cell_error(failures, ranks=[0, 1], timeout_s=60, restart_pending=True))
+    assert text.startswith("The cell failed on 2 of 2 ranks: rank 1 raised ValueError: a bad batch on rank 1; rank 0")
+
+
 def test_all_interrupted_is_ranks_interrupted() -> None:
     failures = {r: RankFailure(r, FailureKind.INTERRUPTED, "stopped by KeyboardInterrupt") for r in (0, 1)}
     err = cell_error(failures, ranks=[0, 1], timeout_s=60, restart_pending=False, what="Configuring fabric")

@@ -101,6 +101,11 @@ class RankFailure:
         return self.kind in (FailureKind.KILLED, FailureKind.INTERRUPTED)
 
 
+def _cause_first(f: RankFailure) -> tuple[bool, int]:
+    """Sort key: ranks that failed on their own before ranks we stopped, each in rank order."""
+    return (f.was_stopped_by_us, f.rank)
+
+
 class RankConnectionError(RankError):
     """Raised inside a rank whose set-up could not connect; the message names the address, the interface and the
     fix (it reaches the kernel as the rank's error text)."""
@@ -116,7 +121,7 @@ class CellError(RankError):
     partial_report: Any = None
 
     def __init__(self, message: str, failures: dict[int, RankFailure], *, restarted: bool) -> None:
-        first = min(failures.values(), key=lambda f: (f.was_stopped_by_us, f.rank))
+        first = min(failures.values(), key=_cause_first)
         super().__init__(message, rank=first.rank, remote_traceback=first.traceback)
         self.failures = failures
         self.pool_restart_pending = restarted
@@ -221,7 +226,9 @@ def cell_error(
         restart_pending: whether the pool will be restarted before the next cell (the message says so).
         what: what failed, e.g. "The cell" or "Setting up the ranks".
     """
-    parts = [_describe(failures[rank], timeout_s) for rank in sorted(failures)]
+    # The rank that failed on its own leads (a ValueError on rank 1), then those we stopped because of it (rank 0,
+    # killed while it waited for rank 1): read in rank order, the message began with the consequence.
+    parts = [_describe(f, timeout_s) for f in sorted(failures.values(), key=_cause_first)]
     finished = [r for r in ranks if r not in failures]
     if finished and any(f.kind is FailureKind.TIMEOUT for f in failures.values()):
         parts.append(f"rank(s) {', '.join(map(str, finished))} finished the cell without entering it")
