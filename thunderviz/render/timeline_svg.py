@@ -20,6 +20,7 @@ from typing import Any
 
 from thunderviz.timeline.analysis import STRAGGLER_RULE, TimelineAnalysis, close_gaps, union
 from thunderviz.timeline.model import CollectiveEvent, RankTimeline, Timeline
+from thunderviz.trace.units import format_us
 
 __all__ = ["COLOURS", "ROW_LABELS", "common_span_us", "graph_colours", "split_blocked", "timeline_html", "timeline_svg"]
 
@@ -79,8 +80,7 @@ def _count(n: int, word: str) -> str:
     return f"{n} {word}" + ("" if n == 1 else "s")
 
 
-def _ms(us: float) -> str:
-    return f"{us / 1000:.1f} ms" if us >= 1000 else f"{us:.0f} us"
+_ms = format_us
 
 
 def timeline_svg(timeline: Timeline, *, width: int = 1200, t0: float | None = None, t1: float | None = None) -> str:

@@ -26,6 +26,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from thunderviz.trace.units import format_us
+
 if TYPE_CHECKING:  # the model calls in here; at run time this module only reads its attributes
     from thunderviz.timeline.model import CollectiveEvent, RankTimeline, Timeline
 
@@ -189,7 +191,7 @@ class CollectiveWait:
     @property
     def message(self) -> str:
         """``all_gather #12 blocks.3.attn_qkv.weight (step 2): rank 1 arrived 8.2 ms after rank 0``."""
-        unc = f" (clock +/- {_ms(self.uncertainty)})" if self.uncertainty >= 1.0 else ""
+        unc = f" (clock \u00b1{_ms(self.uncertainty)})" if self.uncertainty >= 1.0 else ""
         text = (
             f"{self.label} (step {self.step}): rank {self.last_rank} arrived {_ms(self.lateness)} after rank "
             f"{self.first_rank}{unc}"
@@ -249,8 +251,8 @@ class Straggler:
 
     @property
     def noise(self) -> str:
-        """The noise it was compared with, in words: ``step jitter 8.6 ms, clock +/- 0.20 ms``."""
-        return f"step jitter {_ms(self.jitter)}, clock +/- {_ms(self.clock)}"
+        """The noise it was compared with, in words: ``step jitter 8.6 ms, clock \u00b10.20 ms``."""
+        return f"step jitter {_ms(self.jitter)}, clock \u00b1{_ms(self.clock)}"
 
 
 @dataclass
@@ -394,9 +396,7 @@ def _lower_quartile(xs: Sequence[float]) -> float:
     return v[len(v) // 4] if v else 0.0
 
 
-def _ms(us: float) -> str:
-    ms = us / 1000
-    return f"{ms:.1f} ms" if abs(ms) >= 1 else f"{ms:.2f} ms"
+_ms = format_us
 
 
 def _rank_breakdown(tl: Timeline, rank: int) -> RankBreakdown:

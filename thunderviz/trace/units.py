@@ -1,4 +1,5 @@
-"""Byte counts as people read them: the one formatter for every size thunderviz prints (graphs, reports, diffs).
+"""Byte counts and durations as people read them: the one formatter for every size and every short duration
+thunderviz prints (graphs, reports, diffs, timelines).
 
 Here, in the plain-data layer, so trace, timeline, render and notebook code all reach it without importing each
 other. (The widgets' JavaScript formats the sizes it draws itself.)
@@ -6,7 +7,7 @@ other. (The widgets' JavaScript formats the sizes it draws itself.)
 
 from __future__ import annotations
 
-__all__ = ["format_bytes"]
+__all__ = ["format_bytes", "format_us"]
 
 _UNITS = ("KiB", "MiB", "GiB", "TiB")
 
@@ -26,3 +27,10 @@ def format_bytes(n: int | None, *, unknown: str = "n/a") -> str:
         i, scale = i + 1, scale * 1024
     tenths = (n * 10 + scale // 2) // scale
     return f"{tenths // 10}.{tenths % 10} {_UNITS[i]}"
+
+
+def format_us(us: float) -> str:
+    """A duration given in microseconds, always in ms: ``8.6 ms``, ``0.16 ms`` (a clock bound read "±163 us" on the
+    timeline and "+/- 0.16 ms" in the straggler text before; one unit lets the two be compared at a glance)."""
+    ms = us / 1000
+    return f"{ms:.1f} ms" if abs(ms) >= 1 else f"{ms:.2f} ms"

@@ -141,7 +141,7 @@ function render({ model, el: host }) {
       out.push(`<g class="tl-lane" data-rank="${r.rank}">`);
       out.push(`<text x="4" y="${y + 14}" class="tl-rank">rank ${r.rank}</text>`);
       // the clock bound beside the rank's name (the row labels fill the rest of the label column)
-      if (r.clock_us > 0) out.push(`<text x="54" y="${y + 14}" class="tl-clock">\u00b1${(r.clock_us / 1000).toFixed(2)} ms</text>`);
+      if (r.clock_us > 0) out.push(`<text x="54" y="${y + 14}" class="tl-clock">\u00b1${(r.clock_us / 1000).toFixed(r.clock_us >= 1000 ? 1 : 2)} ms</text>`);
       ROWS.forEach((name, i) => out.push(`<text x="${LABEL_W - 6}" y="${y + i * ROW + 13}" text-anchor="end" class="tl-row-label">${name}</text>`));
       for (const s of r.steps) if (vis(s[0], s[1])) rect(s[0], s[1], y, rankH - 6, "none", c.step);
       r.regions.forEach((g, i) => {
