@@ -31,7 +31,7 @@ from thunderviz.parallel.options import Parallelism, StateDictType, StrategyOpti
 from thunderviz.strategies import checkpoint, clipping
 from thunderviz.strategies.activation_checkpointing import checkpoint_modules_
 from thunderviz.strategies.materialize import has_meta_tensors
-from thunderviz.thunder import hooks
+from thunderviz.thunder import compile_reuse, hooks
 from thunderviz.thunder.comm_setup import configure_comm
 from thunderviz.thunder.executors import executor_facts, resolve_executors
 from thunderviz.thunder.facts import inspect_object
@@ -186,6 +186,7 @@ class ThunderParallelStrategy(DDPStrategy):
         # Before anything traces the module: thunder must see the checkpointed forwards (strategies.activation_...).
         checkpoint_modules_(user_module(module), facts.checkpointed)
         if decision.action is Action.JIT_AND_DISTRIBUTE:
+            compile_reuse.mark(module)
             jitted = hooks.jit(
                 module, executors=resolve_executors(how.executors, self.options.executors), **self.jit_kwargs
             )
@@ -195,6 +196,7 @@ class ThunderParallelStrategy(DDPStrategy):
             return jitted, replaced
         if decision.action is Action.DISTRIBUTE_IN_PLACE:
             inner = hooks.original_module(module)
+            compile_reuse.mark(inner)
             replaced = self._distribute_(inner)
             hooks.rebind_module_tensors(module, replaced)
             if decision.clear_cache:

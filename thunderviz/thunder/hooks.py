@@ -33,6 +33,7 @@ from typing import Any
 import torch
 import torch.distributed as tdist
 
+from thunderviz.thunder import compile_reuse
 from thunderviz.thunder.compat import SUPPORTED_THUNDER_VERSIONS, ensure_supported_thunder
 from thunderviz.thunder.executors import keep_collectives_out_of_fusions
 from thunderviz.thunder.snapshot import dtype_name
@@ -335,6 +336,7 @@ def install_sync_hook() -> None:
     """
     global _installed
     keep_collectives_out_of_fusions()
+    compile_reuse.install()
     with _install_lock:
         if _installed:
             return
@@ -410,11 +412,11 @@ def _synchronized(value: Any, p: Any, group: tdist.ProcessGroup) -> Any:
     if not isinstance(p, TensorProxy):
         return p
     config = comm_config(value.original_value)
-    recompute = bool(config is not None and config.reshard_after_forward)
-    made = [_recompute_if(recompute, dist_prims.synchronize(p, group, p.distparallel_type))]
+    made = [dist_prims.synchronize(p, group, p.distparallel_type)]
     padding = p.thunder_fsdp_padding_size
     if isinstance(padding, int) and padding > 0:
-        made.append(_recompute_if(recompute, made[-1][: made[-1].shape[0] - padding]))
+        made.append(made[-1][: made[-1].shape[0] - padding])
+    gathered = tuple(made)
     full = getattr(value.original_value, _FULL_SHAPE_ATTR, None)
     if full is not None and tuple(made[-1].shape) != tuple(full):
         # A 0-dim parameter was sharded as shape (1,). Its reshape is not recomputed: thunder 0.2.6's recompute pass
@@ -422,42 +424,59 @@ def _synchronized(value: Any, p: Any, group: tdist.ProcessGroup) -> Any:
         made.append(made[-1].reshape(full))
     synced = made[-1]
     if config is not None:
-        _note_for_comm_pass(p, config, group, () if recompute else made)
+        _note_for_comm_pass(p, config, group, gathered, tuple(made))
     # The prologue must still unpack and check the local shard (``p``); the computation sees ``synced``.
     value.value = synced
     _key_cache_on_no_sync(group)
     return synced
 
 
-def _recompute_if(recompute: bool, proxy: Any) -> Any:
-    """ZERO3: tag a value derived from the gathered parameter so thunder's autodiff recomputes it in backward.
+def _plan_of(args: tuple[Any, ...], module: Any) -> tuple[Any, ...]:
+    """``_note_for_comm_pass``'s arguments for ``module``, the module being jitted when a trace is reused: each
+    parameter's plan names its own module (accumulators are found by ``config.key``), and ZERO2 / ZERO3 differ only
+    in the plan (the interpreted trace is the same; the tags set here from the plan differ)."""
+    import dataclasses
 
-    This is thunder's own activation-checkpointing tag (``ProxyTag.RECOMPUTE_IN_BACKWARD``, read by
-    ``thunder.transforms.autodiff``): the backward gets its own all_gather of the shard, and what forward saves for
-    backward is the shard (an input anyway) instead of the unsharded weight.
+    p, config, group, gathered, made = args
+    plans = {c.param_name: c for c in (comm_config(t) for t in module.parameters()) if c is not None}
+    mine = plans.get(config.param_name)
+    neutral = {"owner_id": 0, "reshard_after_forward": False}
+    if mine is None or dataclasses.replace(mine, **neutral) != dataclasses.replace(config, **neutral):
+        raise compile_reuse.NotReusable(f"{config.param_name} has no matching plan in the module set up now")
+    return (p, mine, group, gathered, made)
+
+
+@compile_reuse.recorded(rebind=_plan_of)
+def _note_for_comm_pass(p: Any, config: Any, group: tdist.ProcessGroup, gathered: Any, made: Any) -> None:
+    """Record the parameter for the communication pass and set what its plan asks of the trace.
+
+    ZERO3 (``reshard_after_forward``): the gathered value (and its unpadded slice, ``gathered``) is tagged
+    *recompute in backward* — thunder's own activation-checkpointing tag (``ProxyTag.RECOMPUTE_IN_BACKWARD``, read
+    by ``thunder.transforms.autodiff``) — so the backward gets its own all_gather of the shard and forward saves the
+    shard (an input anyway) instead of the unsharded weight. ZERO2: the tag is taken off (a reused trace may carry
+    it from a ZERO3 run), and everything ``made`` from the gathered value must stay saved for backward, even when the
+    parameter is first read inside a checkpointed region.
     """
-    if recompute:
-        from thunder.core.proxies import ProxyTag
-
-        proxy.tags.add(ProxyTag.RECOMPUTE_IN_BACKWARD)
-    return proxy
-
-
-def _note_for_comm_pass(p: Any, config: Any, group: tdist.ProcessGroup, kept: Any = ()) -> None:
-    """Record the parameter for the communication pass; ``kept`` are the proxies that must stay saved for backward
-    (ZERO2's gathered weight), even when the parameter is first read inside a checkpointed region."""
     from thunder.core.compile_data import get_compile_data
+    from thunder.core.proxies import ProxyTag
 
     from thunderviz.thunder.comm_pass import ParamRecord, ensure_comm_transform
 
+    recompute = bool(config.reshard_after_forward)
+    for proxy in gathered:
+        if recompute:
+            proxy.tags.add(ProxyTag.RECOMPUTE_IN_BACKWARD)
+        else:
+            proxy.tags.discard(ProxyTag.RECOMPUTE_IN_BACKWARD)
     cd = get_compile_data()
     if cd is None:
         return
     t = ensure_comm_transform(cd)
     t.note_param(p.name, ParamRecord(config, group, tdist.get_world_size(group)))
-    t.note_kept(kept)
+    t.note_kept(() if recompute else made)
 
 
+@compile_reuse.recorded
 def _key_cache_on_no_sync(group: tdist.ProcessGroup) -> None:
     """Make the jitted object key its cache on ``no_sync``, as thunder does for its own DDP modules.
 

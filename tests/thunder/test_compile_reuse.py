@@ -1,0 +1,143 @@
+"""Compile reuse (issue 29): a marked module with the same code, state and inputs reuses thunder's initial trace, and
+every change the issue lists compiles afresh.
+
+Each "cell" runs in one namespace, as a notebook's cells share ``__main__``: a class or helper redefined there is
+what a user re-running an edited cell produces. Every case checks the numbers against eager on the *current* model
+(a stale trace would compute the old model) and the reuse counters; one process, thunder's default executors.
+"""
+
+from __future__ import annotations
+
+import types
+
+import pytest
+import thunder
+import torch
+
+from thunderviz.thunder import compile_reuse
+
+CELL = """
+import torch
+
+def act(x):
+    return torch.tanh(x)
+
+class Net(torch.nn.Module):
+    def __init__(self, d=8, eps=1e-5, bias=True):
+        super().__init__()
+        self.fc = torch.nn.Linear(d, d, bias=bias)
+        self.norm = torch.nn.LayerNorm(d, eps=eps)
+        self.scale = 2
+
+    def forward(self, x):
+        return self.norm(act(self.fc(x))) * self.scale
+"""
+
+
+@pytest.fixture
+def ns() -> dict:
+    compile_reuse.install()
+    namespace: dict = {"__name__": "__main__"}
+    exec(CELL, namespace)
+    return namespace
+
+
+def _did(model: torch.nn.Module, x: torch.Tensor, **jit_options) -> str:
+    """What reuse did for this model's first call ("reused", "compiled", "neither"); checks the output against eager."""
+    compile_reuse.mark(model)
+    before = compile_reuse.stats()
+    out = thunder.jit(model, **jit_options)(x)
+    after = compile_reuse.stats()
+    torch.testing.assert_close(out, model(x))
+    return "reused" if after.hits > before.hits else "compiled" if after.misses > before.misses else "neither"
+
+
+def _x(d: int = 8, batch: int = 2, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.randn(batch, d, generator=torch.Generator().manual_seed(1), dtype=dtype)
+
+
+def test_an_unchanged_model_reuses_and_computes_the_same(ns):
+    torch.manual_seed(0)
+    first = ns["Net"]()
+    _did(first, _x())  # builds the entry (or reuses one an earlier test left: same code, same key)
+    torch.manual_seed(0)
+    a, b = ns["Net"](), ns["Net"]()
+    b.load_state_dict(a.state_dict())
+    ja, jb = thunder.jit(a), thunder.jit(b)
+    for m in (a, b):
+        compile_reuse.mark(m)
+    before = compile_reuse.stats()
+    out_a, out_b = ja(_x()), jb(_x())
+    assert compile_reuse.stats().hits == before.hits + 2
+    assert torch.equal(out_a, out_b)
+    ops = [[bs.sym.name for bs in thunder.last_traces(j)[-1].bound_symbols] for j in (ja, jb)]
+    assert ops[0] == ops[1]
+    # what the reused trace computes is the new module's parameters, not the first module's
+    torch.testing.assert_close(out_a, a(_x()))
+    with torch.no_grad():
+        b.fc.weight.add_(1.0)
+    assert not torch.allclose(jb(_x()), out_b)
+
+
+def test_a_class_redefined_with_another_forward_compiles(ns):
+    _did(ns["Net"](), _x())
+    exec(CELL.replace("* self.scale", "* self.scale + 1"), ns)
+    assert _did(ns["Net"](), _x()) == "compiled"
+
+
+def test_a_redefined_global_helper_compiles(ns):
+    _did(ns["Net"](), _x())
+    exec("def act(x):\n    return torch.relu(x)\n", ns)
+    assert _did(ns["Net"](), _x()) == "compiled"
+
+
+def test_a_changed_attribute_compiles(ns):
+    _did(ns["Net"](), _x())
+    m = ns["Net"]()
+    m.scale = 3
+    assert _did(m, _x()) == "compiled"
+    assert _did(ns["Net"](eps=1e-3), _x()) == "compiled"
+
+
+def test_changed_parameters_compile(ns):
+    _did(ns["Net"](), _x())
+    assert _did(ns["Net"](d=16), _x(16)) == "compiled"  # shapes
+    assert _did(ns["Net"]().double(), _x(dtype=torch.float64)) == "compiled"  # dtypes
+    m = ns["Net"]()
+    m.fc.weight.requires_grad_(False)
+    assert _did(m, _x()) == "compiled"  # requires_grad
+
+
+def test_changed_inputs_compile(ns):
+    _did(ns["Net"](), _x())
+    assert _did(ns["Net"](), _x(batch=3)) == "compiled"
+
+
+def test_a_swapped_submodule_compiles(ns):
+    _did(ns["Net"](), _x())
+    m = ns["Net"]()
+    m.norm = torch.nn.Identity()
+    assert _did(m, _x()) == "compiled"
+
+
+def test_forward_replaced_on_an_instance_compiles(ns):
+    _did(ns["Net"](), _x())
+    m = ns["Net"]()
+    m.forward = types.MethodType(lambda self, x: self.fc(x) * 5, m)
+    assert _did(m, _x()) == "compiled"
+
+
+def test_other_executors_or_options_compile(ns):
+    _did(ns["Net"](), _x())
+    assert _did(ns["Net"](), _x(), executors=["torch", "python"]) == "compiled"
+    assert _did(ns["Net"](), _x(), disable_torch_autograd=True) == "compiled"
+
+
+def test_unmarked_modules_and_the_switch_never_reuse(ns, monkeypatch):
+    _did(ns["Net"](), _x())
+    before = compile_reuse.stats()
+    plain = ns["Net"]()
+    torch.testing.assert_close(thunder.jit(plain)(_x()), plain(_x()))
+    assert compile_reuse.stats() == before  # not ours: thunder as usual, not even counted
+    monkeypatch.setenv(compile_reuse.ENV_VARIABLE, "0")
+    assert _did(ns["Net"](), _x()) == "neither"

@@ -1,0 +1,426 @@
+"""Reuse thunder's initial trace when a cell sets up a model whose code and structure did not change (issue 29).
+
+Why: thunder 0.2.6 spends most of a first call in ``thunder_general_jit`` (its bytecode interpreter: 78% of 13 s
+for the tutorial's TinyGPT on these machines), and a notebook pays it on every rank for every cell, also when the
+user re-runs a cell or switches ZERO2 to ZERO3 on the same model class. Its cache cannot help: it lives in one jitted
+object, and a prologue checks values, never code. So the interpreter's result (prologue, computation and epilogue
+traces) is kept here per process, under a key that covers everything the trace could depend on, and a later jitted
+object with the same key gets a copy bound to its own module; thunder then runs everything after the interpreter as
+usual (our transforms, autodiff, executors, fusion), and the new module still passes through a prologue that checks
+its values.
+
+The key (``reuse_key``), "when in doubt, compile":
+
+- code: every class in the module tree and the code of every function reachable from its methods (helpers through
+  globals and closures, recursively; library code by name), an instance's own functions (a replaced ``forward``),
+  and forward hooks: any change is a different key;
+- state: parameter and buffer names, shapes, dtypes, devices, ``requires_grad`` and what our strategies attached to
+  them (process group, communication plan, full shape); each module's plain attributes (numbers, strings, dtypes,
+  dataclass configs); an attribute of any other kind makes the call compile;
+- the call: the inputs' metadata, thunder's compile options, executors, cache option and the cache info it keys on
+  (grad mode, autocast, ``no_sync``), and the transforms (only ours may be present).
+
+What our sync hook does while thunder interprets (``hooks._note_for_comm_pass``, ``hooks._key_cache_on_no_sync``)
+is recorded with the entry and replayed for the new jitted object. Only modules our strategies marked (``mark``)
+are reused, never a user's own ``thunder.jit`` elsewhere in the process; ``THUNDERVIZ_COMPILE_REUSE=0`` turns it off.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import enum
+import functools
+import os
+import threading
+import time
+import types
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+__all__ = ["ENV_VARIABLE", "NotReusable", "ReuseStats", "enabled", "install", "mark", "recorded", "reuse_key", "stats"]
+
+ENV_VARIABLE = "THUNDERVIZ_COMPILE_REUSE"
+_MARK = "_thunderviz_compile_reuse"
+#: entries kept per process (each holds three traces; a notebook compares a handful of strategies)
+_CAPACITY = 16
+#: modules whose code cannot change under a running process: named, not fingerprinted
+_LIBRARIES = ("torch", "thunder", "lightning", "lightning_utilities", "builtins", "typing", "functools", "math")
+
+
+@dataclasses.dataclass
+class ReuseStats:
+    """What the last calls did: ``hits`` reused a trace, ``misses`` interpreted (``last`` says which and why)."""
+
+    hits: int = 0
+    misses: int = 0
+    last: str = ""
+    last_interpret_s: float = 0.0
+
+
+@dataclasses.dataclass
+class _Entry:
+    results: Any
+    effects: list[tuple[Callable[..., Any], tuple[Any, ...], Any]]
+    interpret_s: float
+
+
+_lock = threading.Lock()
+_store: OrderedDict[Any, _Entry] = OrderedDict()
+_stats = ReuseStats()
+_recording = threading.local()
+_installed = False
+
+
+def enabled() -> bool:
+    """Whether reuse is on in this process (``THUNDERVIZ_COMPILE_REUSE=0`` turns it off)."""
+    return os.environ.get(ENV_VARIABLE, "1") != "0"
+
+
+def stats() -> ReuseStats:
+    """This process's counters (a copy)."""
+    return dataclasses.replace(_stats)
+
+
+def mark(module: torch.nn.Module) -> None:
+    """Let this module's jitted calls reuse a trace (our strategies mark what they jit or distribute)."""
+    object.__setattr__(module, _MARK, True)
+
+
+def recorded(
+    fn: Callable[..., Any] | None = None, *, rebind: Callable[[tuple[Any, ...], Any], tuple[Any, ...]] | None = None
+) -> Any:
+    """Decorate a function our hook calls while thunder interprets: the call is recorded with the entry being built,
+    and replayed when the entry is reused. ``rebind(args, module)`` gives the arguments for the module being jitted
+    now (a parameter's communication plan names its own module); it raises ``NotReusable`` when it cannot."""
+
+    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(f)
+        def wrapper(*args: Any) -> Any:
+            effects = getattr(_recording, "effects", None)
+            if effects is not None:
+                effects.append((f, args, rebind))
+            return f(*args)
+
+        return wrapper
+
+    return decorate if fn is None else decorate(fn)
+
+
+@contextmanager
+def _record() -> Iterator[list[tuple[Callable[..., Any], tuple[Any, ...], Any]]]:
+    previous = getattr(_recording, "effects", None)
+    _recording.effects = effects = []
+    try:
+        yield effects
+    finally:
+        _recording.effects = previous
+
+
+def install() -> None:
+    """Wrap thunder's interpreter entry point once per process (thunder's ``jit`` looks it up at every cache miss)."""
+    global _installed
+    with _lock:
+        if _installed:
+            return
+        import thunder
+
+        original = thunder.thunder_general_jit
+
+        @functools.wraps(original)
+        def reusing_general_jit(fn: Any, args: Any, kwargs: Any, /, **kw: Any) -> Any:
+            if not (enabled() and getattr(fn, _MARK, False)):
+                return original(fn, args, kwargs, **kw)
+            key, why = reuse_key(fn, args, kwargs)
+            entry = None if key is None else _store.get(key)
+            if entry is not None:
+                try:
+                    calls = [(f, a if rebind is None else rebind(a, fn)) for f, a, rebind in entry.effects]
+                except NotReusable as e:
+                    entry, why = None, str(e)
+            if entry is not None:
+                _store.move_to_end(key)
+                for f, a in calls:
+                    f(*a)
+                _stats.hits += 1
+                _stats.last = f"reused a trace (interpreting it took {entry.interpret_s:.1f} s)"
+                return _rebound(entry.results, fn)
+            t0 = time.perf_counter()
+            with _record() as effects:
+                results = original(fn, args, kwargs, **kw)
+            took = time.perf_counter() - t0
+            _stats.misses += 1
+            _stats.last = f"interpreted in {took:.1f} s" + (f": {why}" if why else "")
+            _stats.last_interpret_s = took
+            ad_hoc = kw.get("ad_hoc_executor")
+            if ad_hoc is not None and getattr(ad_hoc, "implmap", None):
+                # Ops the interpreter registered on this jit's own executor (a custom autograd.Function): another
+                # jitted object's executor list cannot run them.
+                key = None
+                _stats.last += " (not kept: it registered ops of its own)"
+            if key is not None:
+                _store[key] = _Entry(_rebound(results, None), effects, took)
+                while len(_store) > _CAPACITY:
+                    _store.popitem(last=False)
+            return results
+
+        reusing_general_jit.__thunderviz_original__ = original  # type: ignore[attr-defined]
+        thunder.thunder_general_jit = reusing_general_jit
+        _installed = True
+
+
+def _copy_trace(trace: Any, fn: Any = ...) -> Any:
+    """A trace that shares the bound symbols (thunder's passes build new traces, never edit these) but not the
+    containers a pass appends to; with ``fn``, bound to that callable (None: to nothing, so that a kept entry does
+    not keep the module it was traced from alive)."""
+    out = copy.copy(trace)
+    out._bound_symbols = list(trace.bound_symbols)
+    out.scopes = [out._bound_symbols]
+    out.names = set(trace.names)
+    out._tags = set(trace._tags)
+    out._object_ctx = dict(trace._object_ctx)
+    if fn is not ...:
+        out.fn = fn
+    return out
+
+
+def _rebound(results: Any, fn: Any) -> Any:
+    """The cached interpreter result, with the prologue reading its parameters from ``fn``."""
+    return type(results)(
+        _copy_trace(results.prologue_trace, fn),
+        _copy_trace(results.computation_trace),
+        None if results.epilogue_trace is None else _copy_trace(results.epilogue_trace),
+        results.interpreter_log,
+    )
+
+
+# -- the key ----------------------------------------------------------------------------------------------------
+
+
+class NotReusable(Exception):
+    """Something the key (or a replayed effect) cannot describe safely: compile."""
+
+
+_Unknown = NotReusable
+
+
+def reuse_key(fn: Any, args: Any, kwargs: Any) -> tuple[Any, str]:
+    """(key, "") for a call that may reuse a trace, or (None, why not)."""
+    if not isinstance(fn, torch.nn.Module):
+        return None, "only modules are reused"
+    try:
+        seen: dict[int, Any] = {}
+        return (
+            (
+                _module_key(fn, seen),
+                _value(args, seen),
+                _value(kwargs, seen),
+                _thunder_key(),
+            ),
+            "",
+        )
+    except _Unknown as e:
+        return None, f"not reusable: {e}"
+
+
+def _thunder_key() -> tuple[Any, ...]:
+    import thunder
+    from thunder.core.compile_data import get_compile_data
+
+    from thunderviz.thunder.comm_pass import CommTransform
+
+    cd = get_compile_data()
+    if cd is None:
+        raise _Unknown("no compile data")
+    if any(not isinstance(t, CommTransform) for t in cd.transforms or ()):
+        raise _Unknown("the jitted object has transforms of its own")
+    options = tuple(sorted((k, repr(v)) for k, v in (cd.compile_options or {}).items()))
+    info = tuple(sorted((k, repr(v)) for k, v in thunder._get_cache_info().items()))
+    return (
+        # every jit has its own ad hoc executor (named by id): what it holds is checked when an entry is kept
+        tuple(ex.name for ex in cd.executors_list if not ex.name.startswith("__ad_hoc_executor")),
+        options,
+        str(cd.cache_option),
+        str(cd.sharp_edges),
+        bool(cd.disable_torch_autograd_support),
+        info,
+    )
+
+
+def _group_key(group: Any) -> tuple[Any, ...]:
+    """A process group by identity (a trace calls that very object) and by what it is, should an id be reused."""
+    size = getattr(group, "size", None)
+    rank = getattr(group, "rank", None)
+    return ("group", id(group), size() if callable(size) else None, rank() if callable(rank) else None)
+
+
+def _plan_key(config: Any) -> str:
+    """A parameter's communication plan, less what the replayed plan brings (``hooks._plan_of``): the id of the
+    module it belongs to (new with every set-up) and ZERO3's resharding (tags set at replay)."""
+    if dataclasses.is_dataclass(config) and hasattr(config, "owner_id"):
+        # ZERO2 and ZERO3 interpret to the same trace: the replayed plan sets the tags that differ
+        config = dataclasses.replace(config, owner_id=0, reshard_after_forward=False)
+    return repr(config)
+
+
+def _tensor_key(t: torch.Tensor) -> tuple[Any, ...]:
+    from thunderviz.thunder import hooks
+
+    group = getattr(t, hooks._GROUP_ATTR, None)
+    return (
+        tuple(t.shape),
+        str(t.dtype),
+        str(t.device),
+        t.requires_grad,
+        None if group is None else _group_key(group),
+        _plan_key(hooks.comm_config(t)),
+        repr(getattr(t, hooks._FULL_SHAPE_ATTR, None)),
+        repr(getattr(t, "distparallel_type", None)),
+        repr(getattr(t, "_thunder_fsdp_padding_size", None)),
+    )
+
+
+_MODULE_BOOKKEEPING = {
+    "_parameters",
+    "_buffers",
+    "_modules",
+    "_non_persistent_buffers_set",
+    "_state_dict_hooks",
+    "_state_dict_pre_hooks",
+    "_load_state_dict_pre_hooks",
+    "_load_state_dict_post_hooks",
+    "_backward_pre_hooks",
+    "_backward_hooks",
+    "_is_full_backward_hook",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+    "_forward_pre_hooks_with_kwargs",
+    "training",
+    _MARK,
+}
+
+
+def _module_key(module: torch.nn.Module, seen: dict[int, Any]) -> tuple[Any, ...]:
+    out: list[Any] = []
+    for name, m in module.named_modules(remove_duplicate=False):
+        attrs = []
+        for attr, value in sorted(vars(m).items()):
+            if attr in _MODULE_BOOKKEEPING:
+                continue
+            if attr in ("_forward_hooks", "_forward_pre_hooks"):
+                attrs.append((attr, tuple(_value(h, seen) for h in value.values())))
+                continue
+            attrs.append((attr, _value(value, seen)))
+        out.append(
+            (
+                name,
+                _class_key(type(m), seen),
+                m.training,
+                tuple(attrs),
+                tuple((n, _tensor_key(p)) for n, p in m.named_parameters(recurse=False)),
+                tuple((n, None if b is None else _tensor_key(b)) for n, b in m.named_buffers(recurse=False)),
+            )
+        )
+    return tuple(out)
+
+
+def _is_library(obj: Any) -> bool:
+    module = getattr(obj, "__module__", None) or ""
+    return module.split(".", 1)[0] in _LIBRARIES
+
+
+def _class_key(cls: type, seen: dict[int, Any]) -> Any:
+    if id(cls) in seen:
+        return ("class", cls.__qualname__)
+    seen[id(cls)] = True
+    if _is_library(cls):
+        return ("class", cls.__module__, cls.__qualname__)
+    members = []
+    for klass in cls.__mro__:
+        if klass is object or _is_library(klass):
+            continue
+        for attr, value in sorted(vars(klass).items()):
+            if attr in ("__dict__", "__weakref__", "__doc__", "__module__", "__qualname__", "__annotations__"):
+                continue
+            members.append((klass.__qualname__, attr, _value(value, seen)))
+    return ("class", cls.__module__, cls.__qualname__, tuple(members))
+
+
+def _code_key(code: types.CodeType, glob: dict[str, Any], seen: dict[int, Any]) -> tuple[Any, ...]:
+    consts = tuple(
+        _code_key(c, glob, seen) if isinstance(c, types.CodeType) else (type(c).__name__, repr(c))
+        for c in code.co_consts
+    )
+    names = []
+    for n in code.co_names:
+        if n in glob:
+            names.append((n, _value(glob[n], seen, global_name=True)))
+        else:
+            names.append((n,))
+    return (code.co_code, consts, tuple(names), code.co_varnames, code.co_freevars)
+
+
+def _function_key(f: types.FunctionType, seen: dict[int, Any]) -> Any:
+    if id(f) in seen:
+        return ("function", f.__qualname__)
+    seen[id(f)] = True
+    if _is_library(f):
+        return ("function", f.__module__, f.__qualname__)
+    cells = tuple(_value(c.cell_contents, seen) for c in (f.__closure__ or ()))
+    return (
+        "function",
+        f.__module__,
+        f.__qualname__,
+        _code_key(f.__code__, f.__globals__, seen),
+        _value(f.__defaults__, seen),
+        _value(f.__kwdefaults__, seen),
+        cells,
+    )
+
+
+def _value(v: Any, seen: dict[int, Any], *, global_name: bool = False) -> Any:
+    """A hashable description of ``v``, or ``_Unknown``: never ``id()`` alone for something whose content matters."""
+    if v is None or isinstance(v, (bool, int, float, complex, str, bytes)):
+        return (type(v).__name__, repr(v))
+    if isinstance(v, (torch.dtype, torch.device, torch.Size, enum.Enum)):
+        return (type(v).__name__, repr(v))
+    if isinstance(v, (tuple, list, frozenset, set)):
+        items = sorted(v, key=repr) if isinstance(v, (set, frozenset)) else v
+        return (type(v).__name__, tuple(_value(x, seen) for x in items))
+    if isinstance(v, dict):
+        return ("dict", tuple((repr(k), _value(x, seen)) for k, x in v.items()))
+    if isinstance(v, torch.Tensor):
+        if isinstance(v, torch.nn.Parameter) or global_name:
+            raise _Unknown("a tensor is read as a constant")
+        return ("tensor", _tensor_key(v))
+    if isinstance(v, types.FunctionType):
+        return _function_key(v, seen)
+    if isinstance(v, types.MethodType):
+        return ("method", _value(v.__func__, seen), id(v.__self__))
+    if isinstance(v, (staticmethod, classmethod)):
+        return (type(v).__name__, _value(v.__func__, seen))
+    if isinstance(v, property):
+        return ("property", _value(v.fget, seen), _value(v.fset, seen))
+    if isinstance(v, (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType)):
+        return ("builtin", getattr(v, "__module__", None), getattr(v, "__qualname__", repr(v)))
+    if isinstance(v, types.ModuleType):
+        return ("module", v.__name__)
+    if isinstance(v, type):
+        return _class_key(v, seen)
+    if isinstance(v, torch.distributed.ProcessGroup):
+        return _group_key(v)
+    if isinstance(v, torch.nn.Module):
+        return ("submodule", type(v).__qualname__)  # its own entry in the module tree covers the rest
+    if dataclasses.is_dataclass(v):
+        return ("dataclass", _class_key(type(v), seen), repr(v))
+    if _is_library(type(v)) and isinstance(v, Callable):  # e.g. a torch op overload, functools.partial of torch
+        return ("library", type(v).__module__, type(v).__qualname__, repr(v))
+    if global_name:
+        # A global the code names but that is none of the above (a logger, a registry): its identity is enough
+        # only when the code does not read data out of it; we cannot tell, so compile.
+        raise _Unknown(f"a global of type {type(v).__name__}")
+    raise _Unknown(f"an attribute of type {type(v).__name__}")
