@@ -16,16 +16,16 @@ import torch
 
 from tests.helpers.rank_pool import run_on_pool
 
-# (label, strategy kind, sharding, reuse on)
+# (label, strategy kind, sharding, reuse on): off by the process switch, or (None) by the strategy's option
 SEQUENCE = [
     ("zero2", "fsdp", "ZERO2", True),
     ("zero3 reused", "fsdp", "ZERO3", True),
     ("zero3 fresh", "fsdp", "ZERO3", False),
     ("zero2 reused", "fsdp", "ZERO2", True),
-    ("zero2 fresh", "fsdp", "ZERO2", False),
+    ("zero2 fresh", "fsdp", "ZERO2", None),
     ("ddp", "ddp", None, True),
     ("ddp reused", "ddp", None, True),
-    ("ddp fresh", "ddp", None, False),
+    ("ddp fresh", "ddp", None, None),
 ]
 
 
@@ -40,8 +40,9 @@ def reuse_sequence(rank: int, world: int) -> list[dict[str, Any]]:
     saved = os.environ.get(compile_reuse.ENV_VARIABLE)
     try:
         for label, kind, sharding, reuse in SEQUENCE:
-            os.environ[compile_reuse.ENV_VARIABLE] = "1" if reuse else "0"
-            fabric = common.fabric(kind, **({"sharding_strategy": sharding} if sharding else {}))
+            os.environ[compile_reuse.ENV_VARIABLE] = "0" if reuse is False else "1"
+            options = {"sharding_strategy": sharding} if sharding else {}
+            fabric = common.fabric(kind, **options, **({"compile_reuse": False} if reuse is None else {}))
             torch.manual_seed(0)
             model = fabric.setup(TinyGPT(n_layer=2, d_model=32, n_head=2, block_size=16, vocab_size=64))
             opt = fabric.setup_optimizers(torch.optim.AdamW(model.parameters(), lr=1e-2))

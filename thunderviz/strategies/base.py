@@ -186,7 +186,7 @@ class ThunderParallelStrategy(DDPStrategy):
         # Before anything traces the module: thunder must see the checkpointed forwards (strategies.activation_...).
         checkpoint_modules_(user_module(module), facts.checkpointed)
         if decision.action is Action.JIT_AND_DISTRIBUTE:
-            compile_reuse.mark(module)
+            compile_reuse.mark(module, self.options.compile_reuse)
             jitted = hooks.jit(
                 module, executors=resolve_executors(how.executors, self.options.executors), **self.jit_kwargs
             )
@@ -196,7 +196,7 @@ class ThunderParallelStrategy(DDPStrategy):
             return jitted, replaced
         if decision.action is Action.DISTRIBUTE_IN_PLACE:
             inner = hooks.original_module(module)
-            compile_reuse.mark(inner)
+            compile_reuse.mark(inner, self.options.compile_reuse)
             replaced = self._distribute_(inner)
             hooks.rebind_module_tensors(module, replaced)
             if decision.clear_cache:

@@ -86,9 +86,10 @@ def stats() -> ReuseStats:
     return dataclasses.replace(_stats)
 
 
-def mark(module: torch.nn.Module) -> None:
-    """Let this module's jitted calls reuse a trace (our strategies mark what they jit or distribute)."""
-    object.__setattr__(module, _MARK, True)
+def mark(module: torch.nn.Module, reuse: bool = True) -> None:
+    """Let this module's jitted calls reuse a trace, or not (our strategies mark what they jit or distribute, with
+    their ``compile_reuse`` option)."""
+    object.__setattr__(module, _MARK, bool(reuse))
 
 
 def recorded(
