@@ -211,3 +211,26 @@ def test_capturing_traces_is_its_own_phase(engine: RankEngine) -> None:
     # nothing jitted ran: nothing captured, and no "collecting" phase
     report, phases = _phases_per_rank(engine, "z = 1\n")
     assert report.bundles == {} and phases[0][-2:] == phases[1][-2:] == ["running", "done"], phases
+
+
+def test_a_rerun_cell_reports_that_it_reused_the_trace_and_the_option_turns_it_off(engine: RankEngine) -> None:
+    """Issue 29: the report says what each rank's compile did; ``compile_reuse=False`` (``--no-compile-reuse``)
+    interprets afresh."""
+    cell = (
+        "class Reused(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = torch.nn.Linear(4, 4)\n"
+        "    def forward(self, x):\n"
+        "        return self.fc(x).relu()\n"
+        "m = fabric.setup(Reused())\n"
+        "fabric.backward(m(torch.randn(2, 4)).sum())\n"
+    )
+    fsdp = StrategySpec("thunder_fsdp")
+    first = engine.run(cell, strategy=fsdp)
+    again = engine.run(cell, strategy=fsdp)
+    off = engine.run(cell, strategy=StrategySpec("thunder_fsdp", {"compile_reuse": False}))
+    assert sorted(first.compiles) == [0, 1] and first.compile_story.startswith("interpreted in")
+    assert again.compile_story.startswith("reused an earlier set-up's trace"), again.compile_story
+    assert "compile: reused" in repr(again) and "compile: reused" in again.to_html()
+    assert off.compile_story.startswith("interpreted in"), off.compile_story

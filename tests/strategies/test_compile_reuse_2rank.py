@@ -2,7 +2,8 @@
 interpreted trace, and train exactly as a fresh compile does: the same ops in the same order, forward and backward,
 the same buckets, bit-identical losses and parameters after two AdamW steps.
 
-The staleness cases (a changed class, helper, attribute, parameter, input, submodule, forward, executor) are
+Case 1 (the strategy jits) and case 3 (the user jitted, the strategy distributes in place). The staleness cases (a
+changed class, helper, attribute, parameter, input, submodule, forward, executor) are
 tests/thunder/test_compile_reuse.py, one process; here what only ranks have: process groups, shards, plans.
 """
 
@@ -26,6 +27,10 @@ SEQUENCE = [
     ("ddp", "ddp", None, True),
     ("ddp reused", "ddp", None, True),
     ("ddp fresh", "ddp", None, None),
+    # case 3: the user jitted the module, the strategy distributes it in place
+    ("case 3", "fsdp", "ZERO3", True),
+    ("case 3 reused", "fsdp", "ZERO3", True),
+    ("case 3 fresh", "fsdp", "ZERO3", None),
 ]
 
 
@@ -44,7 +49,8 @@ def reuse_sequence(rank: int, world: int) -> list[dict[str, Any]]:
             options = {"sharding_strategy": sharding} if sharding else {}
             fabric = common.fabric(kind, **options, **({"compile_reuse": False} if reuse is None else {}))
             torch.manual_seed(0)
-            model = fabric.setup(TinyGPT(n_layer=2, d_model=32, n_head=2, block_size=16, vocab_size=64))
+            built = TinyGPT(n_layer=2, d_model=32, n_head=2, block_size=16, vocab_size=64)
+            model = fabric.setup(thunder.jit(built) if label.startswith("case 3") else built)
             opt = fabric.setup_optimizers(torch.optim.AdamW(model.parameters(), lr=1e-2))
             before = compile_reuse.stats()
             losses = []
@@ -83,7 +89,13 @@ def runs() -> list[dict[str, dict[str, Any]]]:
 
 
 @pytest.mark.parametrize(
-    ("reused", "fresh"), [("zero3 reused", "zero3 fresh"), ("zero2 reused", "zero2 fresh"), ("ddp reused", "ddp fresh")]
+    ("reused", "fresh"),
+    [
+        ("zero3 reused", "zero3 fresh"),
+        ("zero2 reused", "zero2 fresh"),
+        ("ddp reused", "ddp fresh"),
+        ("case 3 reused", "case 3 fresh"),
+    ],
 )
 def test_a_reused_trace_trains_exactly_as_a_fresh_compile(runs, reused, fresh):
     for by_label in runs:

@@ -42,6 +42,7 @@ def before_user_cell(_info: Any) -> None:
     """The ``pre_run_cell`` hook: measure the cell's steps' memory, and with ``--timeline`` start recording this rank,
     just before the user's code."""
     memory_measure.cell_started(user_namespace)
+    _forget_compiles()
     if not STATE.timeline_steps:
         return
     from thunderviz.ranks.timeline_rank import start_cell_recording
@@ -50,6 +51,14 @@ def before_user_cell(_info: Any) -> None:
     STATE.recorder, STATE.timeline_problems = start_cell_recording(
         STATE.timeline_steps, fabric=fabric, previous=STATE.recorder
     )
+
+
+def _forget_compiles() -> None:
+    """Start the cell's compile log afresh (what earlier cells compiled is not this cell's story)."""
+    import sys
+
+    if "thunderviz.thunder.compile_reuse" in sys.modules:  # nothing was compiled through a strategy otherwise
+        sys.modules["thunderviz.thunder.compile_reuse"].take_events()
 
 
 def after_user_cell(result: Any) -> None:

@@ -36,6 +36,14 @@ def read_memory(*, cuda: bool) -> MemoryReading:
     return memory
 
 
+def _compiles() -> list[str]:
+    """What this cell's compiles did (``thunder.compile_reuse``); empty when no strategy compiled anything."""
+    import sys
+
+    reuse = sys.modules.get("thunderviz.thunder.compile_reuse")
+    return reuse.take_events() if reuse is not None else []
+
+
 def collect(
     ns: dict[str, Any], before: CellSnapshot, *, keep_bundles: bool, by_object: dict[int, Any] | None = None
 ) -> ReportData:
@@ -56,6 +64,7 @@ def collect(
         bundles={},
         ledgers={},
         problems=[],
+        compile=_compiles(),
     )
     try:
         targets = cell_targets(ns, before)

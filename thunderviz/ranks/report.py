@@ -37,6 +37,8 @@ class RunReport:
     mismatches: dict[str, list[Any]] = field(default_factory=dict)
     memory: dict[int, MemoryReading] = field(default_factory=dict)
     step_memory: dict[int, StepMemory] = field(default_factory=dict)
+    #: per rank, what each compile of the cell did (``thunder.compile_reuse``): reused a trace, or interpreted
+    compiles: dict[int, list[str]] = field(default_factory=dict)
     prediction: MemoryEstimate | None = None
     prediction_name: str = ""
     outputs: dict[int, str] = field(default_factory=dict)
@@ -95,6 +97,8 @@ class RunReport:
             report.memory[rank] = MemoryReading(**data.get("memory", {}))
             if data.get("step_memory") is not None:
                 report.step_memory[rank] = data["step_memory"]
+            if data.get("compile"):
+                report.compiles[rank] = list(data["compile"])
             if data.get("bundles"):
                 report.bundles_by_rank[rank] = dict(data["bundles"])
             for name, ledger in data.get("ledgers", {}).items():
@@ -103,6 +107,11 @@ class RunReport:
         report.problems = sorted(set(report.problems), key=report.problems.index)
         report.mismatches = _mismatches(report.ledgers)
         return report
+
+    @property
+    def compile_story(self) -> str:
+        """What the cell's compiles did, in one line (``compile_summary``); empty when nothing was compiled."""
+        return compile_summary(self.compiles)
 
     def memory_comparison(self) -> dict[int, MemoryComparison]:
         """Per rank: the plan's prediction against the measured step peak (empty without ``--plan`` or without a
@@ -122,8 +131,9 @@ class RunReport:
         kind = self.strategy.describe() if self.strategy is not None else "no strategy"
         name = f"{self.name}: " if self.name else ""
         decided = "; ".join(d.headline for d in self.decisions) or "no decisions"
+        compiled = f"compile: {self.compile_story}; " if self.compiles else ""
         return (
-            f"<RunReport {name}{kind} on {self.world_size} ranks ({self.backend}): {decided}; "
+            f"<RunReport {name}{kind} on {self.world_size} ranks ({self.backend}): {decided}; {compiled}"
             f"{len(self.bundles)} traced objects, "
             f"{sum(len(m) for m in self.mismatches.values())} collective mismatches>"
         )
@@ -136,6 +146,17 @@ class RunReport:
         from thunderviz.render.run_report import run_report_html  # the rank engine itself never needs render
 
         return run_report_html(self, standalone=standalone)
+
+
+def compile_summary(compiles: dict[int, list[str]]) -> str:
+    """``reused an earlier set-up's trace (interpreting it took 9.1 s)`` once when every rank did the same,
+    else per rank."""
+    if not compiles:
+        return ""
+    stories = {rank: "; ".join(events) for rank, events in sorted(compiles.items())}
+    if len(set(stories.values())) == 1:
+        return next(iter(stories.values()))
+    return "; ".join(f"rank {rank}: {story}" for rank, story in stories.items())
 
 
 def _merge_timeline(report: RunReport, collected: dict[int, ReportData], failed: dict[int, str]) -> None:

@@ -62,6 +62,9 @@ def run_report_html(report: RunReportLike, *, standalone: bool = True) -> str:
 
 def _report_body(report: RunReportLike) -> str:
     parts = [f"<h3>{escape(run_report_title(report))}</h3>"]
+    story = getattr(report, "compile_story", "")
+    if story:  # a re-run cell reuses thunder's interpreted trace: say so, and what it cost when it did not
+        parts.append(f"<p class='compile'>compile: {escape(story)}</p>")
     traces = _traces_html(report.bundles_by_rank, report.ledgers, report.decisions)
     if traces is None or not report.bundles_by_rank:
         parts.append(_decisions_html(report.decisions))  # otherwise the trace report carries the decisions

@@ -42,7 +42,18 @@ from typing import Any
 
 import torch
 
-__all__ = ["ENV_VARIABLE", "NotReusable", "ReuseStats", "enabled", "install", "mark", "recorded", "reuse_key", "stats"]
+__all__ = [
+    "ENV_VARIABLE",
+    "NotReusable",
+    "ReuseStats",
+    "enabled",
+    "install",
+    "mark",
+    "recorded",
+    "reuse_key",
+    "stats",
+    "take_events",
+]
 
 ENV_VARIABLE = "THUNDERVIZ_COMPILE_REUSE"
 _MARK = "_thunderviz_compile_reuse"
@@ -72,6 +83,8 @@ class _Entry:
 _lock = threading.Lock()
 _store: OrderedDict[Any, _Entry] = OrderedDict()
 _stats = ReuseStats()
+#: what each marked compile did since the last ``take_events`` (a cell report shows them)
+_events: list[str] = []
 _recording = threading.local()
 _installed = False
 
@@ -84,6 +97,14 @@ def enabled() -> bool:
 def stats() -> ReuseStats:
     """This process's counters (a copy)."""
     return dataclasses.replace(_stats)
+
+
+def take_events() -> list[str]:
+    """What each marked compile did since the last call (``reused ...`` / ``interpreted in 9.1 s: why``), and forget
+    them: a rank calls it when a cell starts and when it ends."""
+    out = list(_events)
+    _events.clear()
+    return out
 
 
 def mark(module: torch.nn.Module, reuse: bool = True) -> None:
@@ -134,8 +155,14 @@ def install() -> None:
 
         @functools.wraps(original)
         def reusing_general_jit(fn: Any, args: Any, kwargs: Any, /, **kw: Any) -> Any:
-            if not (enabled() and getattr(fn, _MARK, False)):
+            marked = getattr(fn, _MARK, None)
+            if marked is None:  # not set up by our strategies: thunder as usual, not even counted
                 return original(fn, args, kwargs, **kw)
+            if not (marked and enabled()):
+                t0 = time.perf_counter()
+                results = original(fn, args, kwargs, **kw)
+                _events.append(f"interpreted in {time.perf_counter() - t0:.1f} s (compile reuse is off)")
+                return results
             key, why = reuse_key(fn, args, kwargs)
             entry = None if key is None else _store.get(key)
             if entry is not None:
@@ -149,13 +176,14 @@ def install() -> None:
                     f(*a)
                 _stats.hits += 1
                 _stats.last = f"reused a trace (interpreting it took {entry.interpret_s:.1f} s)"
+                _events.append(f"reused an earlier set-up's trace (interpreting it took {entry.interpret_s:.1f} s)")
                 return _rebound(entry.results, fn)
             t0 = time.perf_counter()
             with _record() as effects:
                 results = original(fn, args, kwargs, **kw)
             took = time.perf_counter() - t0
             _stats.misses += 1
-            _stats.last = f"interpreted in {took:.1f} s" + (f": {why}" if why else "")
+            _stats.last = f"interpreted in {took:.1f} s" + (f" ({why})" if why else "")
             _stats.last_interpret_s = took
             ad_hoc = kw.get("ad_hoc_executor")
             if ad_hoc is not None and getattr(ad_hoc, "implmap", None):
@@ -163,6 +191,7 @@ def install() -> None:
                 # jitted object's executor list cannot run them.
                 key = None
                 _stats.last += " (not kept: it registered ops of its own)"
+            _events.append(_stats.last)
             if key is not None:
                 _store[key] = _Entry(_rebound(results, None), effects, took)
                 while len(_store) > _CAPACITY:
