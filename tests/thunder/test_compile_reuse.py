@@ -141,3 +141,17 @@ def test_unmarked_modules_and_the_switch_never_reuse(ns, monkeypatch):
     assert compile_reuse.stats() == before  # not ours: thunder as usual, not even counted
     monkeypatch.setenv(compile_reuse.ENV_VARIABLE, "0")
     assert _did(ns["Net"](), _x()) == "neither"
+
+
+def test_a_global_module_the_forward_reads_is_part_of_the_key(ns):
+    exec(
+        "shared = torch.nn.Linear(8, 8)\n"
+        "class Uses(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        return shared(x).sin()\n",
+        ns,
+    )
+    _did(ns["Uses"](), _x())
+    assert _did(ns["Uses"](), _x()) == "reused"
+    exec("shared = torch.nn.Linear(8, 8, bias=False)\n", ns)
+    assert _did(ns["Uses"](), _x()) == "compiled"

@@ -46,9 +46,12 @@ __all__ = [
     "ENV_VARIABLE",
     "NotReusable",
     "ReuseStats",
+    "describe_tensors_with",
     "enabled",
+    "group_key",
     "install",
     "mark",
+    "plan_key",
     "recorded",
     "reuse_key",
     "stats",
@@ -281,14 +284,14 @@ def _thunder_key() -> tuple[Any, ...]:
     )
 
 
-def _group_key(group: Any) -> tuple[Any, ...]:
+def group_key(group: Any) -> tuple[Any, ...]:
     """A process group by identity (a trace calls that very object) and by what it is, should an id be reused."""
     size = getattr(group, "size", None)
     rank = getattr(group, "rank", None)
     return ("group", id(group), size() if callable(size) else None, rank() if callable(rank) else None)
 
 
-def _plan_key(config: Any) -> str:
+def plan_key(config: Any) -> str:
     """A parameter's communication plan, less what the replayed plan brings (``hooks._plan_of``): the id of the
     module it belongs to (new with every set-up) and ZERO3's resharding (tags set at replay)."""
     if dataclasses.is_dataclass(config) and hasattr(config, "owner_id"):
@@ -297,18 +300,28 @@ def _plan_key(config: Any) -> str:
     return repr(config)
 
 
-def _tensor_key(t: torch.Tensor) -> tuple[Any, ...]:
-    from thunderviz.thunder import hooks
+def _no_facts(t: torch.Tensor) -> tuple[Any, ...]:
+    return ()
 
-    group = getattr(t, hooks._GROUP_ATTR, None)
+
+#: what our strategies attached to a tensor (process group, plan, full shape): ``hooks`` registers the reader
+#: (``describe_tensors_with``), since hooks imports this module and not the reverse
+_tensor_facts: Callable[[torch.Tensor], tuple[Any, ...]] = _no_facts
+
+
+def describe_tensors_with(facts: Callable[[torch.Tensor], tuple[Any, ...]]) -> None:
+    """Register what, beyond shape, dtype, device and requires_grad, the key must know of a tensor."""
+    global _tensor_facts
+    _tensor_facts = facts
+
+
+def _tensor_key(t: torch.Tensor) -> tuple[Any, ...]:
     return (
         tuple(t.shape),
         str(t.dtype),
         str(t.device),
         t.requires_grad,
-        None if group is None else _group_key(group),
-        _plan_key(hooks.comm_config(t)),
-        repr(getattr(t, hooks._FULL_SHAPE_ATTR, None)),
+        _tensor_facts(t),
         repr(getattr(t, "distparallel_type", None)),
         repr(getattr(t, "_thunder_fsdp_padding_size", None)),
     )
@@ -442,8 +455,10 @@ def _value(v: Any, seen: dict[int, Any], *, global_name: bool = False) -> Any:
     if isinstance(v, type):
         return _class_key(v, seen)
     if isinstance(v, torch.distributed.ProcessGroup):
-        return _group_key(v)
+        return group_key(v)
     if isinstance(v, torch.nn.Module):
+        if global_name:  # a module the code reads from its globals: outside the tree the key walks, so walk it here
+            return ("global module", id(v), _module_key(v, seen))
         return ("submodule", type(v).__qualname__)  # its own entry in the module tree covers the rest
     if dataclasses.is_dataclass(v):
         return ("dataclass", _class_key(type(v), seen), repr(v))

@@ -431,6 +431,19 @@ def _synchronized(value: Any, p: Any, group: tdist.ProcessGroup) -> Any:
     return synced
 
 
+def _reuse_facts(t: torch.Tensor) -> tuple[Any, ...]:
+    """What compile reuse's key must know of a tensor beyond its metadata: what we attached to it."""
+    group = getattr(t, _GROUP_ATTR, None)
+    return (
+        None if group is None else compile_reuse.group_key(group),
+        compile_reuse.plan_key(comm_config(t)),
+        repr(getattr(t, _FULL_SHAPE_ATTR, None)),
+    )
+
+
+compile_reuse.describe_tensors_with(_reuse_facts)
+
+
 def _plan_of(args: tuple[Any, ...], module: Any) -> tuple[Any, ...]:
     """``_note_for_comm_pass``'s arguments for ``module``, the module being jitted when a trace is reused: each
     parameter's plan names its own module (accumulators are found by ``config.key``), and ZERO2 / ZERO3 differ only
