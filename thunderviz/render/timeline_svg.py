@@ -18,6 +18,7 @@ import html
 import re
 from typing import Any
 
+from thunderviz.render.markup import counted
 from thunderviz.timeline.analysis import STRAGGLER_RULE, TimelineAnalysis, close_gaps, union
 from thunderviz.timeline.model import CollectiveEvent, RankTimeline, Timeline
 from thunderviz.trace.units import format_us
@@ -74,13 +75,6 @@ ROW_LABELS = ("steps", "main thread", "collectives")
 
 def _e(x: Any) -> str:
     return html.escape(str(x), quote=True)
-
-
-def _count(n: int, word: str) -> str:
-    return f"{n} {word}" + ("" if n == 1 else "s")
-
-
-_ms = format_us
 
 
 def timeline_svg(timeline: Timeline, *, width: int = 1200, t0: float | None = None, t1: float | None = None) -> str:
@@ -192,7 +186,7 @@ def _rank_lane(plot: _Plot, rank: int, t: RankTimeline, y: float, *, first: bool
     aligned to) and each row's name, then its three rows."""
     c = COLOURS
     unc = t.clock.uncertainty
-    clock = "" if first else f"\u00b1{_ms(unc)}" if unc != float("inf") else "clock ?"
+    clock = "" if first else f"\u00b1{format_us(unc)}" if unc != float("inf") else "clock ?"
     parts = [f'<g class="rank" data-rank="{rank}">']
     parts.append(
         f'<text x="4" y="{y + 14:.1f}" font-weight="bold" font-size="13" fill="{c["text"]}">rank {rank}</text>'
@@ -218,11 +212,13 @@ def _region_row(plot: _Plot, rank: int, t: RankTimeline, y: float) -> list[str]:
     """The step outlines (over the whole lane) and the forward/backward/optimizer regions."""
     c = COLOURS
     parts = [
-        plot.rect(s.start, s.end, y, _RANK_H - 6, "none", c["step"], f"rank {rank} step {s.step}: {_ms(s.duration)}")
+        plot.rect(
+            s.start, s.end, y, _RANK_H - 6, "none", c["step"], f"rank {rank} step {s.step}: {format_us(s.duration)}"
+        )
         for s in t.steps
     ]
     for r in t.regions:
-        title = f"rank {rank} step {r.step} {r.kind}{' ' + r.name if r.name else ''}: {_ms(r.duration)}"
+        title = f"rank {rank} step {r.step} {r.kind}{' ' + r.name if r.name else ''}: {format_us(r.duration)}"
         parts.append(plot.rect(r.start, r.end, y + 1, _ROW_H - 2, c.get(r.kind, c["group"]), c["group_border"], title))
     return parts
 
@@ -238,12 +234,13 @@ def _main_thread_row(plot: _Plot, rank: int, t: RankTimeline, row: float) -> lis
                 continue
             if after:
                 title = (
-                    f"rank {rank} still blocked {_ms(b - a)} after {col.label} (step {col.step}) finished its work: "
+                    f"rank {rank} still blocked {format_us(b - a)} after {col.label} (step {col.step}) finished its"
+                    " work: "
                     "the backend completing, or the waiting thread not yet running again (ranks sharing CPUs)"
                 )
                 parts.append(plot.rect(a, b, row + 1, _ROW_H - 2, "url(#tv-after-work)", c["wait_border"], title))
             else:
-                title = f"rank {rank} blocked by {col.label} (step {col.step}): {_ms(b - a)}"
+                title = f"rank {rank} blocked by {col.label} (step {col.step}): {format_us(b - a)}"
                 parts.append(plot.rect(a, b, row + 1, _ROW_H - 2, c["wait"], c["wait_border"], title))
     return parts
 
@@ -272,7 +269,7 @@ def _communication_row(plot: _Plot, rank: int, t: RankTimeline, row: float) -> l
     parts = [plot.rect(a, b, row + 3, _ROW_H - 6, c["collective"]) for a, b in close_gaps(union(spans), plot.res)]
     wide = [k for k in t.collectives if k.start is not None and k.end is not None and k.end - k.start >= 2 * plot.res]
     for col in sorted(wide, key=lambda k: -(k.end - k.start)):
-        title = f"rank {rank} {col.label} (step {col.step}): {_ms(col.end - col.start)}"
+        title = f"rank {rank} {col.label} (step {col.step}): {format_us(col.end - col.start)}"
         extra = f' data-step="{col.step}" data-index="{col.index}"'
         parts.append(
             plot.rect(col.start, col.end, row + 1, _ROW_H - 2, c["collective"], c["collective_border"], title, extra)
@@ -295,8 +292,8 @@ def timeline_html(timeline: Timeline, *, width: int = 1200, worst: int = 8, span
     name = f": {_e(timeline.name)}" if timeline.name else ""
     parts = [
         (
-            f"<div class='thunderviz-timeline-static'><h4>Timeline{name} ({_count(len(timeline.ranks), 'rank')}, "
-            f"{_count(len(timeline.steps), 'step')})</h4>"
+            f"<div class='thunderviz-timeline-static'><h4>Timeline{name} ({counted(len(timeline.ranks), 'rank')}, "
+            f"{counted(len(timeline.steps), 'step')})</h4>"
         )
     ]
     if not timeline.ranks or not timeline.steps:

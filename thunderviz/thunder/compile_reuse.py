@@ -238,9 +238,6 @@ class NotReusable(Exception):
     """Something the key (or a replayed effect) cannot describe safely: compile."""
 
 
-_Unknown = NotReusable
-
-
 def reuse_key(fn: Any, args: Any, kwargs: Any) -> tuple[Any, str]:
     """(key, "") for a call that may reuse a trace, or (None, why not)."""
     if not isinstance(fn, torch.nn.Module):
@@ -256,7 +253,7 @@ def reuse_key(fn: Any, args: Any, kwargs: Any) -> tuple[Any, str]:
             ),
             "",
         )
-    except _Unknown as e:
+    except NotReusable as e:
         return None, f"not reusable: {e}"
 
 
@@ -268,9 +265,9 @@ def _thunder_key() -> tuple[Any, ...]:
 
     cd = get_compile_data()
     if cd is None:
-        raise _Unknown("no compile data")
+        raise NotReusable("no compile data")
     if any(not isinstance(t, CommTransform) for t in cd.transforms or ()):
-        raise _Unknown("the jitted object has transforms of its own")
+        raise NotReusable("the jitted object has transforms of its own")
     options = tuple(sorted((k, repr(v)) for k, v in (cd.compile_options or {}).items()))
     info = tuple(sorted((k, repr(v)) for k, v in thunder._get_cache_info().items()))
     return (
@@ -426,7 +423,7 @@ def _function_key(f: types.FunctionType, seen: dict[int, Any]) -> Any:
 
 
 def _value(v: Any, seen: dict[int, Any], *, global_name: bool = False) -> Any:
-    """A hashable description of ``v``, or ``_Unknown``: never ``id()`` alone for something whose content matters."""
+    """A hashable description of ``v``, or ``NotReusable``: never ``id()`` alone for something whose content matters."""
     if v is None or isinstance(v, (bool, int, float, complex, str, bytes)):
         return (type(v).__name__, repr(v))
     if isinstance(v, (torch.dtype, torch.device, torch.Size, enum.Enum)):
@@ -438,7 +435,7 @@ def _value(v: Any, seen: dict[int, Any], *, global_name: bool = False) -> Any:
         return ("dict", tuple((repr(k), _value(x, seen)) for k, x in v.items()))
     if isinstance(v, torch.Tensor):
         if isinstance(v, torch.nn.Parameter) or global_name:
-            raise _Unknown("a tensor is read as a constant")
+            raise NotReusable("a tensor is read as a constant")
         return ("tensor", _tensor_key(v))
     if isinstance(v, types.FunctionType):
         return _function_key(v, seen)
@@ -467,5 +464,5 @@ def _value(v: Any, seen: dict[int, Any], *, global_name: bool = False) -> Any:
     if global_name:
         # A global the code names but that is none of the above (a logger, a registry): its identity is enough
         # only when the code does not read data out of it; we cannot tell, so compile.
-        raise _Unknown(f"a global of type {type(v).__name__}")
-    raise _Unknown(f"an attribute of type {type(v).__name__}")
+        raise NotReusable(f"a global of type {type(v).__name__}")
+    raise NotReusable(f"an attribute of type {type(v).__name__}")

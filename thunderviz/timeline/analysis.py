@@ -191,12 +191,12 @@ class CollectiveWait:
     @property
     def message(self) -> str:
         """``all_gather #12 blocks.3.attn_qkv.weight (step 2): rank 1 arrived 8.2 ms after rank 0``."""
-        unc = f" (clock \u00b1{_ms(self.uncertainty)})" if self.uncertainty >= 1.0 else ""
+        unc = f" (clock \u00b1{format_us(self.uncertainty)})" if self.uncertainty >= 1.0 else ""
         text = (
-            f"{self.label} (step {self.step}): rank {self.last_rank} arrived {_ms(self.lateness)} after rank "
+            f"{self.label} (step {self.step}): rank {self.last_rank} arrived {format_us(self.lateness)} after rank "
             f"{self.first_rank}{unc}"
         )
-        waits = [f"rank {r} waited {_ms(w)}" for r, w in sorted(self.waited.items()) if w > 0]
+        waits = [f"rank {r} waited {format_us(w)}" for r, w in sorted(self.waited.items()) if w > 0]
         return text + ("; " + ", ".join(waits) if waits else "")
 
     def row(self) -> dict[str, object]:
@@ -245,14 +245,14 @@ class Straggler:
         text = (
             f"rank {self.rank} arrived last in {self.steps_last} of {len(self.per_step)} steps "
             f"({self.last_count} of {self.collectives} collectives) and made the other ranks wait "
-            f"{_ms(self.typical)} or more per step in 3 of every 4 steps ({_ms(self.caused_wait)} in total)"
+            f"{format_us(self.typical)} or more per step in 3 of every 4 steps ({format_us(self.caused_wait)} in total)"
         )
         return text + (f"; worst: {self.worst.message}" if self.worst is not None else "")
 
     @property
     def noise(self) -> str:
         """The noise it was compared with, in words: ``step jitter 8.6 ms, clock \u00b10.20 ms``."""
-        return f"step jitter {_ms(self.jitter)}, clock \u00b1{_ms(self.clock)}"
+        return f"step jitter {format_us(self.jitter)}, clock \u00b1{format_us(self.clock)}"
 
 
 @dataclass
@@ -310,7 +310,7 @@ class TimelineAnalysis:
         if top is not None:
             lines.append(f"Straggler: {top.message} (above the noise: {top.noise})")
         elif n < 2:
-            largest = f" (largest wait {_ms(max(s.caused_wait for s in st))})" if st else ""
+            largest = f" (largest wait {format_us(max(s.caused_wait for s in st))})" if st else ""
             lines.append(
                 f"No straggler named: {n} step recorded{largest}; record at least 2 steps (--steps 2) to tell a "
                 "straggler from noise."
@@ -318,7 +318,7 @@ class TimelineAnalysis:
         elif st:
             s = max(st, key=lambda s: max(s.per_step, default=0.0))
             lines.append(
-                f"No straggler (largest wait {_ms(max(s.per_step, default=0.0))} in one step, by rank {s.rank}, "
+                f"No straggler (largest wait {format_us(max(s.per_step, default=0.0))} in one step, by rank {s.rank}, "
                 f"last in {s.steps_last} of {len(s.per_step)} steps: within noise, {s.noise})."
             )
         else:
@@ -394,9 +394,6 @@ def _lower_quartile(xs: Sequence[float]) -> float:
     """What a rank reached in 3 of every 4 steps: the ``n // 4``-th smallest value (the minimum below 4 steps)."""
     v = sorted(xs)
     return v[len(v) // 4] if v else 0.0
-
-
-_ms = format_us
 
 
 def _rank_breakdown(tl: Timeline, rank: int) -> RankBreakdown:
