@@ -65,6 +65,40 @@ def test_tracker_counts_a_storage_resized_to_nothing_as_freed_then() -> None:
     assert torch.UntypedStorage.resize_ is original  # put back on exit
 
 
+def test_a_fusion_regions_pointwise_chain_takes_memory_only_where_a_matmul_reads_it_or_it_is_returned() -> None:
+    """Inductor fuses pointwise chains into one kernel; extern kernels (matmul) need their inputs in memory."""
+    tracker = StorageTracker(cuda_rounding=False)
+    x = torch.empty(256, device="meta")  # 1 KiB, made before: not counted
+    w = torch.empty(256, 256, device="meta")
+
+    def region(x, w):
+        h = (x * 2).sin().exp()  # three virtual intermediates
+        g = h.view(1, 256).cos()  # a view of a virtual one, then another virtual one
+        return g @ w, h  # g is read by mm: in memory; h is returned: in memory
+
+    with tracker:
+        out, h = tracker.fused_region(region, (x, w))
+        # at the matmul, the fused kernel before it has written g (the mm reads it) and h (returned later): with the
+        # matmul's output, 3 KiB; then g dies with the region
+        assert tracker.peak.peak_bytes == 3 * 1024 and tracker.total == 2 * 1024
+        del out, h
+        assert tracker.total == 0
+
+    def chain(x):
+        a = x * 2
+        b = a.sin()
+        return b.exp()  # a and b live until here, read by nothing after: inductor writes only the result
+
+    tracker = StorageTracker(cuda_rounding=False)
+    with tracker:
+        kept = tracker.fused_region(chain, (x,))
+        assert tracker.peak.peak_bytes == 1024 and tracker.total == 1024
+        tracker.reset_peak()
+        plain = chain(x)  # outside a region (thunder's torch executor), every intermediate is a tensor
+        assert tracker.peak.peak_bytes == 1024 + 3 * 1024
+    assert kept.shape == plain.shape
+
+
 def test_cuda_rounding_is_the_allocators_512_byte_blocks() -> None:
     tracker = StorageTracker(cuda_rounding=True)
     with tracker:

@@ -21,7 +21,7 @@ import contextlib
 import os
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from thunderviz.parallel.decisions import Case, ExecutorFacts, decide_executors
@@ -144,27 +144,41 @@ def inductor_fusions_ran(since_ns: int) -> bool:
 
 
 class _TorchWithoutCompile:
-    """The ``torch`` module as thunder's torchcompile executor sees it during a rehearsal: ``compile`` returns the
-    function unchanged, everything else is torch's."""
+    """The ``torch`` module as thunder's torchcompile executor sees it during a rehearsal: ``compile`` returns a
+    function that runs the region's ops one by one, inside the tracker's ``fused_region`` when one is counting;
+    everything else is torch's."""
+
+    def __init__(self, tracker: Callable[[], Any] | None) -> None:
+        self._tracker = tracker
 
     def __getattr__(self, name: str) -> Any:
         import torch
 
         if name == "compile":
-            return lambda fn, *args, **kwargs: fn
+            return self._compile
         return getattr(torch, name)
+
+    def _compile(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[..., Any]:
+        def region(*inputs: Any) -> Any:
+            tracker = self._tracker() if self._tracker is not None else None
+            if tracker is None or not tracker.active:
+                return fn(*inputs)
+            return tracker.fused_region(fn, inputs)
+
+        return region
 
 
 @contextlib.contextmanager
-def uncompiled_fusions() -> Iterator[None]:
+def uncompiled_fusions(tracker: Callable[[], Any] | None = None) -> Iterator[None]:
     """Within this block, thunder's torchcompile executors build their fusion regions but run each region's ops one
-    by one (the torch executor's trace of the region) instead of compiling it.
+    by one (the torch executor's trace of the region) instead of compiling it; ``tracker`` returns the
+    ``StorageTracker`` counting (if any), which keeps the region's pointwise intermediates virtual, as inductor does.
 
     Why: a rehearsal runs on meta tensors under a dispatch mode that counts every storage, where inductor can neither
     compile nor be seen into; the regions' boundaries — what each region returns, what forward saves for backward,
-    what rematerialization recomputes — are thunder's and stay exactly as they would be. What changes is inside a
-    region: its temporaries are counted one after the other, where the compiled kernel would fuse them away, so the
-    transient peak inside a region can be overstated, never understated.
+    what rematerialization recomputes — are thunder's and stay exactly as they would be. Inside a region the
+    tracker approximates inductor: pointwise chains allocate nothing until a matmul reads them or the region returns
+    them (``StorageTracker`` module doc).
     """
     import thunder.executors.torch_compile as tc
     from thunder.executors.passes import del_last_used
@@ -176,7 +190,7 @@ def uncompiled_fusions() -> Iterator[None]:
         # no deletions: torch.compile plans its buffers itself)
         return del_last_used(original_transform(trace, executors_list=executors_list))
 
-    tc.torch = _TorchWithoutCompile()  # type: ignore[assignment]
+    tc.torch = _TorchWithoutCompile(tracker)  # type: ignore[assignment]
     tc.transform_for_execution = region_trace
     try:
         yield

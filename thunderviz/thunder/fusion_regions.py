@@ -13,6 +13,12 @@ subsymbols), reschedules the collectives on the plain ops, and hands the result 
 passes: regions now end only where a bucket's collective or our pack/unpack sits. ``torch.compile`` builds a region
 on its first call, so the regions discarded here were never compiled.
 
+Thunder's rematerialization (run inside each fusion pass) moves cheap ops from a producer region into its consumer
+region and recomputes them there under the same names, while the producer keeps its own copy: opening both regions
+would define those names twice (on the H200, with the sdpa executor cutting regions at attention, the re-fusion
+failed with "Trying to add the name t1014 to a trace"). A recomputed op is the same bound symbol with the same
+outputs, so the opened list keeps its first definition; the fusion pass then rematerializes again where it pays.
+
 Only thunder's ``torchcompile`` executor (the full one; ``torchcompile_xentropy`` regions are one loss op each) is
 re-fused: nvFuser's fusion pass was not run here (no nvFuser on these machines), and its regions are left as built.
 """
@@ -39,13 +45,20 @@ def open_regions(bsyms: Sequence[Any]) -> tuple[list[Any], list[Any]]:
     """(the bound symbols with each re-fusable region replaced by its ops, the executors whose regions were opened)."""
     out: list[Any] = []
     executors: list[Any] = []
+    defined: set[str] = set()
     for b in bsyms:
         ex = _reopenable(b)
-        if ex is None:
-            out.append(b)
-            continue
-        out.extend(b.subsymbols)
-        if ex not in executors:
+        ops = [b] if ex is None else b.subsymbols
+        for op in ops:
+            names = {p.name for p in op.flat_proxy_outs}
+            if ex is not None and names and names <= defined:
+                continue  # a rematerialized copy of an op an earlier region already computes
+            if names & defined:
+                # redefining some names but not all is no recomputation we understand: keep the regions as built
+                return list(bsyms), []
+            defined |= names
+            out.append(op)
+        if ex is not None and ex not in executors:
             executors.append(ex)
     return out, executors
 

@@ -452,7 +452,7 @@ def _rehearse(
     grad_hooks: list[Any] = []
     results: list[dict[int, Rehearsal]] = []
     tracker = _tracker(reference, others, options, device)
-    with target_device(device), meta_collectives(lambda: tracker), uncompiled_fusions():
+    with target_device(device), meta_collectives(lambda: tracker), uncompiled_fusions(lambda: tracker):
         # the executors the strategy's own thunder.jit will get (the decision table's rule): fusion executors change
         # what forward saves for backward (5x on a GPT measured on an H200)
         executors = decided_executors(options, device)
