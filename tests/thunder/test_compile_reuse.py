@@ -52,6 +52,11 @@ def _did(model: torch.nn.Module, x: torch.Tensor, **jit_options) -> str:
     return "reused" if after.hits > before.hits else "compiled" if after.misses > before.misses else "neither"
 
 
+def _why() -> str:
+    """What the last compile said about why it could not reuse (``interpreted in 1.2 s: ...``)."""
+    return compile_reuse.stats().last
+
+
 def _x(d: int = 8, batch: int = 2, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     return torch.randn(batch, d, generator=torch.Generator().manual_seed(1), dtype=dtype)
 
@@ -83,12 +88,14 @@ def test_a_class_redefined_with_another_forward_compiles(ns):
     _did(ns["Net"](), _x())
     exec(CELL.replace("* self.scale", "* self.scale + 1"), ns)
     assert _did(ns["Net"](), _x()) == "compiled"
+    assert _why().endswith(": the code of Net.forward changed")
 
 
 def test_a_redefined_global_helper_compiles(ns):
     _did(ns["Net"](), _x())
     exec("def act(x):\n    return torch.relu(x)\n", ns)
     assert _did(ns["Net"](), _x()) == "compiled"
+    assert _why().endswith(": Net.forward reads act, which changed")
 
 
 def test_a_changed_attribute_compiles(ns):
@@ -96,21 +103,30 @@ def test_a_changed_attribute_compiles(ns):
     m = ns["Net"]()
     m.scale = 3
     assert _did(m, _x()) == "compiled"
+    assert _why().endswith(": attribute scale changed (2 -> 3)")
+    _did(ns["Net"](), _x())
     assert _did(ns["Net"](eps=1e-3), _x()) == "compiled"
+    assert _why().endswith(": attribute norm.eps changed (1e-05 -> 0.001)")
 
 
 def test_changed_parameters_compile(ns):
     _did(ns["Net"](), _x())
     assert _did(ns["Net"](d=16), _x(16)) == "compiled"  # shapes
+    assert _why().endswith(": parameter fc.weight: its shape changed ((8, 8) -> (16, 16))")
+    _did(ns["Net"](), _x())
     assert _did(ns["Net"]().double(), _x(dtype=torch.float64)) == "compiled"  # dtypes
+    assert _why().endswith(": parameter fc.weight: its dtype changed (torch.float32 -> torch.float64)")
+    _did(ns["Net"](), _x())
     m = ns["Net"]()
     m.fc.weight.requires_grad_(False)
     assert _did(m, _x()) == "compiled"  # requires_grad
+    assert _why().endswith(": parameter fc.weight: its requires_grad changed (True -> False)")
 
 
 def test_changed_inputs_compile(ns):
     _did(ns["Net"](), _x())
     assert _did(ns["Net"](), _x(batch=3)) == "compiled"
+    assert _why().endswith(": input 0's shape changed ((2, 8) -> (3, 8))")
 
 
 def test_a_swapped_submodule_compiles(ns):
@@ -118,6 +134,7 @@ def test_a_swapped_submodule_compiles(ns):
     m = ns["Net"]()
     m.norm = torch.nn.Identity()
     assert _did(m, _x()) == "compiled"
+    assert _why().endswith(": norm is now Identity (was LayerNorm)")
 
 
 def test_forward_replaced_on_an_instance_compiles(ns):
@@ -125,12 +142,16 @@ def test_forward_replaced_on_an_instance_compiles(ns):
     m = ns["Net"]()
     m.forward = types.MethodType(lambda self, x: self.fc(x) * 5, m)
     assert _did(m, _x()) == "compiled"
+    assert _why().endswith(": forward was replaced on the root module")
 
 
 def test_other_executors_or_options_compile(ns):
     _did(ns["Net"](), _x())
     assert _did(ns["Net"](), _x(), executors=["torch", "python"]) == "compiled"
+    assert _why().endswith(": the executors changed")
+    _did(ns["Net"](), _x())
     assert _did(ns["Net"](), _x(), disable_torch_autograd=True) == "compiled"
+    assert _why().endswith(": torch autograd support changed")
 
 
 def test_unmarked_modules_and_the_switch_never_reuse(ns, monkeypatch):

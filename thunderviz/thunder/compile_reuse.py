@@ -36,7 +36,7 @@ import threading
 import time
 import types
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -181,12 +181,14 @@ def install() -> None:
                 _stats.last = f"reused a trace (interpreting it took {entry.interpret_s:.1f} s)"
                 _events.append(f"reused an earlier set-up's trace (interpreting it took {entry.interpret_s:.1f} s)")
                 return _rebound(entry.results, fn)
+            if key is not None and not why:
+                why = explain_miss(key, list(_store))
             t0 = time.perf_counter()
             with _record() as effects:
                 results = original(fn, args, kwargs, **kw)
             took = time.perf_counter() - t0
             _stats.misses += 1
-            _stats.last = f"interpreted in {took:.1f} s" + (f" ({why})" if why else "")
+            _stats.last = f"interpreted in {took:.1f} s" + (f": {why}" if why else "")
             _stats.last_interpret_s = took
             ad_hoc = kw.get("ad_hoc_executor")
             if ad_hoc is not None and getattr(ad_hoc, "implmap", None):
@@ -229,6 +231,158 @@ def _rebound(results: Any, fn: Any) -> Any:
         None if results.epilogue_trace is None else _copy_trace(results.epilogue_trace),
         results.interpreter_log,
     )
+
+
+# -- why a set-up compiled --------------------------------------------------------------------------------------
+
+
+def explain_miss(key: Any, earlier: Sequence[Any]) -> str:
+    """What differs between ``key`` and the latest earlier key of the same root class, in a user's words ("the code
+    of Block.forward changed"): a user who edits a cell and re-runs it compares with what that cell set up before.
+    Names the first difference found, walking the module tree in order; one is enough to explain a compile."""
+    root = key[0][0][1][:3]
+    same = [k for k in earlier if k[0][0][1][:3] == root]
+    if not same:
+        return f"the first set-up of a {_qualname(key[0][0][1])} in this process"
+    old = same[-1]
+    module, args, kwargs, jit = key
+    if module != old[0]:
+        return _module_change(module, old[0])
+    if (args, kwargs) != (old[1], old[2]):
+        return _input_change((args, kwargs), (old[1], old[2]))
+    labels = (
+        "the executors",
+        "the jit options",
+        "the cache option",
+        "the sharp-edges option",
+        "torch autograd support",
+    )
+    for label, new_part, old_part in zip((*labels, "grad mode, autocast or no_sync"), jit, old[3], strict=True):
+        if new_part != old_part:
+            return f"{label} changed"
+    return ""
+
+
+def _qualname(class_key: Any) -> str:
+    return str(class_key[2] if len(class_key) > 2 else class_key[1])
+
+
+def _shown(value: Any) -> str:
+    """A key's description of a plain value as the user wrote it (``('float', '1e-05')`` -> ``1e-05``)."""
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], str):
+        return value[1]
+    return "..."
+
+
+def _module_change(new: tuple[Any, ...], old: tuple[Any, ...]) -> str:
+    new_by, old_by = {e[0]: e for e in new}, {e[0]: e for e in old}
+    added = [n for n in new_by if n not in old_by]
+    removed = [n for n in old_by if n not in new_by]
+    if added or removed:
+        parts = ([f"added {', '.join(added[:3])}"] if added else []) + (
+            [f"removed {', '.join(removed[:3])}"] if removed else []
+        )
+        return f"the module tree changed ({'; '.join(parts)})"
+    for name, n in new_by.items():
+        o = old_by[name]
+        if n == o:
+            continue
+        where = name or "the root module"
+        _, n_class, n_training, n_attrs, n_params, n_buffers = n
+        _, o_class, o_training, o_attrs, o_params, o_buffers = o
+        if n_class != o_class:
+            return _class_change(where, n_class, o_class)
+        if n_training != o_training:
+            return f"{where} switched between train() and eval()"
+        for kind, n_t, o_t in (("parameter", n_params, o_params), ("buffer", n_buffers, o_buffers)):
+            if n_t != o_t:  # before the attributes: a Linear's new shape is its weight's, not its in_features
+                return _tensor_change(kind, name, dict(n_t), dict(o_t))
+        if n_attrs != o_attrs:
+            return _attribute_change(name, dict(n_attrs), dict(o_attrs))
+    return "the module changed"
+
+
+def _class_change(where: str, new: Any, old: Any) -> str:
+    if _qualname(new) != _qualname(old) or len(new) != len(old):
+        return f"{where} is now {_qualname(new)} (was {_qualname(old)})"
+    n_members = {(k, a): v for k, a, v in new[3]}
+    o_members = {(k, a): v for k, a, v in old[3]}
+    for (klass, attr), value in n_members.items():
+        before = o_members.get((klass, attr))
+        if before == value:
+            continue
+        if before is None:
+            return f"{klass} gained {attr}"
+        if value[0] == "function" and before[0] == "function" and len(value) > 3 and len(before) > 3:
+            return _function_change(f"{klass}.{attr}", value, before)
+        return f"{klass}.{attr} changed"
+    removed = [f"{k}.{a}" for k, a in o_members if (k, a) not in n_members]
+    return f"{removed[0]} was removed" if removed else f"the class {_qualname(new)} changed"
+
+
+def _function_change(where: str, new: Any, old: Any) -> str:
+    """``new``/``old``: ``_function_key``s of the same name. Names the helper a changed global refers to."""
+    n_code, o_code = new[3], old[3]
+    if n_code[0] != o_code[0] or n_code[1] != o_code[1] or n_code[3:] != o_code[3:]:
+        return f"the code of {where} changed"
+    for n_name, o_name in zip(n_code[2], o_code[2], strict=False):
+        if n_name != o_name:
+            return f"{where} reads {n_name[0]}, which changed"
+    if new[4:6] != old[4:6]:
+        return f"the default arguments of {where} changed"
+    return f"a value {where} closes over changed"
+
+
+def _attribute_change(module: str, new: dict[str, Any], old: dict[str, Any]) -> str:
+    prefix = f"{module}." if module else ""
+    for attr in sorted(new.keys() | old.keys()):
+        n, o = new.get(attr), old.get(attr)
+        if n == o:
+            continue
+        if attr == "forward":
+            return f"forward was replaced on {module or 'the root module'}"
+        if attr in ("_forward_hooks", "_forward_pre_hooks"):
+            return f"the forward hooks of {module or 'the root module'} changed"
+        if n is None or o is None:
+            return f"attribute {prefix}{attr} was {'added' if o is None else 'removed'}"
+        return f"attribute {prefix}{attr} changed ({_shown(o)} -> {_shown(n)})"
+    return f"the attributes of {module or 'the root module'} changed"
+
+
+_TENSOR_FIELDS = ("shape", "dtype", "device", "requires_grad", "process group or sharding plan", "sharding", "padding")
+
+
+def _tensor_change(kind: str, module: str, new: dict[str, Any], old: dict[str, Any]) -> str:
+    prefix = f"{module}." if module else ""
+    for name in [*new, *(k for k in old if k not in new)]:  # in the module's own order
+        n, o = new.get(name), old.get(name)
+        if n == o:
+            continue
+        if n is None or o is None:
+            return f"{kind} {prefix}{name} was {'added' if o is None else 'removed'}"
+        for field, a, b in zip(_TENSOR_FIELDS, o, n, strict=True):
+            if a != b:
+                shown = f" ({a} -> {b})" if field in _TENSOR_FIELDS[:4] else ""
+                return f"{kind} {prefix}{name}: its {field} changed{shown}"
+    return f"a {kind} of {module or 'the root module'} changed"
+
+
+def _input_change(new: Any, old: Any) -> str:
+    tensors_new = [x for x in _flat(new) if isinstance(x, tuple) and x[:1] == ("tensor",)]
+    tensors_old = [x for x in _flat(old) if isinstance(x, tuple) and x[:1] == ("tensor",)]
+    for i, (a, b) in enumerate(zip(tensors_old, tensors_new, strict=False)):
+        for field, x, y in zip(_TENSOR_FIELDS[:4], a[1], b[1], strict=False):
+            if x != y:
+                return f"input {i}'s {field} changed ({x} -> {y})"
+    return "the inputs changed"
+
+
+def _flat(v: Any) -> Iterator[Any]:
+    if isinstance(v, tuple) and v[:1] == ("tensor",):
+        yield v
+    elif isinstance(v, tuple):
+        for x in v:
+            yield from _flat(x)
 
 
 # -- the key ----------------------------------------------------------------------------------------------------
