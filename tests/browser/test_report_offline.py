@@ -32,6 +32,13 @@ def test_offline_report_renders_and_a_click_opens_the_blocks_ops(tmp_path):
             page.on("request", lambda r: urls.append(r.url))
             page.goto(path.as_uri())
             assert page.locator("svg").count() == 2  # forward and backward
+            # each static graph is as tall as its content, also one taller than the window (a 4-block ZERO3
+            # backward): nothing hides behind an inner scrollbar
+            page.add_style_tag(content=".graph svg { height: 1500px !important; }")
+            clipped = page.eval_on_selector_all(
+                ".graph", "els => els.filter(e => e.scrollHeight > e.clientHeight + 1).map(e => e.scrollHeight)"
+            )
+            assert clipped == []
             block = page.locator("g.node", has_text="blocks.1").first
             node_id = block.get_attribute("id")
             details = page.locator(f"#details-{node_id}")

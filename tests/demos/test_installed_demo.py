@@ -112,7 +112,12 @@ def test_pip_install_then_thunderviz_demo_runs_the_packaged_tutorial(tmp_path: P
     page = report.read_text(encoding="utf-8")
     for name in names:
         assert f"<h2>{name}</h2>" in page
-    assert page.count("<section>") == len(names)  # named reports only (not IPython's _, __ output history)
+    assert page.count("<section id='run-") == len(names)  # named reports only (not IPython's _, __ output history)
+    # contents first, linking every section; then the "which strategy?" table of the cells that trained
+    assert page.index("<h2>Contents</h2>") < page.index("<h4>Which strategy?</h4>") < page.index("<section ")
+    assert all(f"href='#run-{i}'>{n}</a>" in page for i, n in enumerate(names))
+    assert re.search(r"<td>zero2</td><td>measured</td><td>thunder_fsdp \(FSDP ZERO2", page)
+    assert re.search(r"<td>zero3</td><td>measured</td><td>thunder_fsdp \(FSDP ZERO3", page)
     assert "TinyGPT" in page
     assert not re.search(r"""(src|href)=["']?https?://""", page)  # offline: nothing fetched from the network
 

@@ -234,3 +234,40 @@ def test_a_rerun_cell_reports_that_it_reused_the_trace_and_the_option_turns_it_o
     assert again.compile_story.startswith("reused an earlier set-up's trace"), again.compile_story
     assert "compile: reused" in repr(again) and "compile: reused" in again.to_html()
     assert off.compile_story.startswith("interpreted in"), off.compile_story
+
+
+def test_compare_runs_tables_two_real_runs_with_their_peaks_and_ring_bytes(engine: RankEngine) -> None:
+    """Issue 30's "which strategy?" table from two real cells: each row's peak is its largest rank's measured step
+    peak, its bytes per step follow the ring formulas from the ledgers (an MLP of P parameter bytes on 2 ranks:
+    DDP's all_reduce sends P per rank; ZERO3 gathers P/2 in forward, reduce-scatters P/2, and in backward gathers
+    again only the weight backward needs, the second layer's: 64 x 64 x 4 / 2), and each row says why."""
+    from thunderviz import compare_runs
+
+    cell = (
+        "torch.manual_seed(0)\n"
+        "mlp = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64))\n"
+        "mlp, opt = fabric.setup(mlp, torch.optim.AdamW(mlp.parameters()))\n"
+        "for step in range(3):\n"
+        "    fabric.backward(mlp(torch.randn(8, 64)).square().mean())\n"
+        "    opt.step()\n"
+        "    opt.zero_grad()\n"
+    )
+    param_bytes = 2 * (64 * 64 + 64) * 4
+    ddp = engine.run(cell, strategy=StrategySpec("thunder_ddp"))
+    zero3 = engine.run(cell, strategy=StrategySpec("thunder_fsdp", {"sharding_strategy": "ZERO3"}))
+    zero3.name = "<zero3>"  # a name from the user's cell: escaped in HTML
+    table = compare_runs(ddp, zero3)
+    rows = {r.name: r for r in table.rows}
+    assert set(rows) == {"run 1", "<zero3>"}, rows
+    for report, row in ((ddp, rows["run 1"]), (zero3, rows["<zero3>"])):
+        assert row.peak_bytes == max(m.peak_bytes for m in report.step_memory.values()), report.step_memory
+        assert row.source == "measured" and row.ranks == 2 and row.step_ms is None  # no timeline asked
+    assert rows["run 1"].sent_bytes == param_bytes
+    assert rows["<zero3>"].sent_bytes == param_bytes // 2 + param_bytes // 2 + 64 * 64 * 4 // 2
+    assert rows["run 1"].peak_bytes > rows["<zero3>"].peak_bytes
+    assert [r.name for r in table.rows] == ["<zero3>", "run 1"]  # leanest first
+    assert "more per rank than <zero3>" in rows["run 1"].why and "0.80x <zero3>'s bytes" in rows["run 1"].why
+    assert rows["<zero3>"].why == "the leanest peak per rank; sends 1.25x run 1's bytes per step"
+    html = table._repr_html_()
+    assert "&lt;zero3&gt;" in html and "<zero3>" not in html
+    assert "sends 0.80x <zero3>'s bytes" in str(table)

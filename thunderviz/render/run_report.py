@@ -85,10 +85,28 @@ def _report_body(report: RunReportLike) -> str:
     return "\n".join(parts)
 
 
-def reports_page(reports: Mapping[str, RunReportLike], *, title: str, heading: str | None = None) -> str:
-    """One page with each named report as a section (no script, no network), e.g. every report of a notebook."""
-    sections = [f"<section><h2>{escape(name)}</h2>{_report_body(r)}</section>" for name, r in reports.items()]
-    return page(title, wrap("\n".join(sections), style=False), heading=heading, style=PAGE_CSS)
+def reports_page(
+    reports: Mapping[str, RunReportLike], *, title: str, heading: str | None = None, summary: str = ""
+) -> str:
+    """One page with each named report as a section (no script, no network), e.g. every report of a notebook: a
+    table of contents first (a notebook's reports make a long page), then ``summary`` (HTML, e.g. the "which
+    strategy?" table), then the sections."""
+    sections = [
+        f"<section id='run-{i}'><h2>{escape(name)}</h2>{_report_body(r)}</section>"
+        for i, (name, r) in enumerate(reports.items())
+    ]
+    toc = "".join(
+        f"<li><a href='#run-{i}'>{escape(name)}</a> <span class='note'>{escape(_toc_line(r))}</span></li>"
+        for i, (name, r) in enumerate(reports.items())
+    )
+    head = f"<nav><h2>Contents</h2><ol>{toc}</ol></nav>{summary}" if reports else summary
+    return page(title, wrap(head + "\n".join(sections), style=False), heading=heading, style=PAGE_CSS)
+
+
+def _toc_line(report: RunReportLike) -> str:
+    """What a report's section holds, in a few words: the strategy and the number of ranks."""
+    strategy = report.strategy.describe() if report.strategy is not None else "no strategy"
+    return f"{strategy} on {report.world_size} ranks"
 
 
 def _timeline_html(timeline: Any) -> str:

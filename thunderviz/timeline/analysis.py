@@ -288,6 +288,13 @@ class TimelineAnalysis:
         out = [_straggler(r, ws, len(waits), steps, jitter, step_time) for r, ws in per.items()]
         return sorted(out, key=lambda s: (not s.named, -s.typical, -s.caused_wait))
 
+    def step_time(self) -> float | None:
+        """The median over the recorded steps of the slowest rank's step (us): what a step costs the job; None
+        without a step every rank recorded."""
+        spans = [{s.step: s.end - s.start for s in t.steps} for t in self.timeline.ranks.values()]
+        per_step = [max(s[n] for s in spans) for n in self.timeline.steps if spans and all(n in s for s in spans)]
+        return _median(per_step) if per_step else None
+
     def straggler(self) -> Straggler | None:
         """The rank that held the others up when it passes ``STRAGGLER_RULE``; None when no rank stands out of the
         noise."""
