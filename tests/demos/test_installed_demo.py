@@ -1,7 +1,9 @@
 """``pip install .`` (not editable) into a fresh venv, then ``thunderviz demo``: the tutorial runs from the package.
 
-This is the suite's one run of the whole demo (nbval runs the tutorial itself separately, cell by cell), so it
-also carries every check on the demo's output: the report's sections, the terminal story, the executed notebook.
+This is the suite's one run of the tutorial (nbval runs its sequel, ``further.ipynb``; running the tutorial a second
+time under nbval cost a minute of the suite for the same cells), so it carries every check on it: the report's
+sections, the terminal story, and the executed notebook's outputs against the ones the shipped tutorial shows, as
+nbval compares them (cells tagged ``nbval-ignore-output`` are skipped, the same sanitizing regexes).
 
 Kept affordable: the fresh venv gets its dependencies (torch, thunder, jupyter, setuptools...) from this
 environment through a ``.pth`` file instead of installing them, and ``pip install --no-deps --no-build-isolation``
@@ -13,6 +15,7 @@ demo runs from a temporary directory without ``PYTHONPATH``, so only the install
 
 from __future__ import annotations
 
+import configparser
 import json
 import os
 import re
@@ -28,6 +31,25 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 # The tutorial's named reports, in order. Sections added later (with their own --name) may come in between.
 REPORTS = ["zero2", "zero3", "ddp", "ddp_timed", "planned"]
+
+
+def _sanitize(text: str) -> str:
+    """nbval's ``--nbval-sanitize-with tests/demos/nbval_sanitize.cfg``, applied to one output's text."""
+    config = configparser.ConfigParser()
+    config.read(REPO / "tests" / "demos" / "nbval_sanitize.cfg")
+    for section in config.sections():
+        text = re.sub(config[section]["regex"], config[section]["replace"], text)
+    return text
+
+
+def _compared_outputs(cell: dict) -> list[tuple[str, str]]:
+    """What nbval compares of a code cell: each output's type and text (streams; a result's or display's
+    text/plain), sanitized."""
+    out = []
+    for o in cell.get("outputs", []):
+        text = o.get("text") if o["output_type"] == "stream" else o.get("data", {}).get("text/plain", "")
+        out.append((o["output_type"] + ("/" + o["name"] if "name" in o else ""), _sanitize("".join(text or ""))))
+    return out
 
 
 def _source_copy(dest: Path) -> Path:
@@ -100,6 +122,16 @@ def test_pip_install_then_thunderviz_demo_runs_the_packaged_tutorial(tmp_path: P
         "".join(o.get("text", "")) for c in executed["cells"] if c["cell_type"] == "code" for o in c.get("outputs", [])
     )
     assert f"kernel imported thunderviz from {package / '__init__.py'}" in printed
+    # every cell whose output the shipped tutorial shows printed the same (what nbval would compare)
+    shipped = [c for c in json.loads((REPO / "thunderviz" / "demos" / "tutorial.ipynb").read_text())["cells"]]
+    ran = [c for c in executed["cells"]][: len(shipped)]
+    compared = 0
+    for i, (want, got) in enumerate(zip(shipped, ran, strict=True)):
+        if want["cell_type"] != "code" or "nbval-ignore-output" in want.get("metadata", {}).get("tags", []):
+            continue
+        assert _compared_outputs(got) == _compared_outputs(want), f"tutorial cell {i}: {''.join(want['source'])}"
+        compared += 1
+    assert compared >= 5
 
     # the terminal story names each report once, in the tutorial's order
     story = demo.stdout
