@@ -285,10 +285,10 @@ def test_hand_started_controller_and_engines_across_two_hosts(hosts: TwoHosts, t
             if proc.poll() is None:
                 proc.kill()
         wait_until(lambda: _ok(nb.ask(engines=client_file))["engines"] == 0, 120, "the engines gone")
-        for key in "ab":  # one per host is enough to cross hosts (two more would only import torch twice more)
+        for key in "aabb":
             start_engine(key, GLOO_SOCKET_IFNAME="lo")
-        wait_until(lambda: _ok(nb.ask(engines=client_file))["engines"] == 2, 300, "2 engines registered")
-        broken = nb.cell(f"--nproc 2 {connection} --backend gloo --timeout 10 --output none", "pass", seconds=300)
+        wait_until(lambda: _ok(nb.ask(engines=client_file))["engines"] == 4, 300, "4 engines registered")
+        broken = nb.cell(f"--nproc 4 {connection} --backend gloo --timeout 10 --output none", "pass", seconds=300)
         assert not broken["ok"] and set(broken["kinds"].values()) == {"unreachable"}, broken
         seconds = broken["seconds"]
         print(f"[fault latency] two hosts: set-up that cannot connect (--timeout 10) failed in {seconds:.1f} s")

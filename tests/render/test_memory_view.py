@@ -43,3 +43,12 @@ def test_run_memory_section_puts_measured_first_and_rss_last() -> None:
     bars = run_bars(measured, predicted, "x2")
     assert [b.kind for b in bars] == ["predicted", "measured"]  # rank 1 measured nothing: no bar
     assert [c for c, _ in bars[1].segments] == ["parameters", "activations and temporaries"]
+
+
+def test_why_nothing_was_measured_is_said_once_when_every_rank_says_the_same() -> None:
+    why = "no step was measured: a step ends when an optimizer's step() returns"
+    measured = {r: StepMemory(None, "memtracker", note=why) for r in range(4)}
+    html = run_memory_html(measured)
+    escaped = why.replace("'", "&#x27;")
+    assert html.count(escaped) == 1 and html.count("see below") == 4
+    assert f"<p class='note'>Every rank: {escaped}</p>" in html

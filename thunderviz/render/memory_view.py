@@ -189,11 +189,15 @@ def run_memory_html(
     if not measured and not rss:
         return ""
     ranks = sorted(set(measured) | set(rss or {}))
+    # why nothing was measured is usually the same sentence on every rank: said once under the table, not per row
+    notes = {m.note for m in measured.values() if not m.measured and m.note}
+    shared = next(iter(notes)) if len(notes) == 1 and all(not m.measured for m in measured.values()) else ""
     rows = []
     for r in ranks:
         m = measured.get(r)
         peak = format_bytes(m.peak_bytes, unknown="-") if m is not None else "-"
-        source = (m.source or "-") if m is not None and m.measured else (m.note if m is not None else "")
+        unmeasured = "see below" if shared else (m.note if m is not None else "")
+        source = (m.source or "-") if m is not None and m.measured else unmeasured
         cmp = compare(prediction, m) if prediction is not None and m is not None else None
         rows.append(
             [
@@ -208,7 +212,8 @@ def run_memory_html(
     what = f" against the plan's {escape(prediction_name)}" if prediction is not None else ""
     headers = ["rank", "measured step peak", "measured with", "predicted peak", "predicted vs measured", "process RSS"]
     bars = bars_svg(run_bars(measured, prediction, prediction_name or "predicted"))
-    return f"<h4>Memory per rank{what}</h4>{bars}{table(headers, rows)}"
+    note = f"<p class='note'>Every rank: {escape(shared)}</p>" if shared else ""
+    return f"<h4>Memory per rank{what}</h4>{bars}{table(headers, rows)}{note}"
 
 
 def saved_html(forward: TraceSnapshot, *, top: int = 12) -> str:
