@@ -661,7 +661,17 @@ def test_tutorial_trace_view_reads_at_a_glance(lab: Lab) -> None:
         cluster,
     )
     lab.shot("19-expanded-block-readable", root)
+    before = int(root.get_attribute("data-drawn"))
     root.locator("button.tv-btn", has_text="collapse all").click()
+    for _ in range(100):
+        if int(root.get_attribute("data-drawn")) > before:
+            break
+        time.sleep(0.1)
+    # collapsing fits the smaller graph (it stayed at the open block's zoom: one node filled the pane)
+    svg = root.locator("svg.tv-svg").first
+    collapsed = svg.get_attribute("viewBox")
+    root.locator("button.tv-btn", has_text="fit").click()
+    assert svg.get_attribute("viewBox") == collapsed
 
 
 def test_status_chips_tick_while_a_rank_is_starting(lab: Lab) -> None:

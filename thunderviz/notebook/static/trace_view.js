@@ -404,10 +404,12 @@ function render({ model, el }) {
       setStatus(`${nodes} nodes`);
     }
     const opened = model.get("expanded").filter((x) => !state.lastExpanded.includes(x));
+    const closed = state.lastExpanded.filter((x) => !model.get("expanded").includes(x));
     state.lastExpanded = [...model.get("expanded")];
     sizePanes();
     if (opened.length) focusGroup(opened[opened.length - 1]);
-    else if (times.length && state.viewport.k < minZoom()) fitView();
+    // a collapse redraws a smaller graph: the zoom that showed the open block would blow one node up to fill the pane
+    else if (closed.length || (times.length && state.viewport.k < minZoom())) fitView();
     else applyViews();
     root.dataset.drawn = String(Number(root.dataset.drawn || 0) + 1);
     markMatches();
