@@ -161,3 +161,23 @@ def test_layer_laid_out_on_block_traces_equals_tracing_layer(sharding: str) -> N
     assert [(b.kind, b.label, b.params) for b in layer[2].buckets] == [
         (b.kind, b.label, b.params) for b in alone.buckets
     ]
+
+
+def test_plan_reports_progress_once_per_traced_rehearsal() -> None:
+    """``thunderviz.plan`` takes tens of seconds: it ticks after each traced rehearsal, naming what it covered, and
+    the total is known from the first tick (DDP and ZERO2's two bucketings share traces: 2 traces x 2 cuts)."""
+    import thunderviz
+
+    ticks: list[tuple[int, int, str]] = []
+    plan = thunderviz.plan(
+        ResidualMLP(n_layer=6),
+        BATCH,
+        world_sizes=(2,),
+        device="cpu",
+        candidates=("ddp", "fsdp-zero2-block", "fsdp-zero2-layer"),
+        progress=lambda done, total, what: ticks.append((done, total, what)),
+    )
+    assert [t[:2] for t in ticks] == [(1, 4), (2, 4), (3, 4), (4, 4)], ticks
+    assert ticks[0][2] == "ddp x2 (2 of 6 blocks)"
+    assert ticks[1][2] == "fsdp-zero2-block, fsdp-zero2-layer x2 (2 of 6 blocks)"
+    assert ticks[3][2].endswith("x2 (3 of 6 blocks)") and len(plan.candidates) == 3

@@ -12,10 +12,12 @@ The result, ``Plan``, is what the auto strategy (``strategies.auto``) chooses fr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import sys
 import time
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -229,10 +231,12 @@ def predict_candidates(
     device: str,
     budget: int | None,
     link: LinkCost | None = None,
+    on_run: Callable[[int, int, str], None] | None = None,
 ) -> tuple[list[Candidate], str]:
     """Predict ``specs`` (in their order): rehearsed whole, or cut to ``CUT_BLOCKS`` blocks and extrapolated; and how.
 
-    Communication is priced on ``link`` (default: ``parallel.plan.LINK_COSTS`` for ``device``).
+    Communication is priced on ``link`` (default: ``parallel.plan.LINK_COSTS`` for ``device``). ``on_run(done,
+    total, what)`` is called after each traced rehearsal.
 
     All of them together, so thunder traces as little as is exact (``thunder.rehearsal.rehearse_all``: one trace per
     sharding for every bucketing and world size).
@@ -242,7 +246,7 @@ def predict_candidates(
         # and it would be the only output of a notebook cell that plans.
         warnings.filterwarnings("ignore", message="transformer_engine module not found")
         from thunderviz.thunder.compat import ensure_supported_thunder
-        from thunderviz.thunder.rehearsal import block_container, cut_blocks, rehearse_all
+        from thunderviz.thunder.rehearsal import block_container, cut_blocks, rehearsal_runs, rehearse_all
 
         ensure_supported_thunder()  # imports thunder, here
 
@@ -252,14 +256,20 @@ def predict_candidates(
     kwargs = {"loss_fn": loss_fn, "optimizer": optimizer, "precision": precision, "device": device}
     priced = link or link_cost(device)
 
-    def run(model: Any, capture: bool = True) -> dict[tuple[str, int], Any]:
+    options = [by_name[n] for n in names]
+    count = {"done": 0, "total": 0}
+
+    def run(model: Any, capture: bool = True, what: str = "", counted: bool = False) -> dict[tuple[str, int], Any]:
+        def tick(layouts: Sequence[Any], world: int) -> None:
+            count["done"] += 1
+            if on_run is not None:
+                covered = ", ".join(n for n, o in zip(names, options, strict=True) if any(o is x for x in layouts))
+                on_run(count["done"], count["total"], f"{covered} x{world}{what}")
+
+        if not counted:
+            count["total"] += len(rehearsal_runs(model, options, sizes))
         got = rehearse_all(
-            model,
-            example_input,
-            options=[by_name[n] for n in names],
-            world_sizes=sizes,
-            capture_traces=capture,
-            **kwargs,
+            model, example_input, options=options, world_sizes=sizes, capture_traces=capture, progress=tick, **kwargs
         )
         return {(n, w): r for n, per_world in zip(names, got, strict=True) for w, r in per_world.items()}
 
@@ -270,7 +280,9 @@ def predict_candidates(
         return out, "rehearsed whole"
     path, n = found
     # the traces kept for the memory view are the larger cut's: capturing the other would cost time for nothing
-    cut = {k: run(cut_blocks(template, k), capture=k == CUT_BLOCKS[-1]) for k in CUT_BLOCKS}
+    cuts = {k: cut_blocks(template, k) for k in CUT_BLOCKS}
+    count["total"] += sum(len(rehearsal_runs(m, options, sizes)) for m in cuts.values())  # known before the first
+    cut = {k: run(m, capture=k == CUT_BLOCKS[-1], what=f" ({k} of {n} blocks)", counted=True) for k, m in cuts.items()}
     how = f"extrapolated from {path} cut to {' and '.join(map(str, CUT_BLOCKS))} of its {n} blocks"
     out = []
     whole: dict[tuple[str, int], Any] | None = None
@@ -278,7 +290,7 @@ def predict_candidates(
         points = {k: cut[k][s.name, s.world_size] for k in CUT_BLOCKS}
         phases = {r.memory.phase for r in points.values()}
         if len(phases) != 1:  # the peak moved: the cut models are not like the whole one there
-            whole = whole or run(template)
+            whole = whole or run(template, what=" (whole model: the peak moved between cuts)")
             out.append(_whole(s, whole[s.name, s.world_size], budget, priced, "rehearsed whole (cut, the peak moved)"))
             continue
         at = extrapolate({k: _quantities(r) for k, r in points.items()}, n)
@@ -332,6 +344,7 @@ def plan(
     device: str | None = None,
     candidates: Sequence[str] = PREFERENCE,
     link: LinkCost | None = None,
+    progress: bool | Callable[[int, int, str], None] | None = None,
 ) -> Plan:
     """Predict, before running, every candidate strategy's per-rank peak memory and communication.
 
@@ -352,6 +365,9 @@ def plan(
         link: what a collective costs on the ranks' link (``LinkCost(latency_s, bytes_per_s)``), which prices
             communication time and so decides between candidates that trade bytes for collectives; default
             ``parallel.plan.LINK_COSTS[device]`` (measured for gloo on CPU, assumed for NCCL).
+        progress: a planning takes tens of seconds (thunder traces each candidate): a text progress bar on stderr
+            with one tick per traced rehearsal, naming the candidates it covers (default: in a notebook or on a
+            terminal); ``False`` for none; or a callable ``(done, total, what)`` called after each one.
 
     Raises:
         PlanError: the model, input, loss, optimizer or precision cannot be planned (the message says why).
@@ -366,22 +382,24 @@ def plan(
     except ValueError as exc:
         raise PlanError(str(exc)) from None
     template = _template(model)
-    try:
-        out, how = predict_candidates(
-            template,
-            specs,
-            example_input,
-            loss_fn=loss_fn,
-            optimizer=optimizer,
-            precision=precision,
-            device=device,
-            budget=budget,
-            link=link,
-        )
-    except PlanError:
-        raise
-    except ValueError as exc:
-        raise PlanError(f"plan: {exc}") from exc
+    with _progress(progress) as tick:
+        try:
+            out, how = predict_candidates(
+                template,
+                specs,
+                example_input,
+                loss_fn=loss_fn,
+                optimizer=optimizer,
+                precision=precision,
+                device=device,
+                budget=budget,
+                link=link,
+                on_run=tick,
+            )
+        except PlanError:
+            raise
+        except ValueError as exc:
+            raise PlanError(f"plan: {exc}") from exc
     return Plan(
         candidates=out,
         memory_per_rank=budget,
@@ -390,3 +408,32 @@ def plan(
         how=how,
         seconds=time.perf_counter() - t0,
     )
+
+
+@contextlib.contextmanager
+def _progress(
+    progress: bool | Callable[[int, int, str], None] | None,
+) -> Iterator[Callable[[int, int, str], None] | None]:
+    """``plan(progress=...)``: a callable as given; True (or None where someone watches: a notebook or a terminal) a
+    tqdm text bar on stderr, closed however planning ends."""
+    if callable(progress):
+        yield progress
+        return
+    if progress is None:
+        progress = "ipykernel" in sys.modules or sys.stderr.isatty()
+    if not progress:
+        yield None
+        return
+    from tqdm import tqdm
+
+    bar = tqdm(total=0, desc="thunderviz.plan", unit="rehearsal", file=sys.stderr, leave=True)
+
+    def tick(done: int, total: int, what: str) -> None:
+        bar.total = total
+        bar.set_postfix_str(what, refresh=False)
+        bar.update(done - bar.n)
+
+    try:
+        yield tick
+    finally:
+        bar.close()

@@ -369,8 +369,10 @@ def rehearse_all(
     precision: str = "32-true",
     device: str = "cpu",
     capture_traces: bool = True,
+    progress: Callable[[Sequence[StrategyOptions], int], None] | None = None,
 ) -> list[dict[int, Rehearsal]]:
-    """Each of ``options`` rehearsed at each of ``world_sizes``, tracing as little as is exact.
+    """Each of ``options`` rehearsed at each of ``world_sizes``, tracing as little as is exact; ``progress(layouts,
+    world_size)`` is called after each traced run (``rehearsal_runs`` lists them).
 
     thunder's tracing is what a rehearsal costs, so it is shared where the traces are the same up to what is counted:
     one step counts every world size when that is exact (DDP's memory does not depend on it; FSDP's only through its
@@ -381,6 +383,29 @@ def rehearse_all(
     sizes = sorted(set(world_sizes))
     kwargs = {"loss_fn": loss_fn, "optimizer": optimizer, "precision": precision, "device": device}
     results: dict[int, dict[int, Rehearsal]] = {}
+    for members, reference, others in rehearsal_runs(template, options, sizes):
+        layouts = [options[i] for i in members]
+        got = _rehearse(
+            template,
+            example_input,
+            layouts=layouts,
+            reference=reference,
+            others=others,
+            capture_traces=capture_traces,
+            **kwargs,
+        )
+        for i, per_world in zip(members, got, strict=True):
+            results.setdefault(i, {}).update(per_world)
+        if progress is not None:
+            progress(layouts, reference)
+    return [results[i] for i in range(len(options))]
+
+
+def rehearsal_runs(
+    template: nn.Module, options: Sequence[StrategyOptions], sizes: Sequence[int]
+) -> list[tuple[list[int], int, tuple[int, ...]]]:
+    """The traced runs ``rehearse_all`` makes: (indices of the options sharing one trace, the world size it runs at,
+    the other world sizes it counts), in order; a progress bar counts them."""
     groups: dict[tuple, list[int]] = {}
     for i, o in enumerate(options):
         key = (
@@ -390,23 +415,13 @@ def rehearse_all(
             o.jit_kwargs,
         )
         groups.setdefault(key, []).append(i)
+    runs = []
     for members in groups.values():
         first = options[members[0]]
-        layouts = [options[i] for i in members]
         one_step = len(sizes) == 1 or first.parallelism is Parallelism.DDP or scalable_world_sizes(template, sizes)
-        for reference, others in [(sizes[0], sizes[1:])] if one_step else [(w, ()) for w in sizes]:
-            got = _rehearse(
-                template,
-                example_input,
-                layouts=layouts,
-                reference=reference,
-                others=others,
-                capture_traces=capture_traces,
-                **kwargs,
-            )
-            for i, per_world in zip(members, got, strict=True):
-                results.setdefault(i, {}).update(per_world)
-    return [results[i] for i in range(len(options))]
+        for reference, others in [(sizes[0], tuple(sizes[1:]))] if one_step else [(w, ()) for w in sizes]:
+            runs.append((members, reference, others))
+    return runs
 
 
 def _rehearse(
