@@ -10,7 +10,7 @@ it differs from the leanest row. Numbers come from the reports and plans as they
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from thunderviz.parallel.plan import ring_bytes
@@ -161,13 +161,7 @@ def _candidate_row(c: Any) -> StrategyRow:
 def _with_fit(row: StrategyRow, budget: int | None) -> StrategyRow:
     if budget is None or row.peak_bytes is None:
         return row
-    return _replace(row, fits=row.peak_bytes <= budget)
-
-
-def _replace(row: StrategyRow, **changes: Any) -> StrategyRow:
-    from dataclasses import replace
-
-    return replace(row, **changes)
+    return replace(row, fits=row.peak_bytes <= budget)
 
 
 def _explained(rows: Sequence[StrategyRow]) -> list[StrategyRow]:
@@ -177,18 +171,18 @@ def _explained(rows: Sequence[StrategyRow]) -> list[StrategyRow]:
     for row in rows:
         peers = [r for r in rows if r.source == row.source and r.peak_bytes is not None and r is not row]
         if row.peak_bytes is None or not peers:
-            out.append(_replace(row, why=row.note))
+            out.append(replace(row, why=row.note))
             continue
         lean = min(peers, key=lambda r: r.peak_bytes or 0)
         if (lean.peak_bytes or 0) >= row.peak_bytes:
-            out.append(_replace(row, why=_leanest(row, peers)))
+            out.append(replace(row, why=_leanest(row, peers)))
             continue
         grew = {k: v - lean.parts.get(k, 0) for k, v in row.parts.items()}
         part, extra = max(grew.items(), key=lambda kv: kv[1], default=("", 0))
         what = f", most of it {part} (+{format_bytes(extra)})" if extra > 0 else ""
         traffic = _traffic(row, lean)
         out.append(
-            _replace(
+            replace(
                 row,
                 why=f"{format_bytes(row.peak_bytes - (lean.peak_bytes or 0))} more per rank than {lean.name}"
                 f"{what}{traffic}",
