@@ -119,7 +119,16 @@ def test_trace_switch_recomputes_and_rejects_unknown(fsdp: list[TraceBundle]) ->
     assert w.panes[0]["n_ops"] == len(fsdp[0].backward.ops)
     assert w.panes[0]["dot"] != fwd_dot and "backward" in w.panes[0]["title"]
     stages = fsdp[0].stages
-    assert stages and w.traces[2:] == list(dict.fromkeys(st.label for st in stages))
+    # every pass of the forward pipeline, in order; a label thunder uses twice ("Delete Last Used") is numbered, not
+    # dropped (the menu skipped the last pass)
+    assert stages and len(w.traces[2:]) == len(stages) and w.traces[2] == stages[0].label
+    assert [st.label for st in stages].count("Delete Last Used") == 2 and w.traces[-1] == "Delete Last Used (2)"
+    assert (
+        vd.trace_names(fsdp[0])["Delete Last Used (2)"]
+        == f"forward pass {len(stages)} of {len(stages)}: Delete Last Used"
+    )
+    w.trace = "Delete Last Used (2)"
+    assert w.panes[0]["n_ops"] == len(stages[-1].ops)
     w.trace = stages[0].label  # a stage of the forward pipeline, before the distributed passes
     assert w.panes[0]["n_ops"] == len(stages[0].ops) and stages[0].label in w.panes[0]["title"]
     with pytest.raises(traitlets.TraitError, match="this view has"):

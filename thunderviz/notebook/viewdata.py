@@ -310,35 +310,41 @@ def distinct_labels(a: Subject, b: Subject) -> tuple[str, str]:
     return (f"{la} (left)", f"{lb} (right)") if la == lb else (la, lb)
 
 
+def _stage_keys(bundle: TraceBundle) -> dict[str, int]:
+    """Each captured stage's menu key -> its index: its label, with `` (2)``, `` (3)`` for a label thunder used
+    before (it runs "Delete Last Used" twice; keyed by label alone, the menu skipped the last pass)."""
+    keys: dict[str, int] = {}
+    seen: dict[str, int] = {}
+    for i, s in enumerate(bundle.stages):
+        seen[s.label] = seen.get(s.label, 0) + 1
+        key = s.label if seen[s.label] == 1 else f"{s.label} ({seen[s.label]})"
+        if key not in keys and key not in ("forward", "backward"):
+            keys[key] = i
+    return keys
+
+
 def trace_choices(bundle: TraceBundle) -> list[str]:
     """Labels a view can switch between: ``forward``, ``backward``, then each captured stage."""
-    out = list(bundle.traces())
-    for s in bundle.stages:
-        if s.label not in out:
-            out.append(s.label)
-    return out
+    return [*bundle.traces(), *_stage_keys(bundle)]
 
 
 def trace_names(bundle: TraceBundle) -> dict[str, str]:
     """What the trace menu shows for each label: the traces that run, then thunder's forward passes in order, by
     number and name (``forward pass 4 of 7: Dead Code Elimination``) rather than bare pass names."""
     names = {"forward": "forward (the trace that runs)", "backward": "backward (the trace that runs)"}
-    choices = trace_choices(bundle)
-    stages = [c for c in choices if c not in names]
     n = len(bundle.stages)
-    for label in stages:
-        i = next(i for i, s in enumerate(bundle.stages) if s.label == label)
-        names[label] = f"forward pass {i + 1} of {n}: {label}"
-    return {c: names[c] for c in choices}
+    for key, i in _stage_keys(bundle).items():
+        names[key] = f"forward pass {i + 1} of {n}: {bundle.stages[i].label}"
+    return {c: names[c] for c in trace_choices(bundle)}
 
 
 def snapshot_of(bundle: TraceBundle, label: str) -> TraceSnapshot:
     traces = bundle.traces()
     if label in traces:
         return traces[label]
-    for s in bundle.stages:
-        if s.label == label:
-            return s
+    i = _stage_keys(bundle).get(label)
+    if i is not None:
+        return bundle.stages[i]
     raise ValueError(f"no trace {label!r} in {bundle.name!r}; choose from {trace_choices(bundle)!r}")
 
 
