@@ -21,7 +21,20 @@ def test_plan_bars_and_budget_line() -> None:
     assert "recommended: <b>fsdp-zero2-block x2</b>" in html  # least communication among those that fit
     # the budget line sits at 3500/4000 of the plot, right of the fitting bars' ends
     x = float(re.search(r"class='tv-budget' x1='([0-9.]+)'", html).group(1))
-    assert abs(x - (190 + 3500 / 4000 * (640 - 190 - 20))) < 0.2
+    assert abs(x - (190 + 3500 / 4000 * (640 - 190 - 76))) < 0.2
+
+
+def test_bar_totals_and_the_budget_label_stay_inside_the_picture() -> None:
+    """The longest bar's total and a budget near the right edge were cut off ("849", "budget 1")."""
+    plan = synthetic_plan({"ddp": 1_288_490, "fsdp-zero2-block": 869_478}, budget=1_250_000)
+    svg = plan_html(plan)
+    width = float(re.search(r"<svg[^>]* width='(\d+)'", svg).group(1))
+    for x, anchor, text in re.findall(
+        r"<text x='([0-9.]+)' y='[0-9.]+'(?: fill='[^']*')?( text-anchor='end')?>([^<]*)<", svg
+    ):
+        right = float(x) if anchor else float(x) + 6.4 * len(text)
+        assert right <= width, (text, x)
+    assert "budget 1.2 MiB" in svg and "1.2 MiB" in svg and "849.1 KiB" in svg
 
 
 def test_run_memory_section_puts_measured_first_and_rss_last() -> None:
