@@ -356,6 +356,9 @@ def test_a_rank_late_in_every_step_well_above_the_jitter_is_named():
         "more per step in 3 of every 4 steps (8.0 ms in total); worst: all_reduce #1 t (step 2): rank 1 arrived 2.0 "
         "ms after rank 0; rank 0 waited 2.0 ms (above the noise: step jitter 0.00 ms, clock \u00b10.00 ms)"
     )
+    # the worst collective is said once, in that sentence; the list under it has the next ones
+    assert all(not line.startswith("all_reduce #1 t (step 2)") for line in a.summary()[1:]), a.summary()
+    assert len(a.summary()) == 4 and all(line.startswith("all_reduce #") for line in a.summary()[1:])
 
 
 @pytest.mark.parametrize(

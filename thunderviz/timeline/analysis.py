@@ -330,7 +330,8 @@ class TimelineAnalysis:
             )
         else:
             lines.append("No straggler: no rank made another wait 50 us or more at any collective.")
-        for w in self.collectives()[:3]:
+        said = top.worst if top is not None else None  # the straggler's sentence already names its worst collective
+        for w in [w for w in self.collectives() if w is not said][:3]:
             if w.worst_wait > 0:
                 lines.append(w.message)
         return lines
