@@ -368,9 +368,7 @@ def _tensor_change(kind: str, module: str, new: dict[str, Any], old: dict[str, A
 
 
 def _input_change(new: Any, old: Any) -> str:
-    tensors_new = [x for x in _flat(new) if isinstance(x, tuple) and x[:1] == ("tensor",)]
-    tensors_old = [x for x in _flat(old) if isinstance(x, tuple) and x[:1] == ("tensor",)]
-    for i, (a, b) in enumerate(zip(tensors_old, tensors_new, strict=False)):
+    for i, (a, b) in enumerate(zip(_flat(old), _flat(new), strict=False)):
         for field, x, y in zip(_TENSOR_FIELDS[:4], a[1], b[1], strict=False):
             if x != y:
                 return f"input {i}'s {field} changed ({x} -> {y})"
@@ -378,6 +376,7 @@ def _input_change(new: Any, old: Any) -> str:
 
 
 def _flat(v: Any) -> Iterator[Any]:
+    """The ``("tensor", key)`` descriptions in a key's nested tuples, in order."""
     if isinstance(v, tuple) and v[:1] == ("tensor",):
         yield v
     elif isinstance(v, tuple):
