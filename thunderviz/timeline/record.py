@@ -436,6 +436,7 @@ class TimelineRecorder:
                 info.ledger = [e.to_dict() for e in ledger_from_bundle(bundle)]
                 for label, snap in bundle.traces().items():
                     info.op_groups[label] = [None if op.is_bookkeeping else top_group(op.module) for op in snap.ops]
+                    info.op_names[label] = ["" if op.is_bookkeeping else op.op for op in snap.ops]
             except Exception as e:
                 info.problem = f"{type(e).__name__}: {e}"
             out[n] = info
