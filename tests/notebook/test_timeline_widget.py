@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.browser import CHROMIUM, CHROMIUM_ARGS, MISSING_REASON, chromium_missing
-from tests.helpers.timeline_runs import recorded
+from tests.helpers.timeline_runs import SLEEP_S, STEPS, recorded
 from thunderviz.notebook.timeline_widget import TimelineView
 from thunderviz.timeline import load
 
@@ -62,7 +63,6 @@ def test_a_common_scale_for_runs_compared(view):
     span = common_span_ms(tl) * 3
     wide = TimelineView(tl, span_ms=span)
     assert wide.data["span"] == pytest.approx(span * 1000, abs=0.1) and view.data["span"] is None
-    import re
 
     def last_tick(html: str) -> float:
         return max(float(m) for m in re.findall(r">([0-9.]+) ms</text>", html))
@@ -93,6 +93,21 @@ def test_a_graph_nodes_group_outlines_its_spans_on_every_rank(view):
     assert view.highlight == {}
 
 
+def test_idle_time_is_drawn_and_neighbouring_blocks_get_distinct_colours(view):
+    """Issue 30: rank 1's sleep before every backward was drawn blank, not idle; blocks.0-3 shared one colour."""
+    from itertools import combinations
+
+    from thunderviz.render.timeline_svg import group_colour
+
+    idle = view.data["ranks"][1]["idle"]
+    assert max(b - a for a, b in idle) >= 0.9 * SLEEP_S * 1e6  # the sleep, as idle time of the rank that slept
+    titles = re.findall(r'class="idle"><title>rank 1 idle ([0-9.]+) ms', view.to_html())
+    assert len([t for t in titles if float(t) >= 0.9 * SLEEP_S * 1e3]) == STEPS  # the static picture too
+    assert view.data["group_colours"] == [group_colour(g) for g in view.data["groups"]]
+    hues = [float(re.match(r"hsl\(([0-9.]+),", group_colour(f"blocks.{i}")).group(1)) for i in range(4)]
+    assert min(abs((a - b + 180) % 360 - 180) for a, b in combinations(hues, 2)) >= 30, hues
+
+
 def test_static_picture_and_stable_text_ride_along(view):
     bundle = view._repr_mimebundle_()
     assert bundle["text/plain"] == repr(view)
@@ -120,7 +135,8 @@ def test_in_chromium_lanes_per_rank_a_clicked_collective_shows_arrivals_and_the_
             assert page.locator("g.tl-lane").count() == 2
             assert page.locator("g.tl-lane[data-rank='1'] rect.tl-coll").count() > 0
             assert page.locator(".tl-summary .tl-line").first.inner_text().startswith("Straggler: rank 1 arrived last")
-            assert "3x the step-to-step jitter" in page.locator(".tl-note").inner_text()  # the rule, stated
+            assert "3 of every 4 recorded steps" in page.locator(".tl-note").inner_text()  # the rule, stated
+            assert page.locator("g.tl-lane[data-rank='1'] rect.tl-idle").count() >= 1  # the sleep, drawn idle
             # Issue 19: every lane's rows are labelled, each step marked, and the legend shows the colours the
             # module bars really use.
             labels = page.locator("text.tl-row-label").evaluate_all("els => els.map(e => e.textContent)")

@@ -21,8 +21,8 @@ import traitlets as t
 
 from thunderviz.gc_pause import no_gc_pauses
 from thunderviz.render.style import wrap
-from thunderviz.render.timeline_svg import COLOURS, timeline_html
-from thunderviz.timeline.analysis import STRAGGLER_RULE, close_gaps, union
+from thunderviz.render.timeline_svg import COLOURS, group_colour, timeline_html
+from thunderviz.timeline.analysis import STRAGGLER_RULE, close_gaps, idle_intervals, union
 from thunderviz.timeline.model import Timeline
 
 __all__ = ["TimelineView", "common_span_ms", "view_data"]
@@ -33,6 +33,10 @@ _STATIC = Path(__file__).parent / "static"
 @cache
 def _static(name: str) -> str:
     return (_STATIC / name).read_text(encoding="utf-8")
+
+
+#: The shortest idle interval the widget receives (microseconds).
+_IDLE_MIN_US = 20.0
 
 
 def _r(x: float | None) -> float | None:
@@ -101,6 +105,9 @@ def view_data(timeline: Timeline, *, span_us: float | None = None) -> dict[str, 
                 ]
             )
         busy = [[_r(a), _r(b)] for a, b in close_gaps(union(tl.ops.intervals(0)), 2.0)]
+        # idle: drawn, not left blank (issue 30: a rank's one-second sleep read as nothing); gaps under
+        # _IDLE_MIN_US between ops are Python's own overhead, too many and too short to draw
+        idle = [[_r(a), _r(b)] for a, b in idle_intervals(tl) if b - a >= _IDLE_MIN_US]
         unc = tl.clock.uncertainty
         ranks.append(
             {
@@ -110,6 +117,7 @@ def view_data(timeline: Timeline, *, span_us: float | None = None) -> dict[str, 
                 "regions": [[r.kind, _r(r.start), _r(r.end), r.step, r.name] for r in tl.regions],
                 "segments": [[_r(s.start), _r(s.end), g(s.group), s.trace, s.share] for s in tl.segments],
                 "busy": busy,
+                "idle": idle,
                 "coll": coll,
             }
         )
@@ -132,6 +140,7 @@ def view_data(timeline: Timeline, *, span_us: float | None = None) -> dict[str, 
         "span": round(span_us, 1) if span_us else None,
         "ranks": ranks,
         "groups": groups,
+        "group_colours": [group_colour(name) for name in groups],
         "ledger": ledger_rows,
         "waits": waits,
         "worst": worst,

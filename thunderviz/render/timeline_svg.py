@@ -14,16 +14,26 @@ has ~100k ops; the picture needs a few hundred rectangles to show where the thre
 
 from __future__ import annotations
 
+import hashlib
 import html
 import re
 from typing import Any
 
 from thunderviz.render.markup import counted
-from thunderviz.timeline.analysis import STRAGGLER_RULE, TimelineAnalysis, close_gaps, union
+from thunderviz.timeline.analysis import STRAGGLER_RULE, TimelineAnalysis, close_gaps, idle_intervals, union
 from thunderviz.timeline.model import CollectiveEvent, RankTimeline, Timeline
 from thunderviz.trace.units import format_us
 
-__all__ = ["COLOURS", "ROW_LABELS", "common_span_us", "graph_colours", "split_blocked", "timeline_html", "timeline_svg"]
+__all__ = [
+    "COLOURS",
+    "ROW_LABELS",
+    "common_span_us",
+    "graph_colours",
+    "group_colour",
+    "split_blocked",
+    "timeline_html",
+    "timeline_svg",
+]
 
 
 def graph_colours() -> dict[str, str]:
@@ -58,11 +68,26 @@ COLOURS: dict[str, str] = {
     "optimizer": "#a5d6a7",
     "after_work": "#fff8dc",
     "step": "#5b6b7c",
-    "idle": "#ffffff",
+    "idle": "#eef1f4",
+    "idle_dot": "#8a96a3",
     "highlight": "#7b2cbf",
     "text": "#1d2733",
     "muted": "#5b6b7c",
 }
+
+
+def group_colour(name: str) -> str:
+    """A pastel per module group, the same wherever the group appears (every rank, a redraw, two runs compared).
+
+    Numbered siblings (``blocks.0``, ``blocks.1``, ...) share a base hue from their stem and step a golden angle
+    (137.5 degrees) apart, so neighbouring blocks never look alike: issue 30 saw ``blocks.0``-``blocks.3`` in one
+    colour when the hue came from a hash of the whole name (names one character apart, hues one degree apart).
+    """
+    m = re.match(r"^(.*?)(\d+)$", name)
+    stem, n = (m.group(1), int(m.group(2))) if m else (name, 0)
+    base = int.from_bytes(hashlib.blake2s(stem.encode(), digest_size=4).digest(), "big") % 360
+    return f"hsl({(base + n * 137.508) % 360:.0f}, 60%, 76%)"
+
 
 _LABEL_W = 150
 _ROW_H = 20
@@ -112,7 +137,9 @@ def common_span_us(*timelines: Timeline) -> float:
 _HATCH = (
     '<defs><pattern id="tv-after-work" width="6" height="6" patternUnits="userSpaceOnUse" '
     'patternTransform="rotate(45)"><rect width="6" height="6" fill="#fff8dc"/>'
-    '<line x1="0" y1="0" x2="0" y2="6" stroke="#c9a400" stroke-width="2"/></pattern></defs>'
+    '<line x1="0" y1="0" x2="0" y2="6" stroke="#c9a400" stroke-width="2"/></pattern>'
+    f'<pattern id="tv-idle" width="5" height="5" patternUnits="userSpaceOnUse"><rect width="5" height="5" '
+    f'fill="{COLOURS["idle"]}"/><circle cx="2.5" cy="2.5" r="0.9" fill="{COLOURS["idle_dot"]}"/></pattern></defs>'
 )
 
 
@@ -228,6 +255,13 @@ def _main_thread_row(plot: _Plot, rank: int, t: RankTimeline, row: float) -> lis
     c = COLOURS
     busy = close_gaps(union(t.ops.intervals(0)), plot.res)
     parts = [plot.rect(a, b, row + 2, _ROW_H - 4, c["op"]) for a, b in busy]
+    for a, b in idle_intervals(t):
+        if b - a >= 2 * plot.res:  # a pause wide enough to see, drawn as idle rather than left blank
+            title = (
+                f"rank {rank} idle {format_us(b - a)}: no op ran and no collective blocked it (a sleep, data "
+                "loading, Python)"
+            )
+            parts.append(plot.rect(a, b, row + 2, _ROW_H - 4, "url(#tv-idle)", c["idle_dot"], title, ' class="idle"'))
     for col in t.collectives:
         for a, b, after in split_blocked(col):
             if b - a < plot.res / 2:
@@ -319,6 +353,7 @@ def _legend_html() -> str:
         ("backward", c["backward"]),
         ("optimizer", c["optimizer"]),
         ("main thread busy", c["op"]),
+        ("idle (dotted: no op, not blocked)", c["idle"]),
         ("blocked by a collective", c["wait"]),
         ("still blocked after its work ended (hatched)", c["after_work"]),
         ("collective in flight", c["collective"]),

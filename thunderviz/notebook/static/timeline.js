@@ -21,11 +21,10 @@ function niceStep(ms) {
   return 10000;
 }
 
-function groupColour(name) {
-  // A stable pastel per module group, so one group keeps its colour across ranks and redraws.
-  let h = 0;
-  for (let i = 0; i < name.length; i++) h = (h * 31 + name.charCodeAt(i)) >>> 0;
-  return `hsl(${h % 360}, 55%, 78%)`;
+// Each module group's colour comes from the kernel (render.timeline_svg.group_colour: numbered blocks a golden
+// angle apart, so blocks.0-3 never share one hue), in data.group_colours beside data.groups.
+function groupColour(data, i) {
+  return (data.group_colours || [])[i] || "#dbe9f6";
 }
 
 function el(tag, cls, text) {
@@ -152,7 +151,7 @@ function render({ model, el: host }) {
       const y1 = y + ROW;
       r.segments.forEach((s, i) => {
         if (!vis(s[0], s[1]) || s[1] - s[0] < res / 4) return;
-        rect(s[0], s[1], y1 + 1, ROW - 2, groupColour(data.groups[s[2]]), "none", ` data-item="${items.length}"`);
+        rect(s[0], s[1], y1 + 1, ROW - 2, groupColour(data, s[2]), "none", ` data-item="${items.length}"`);
         items.push({ kind: "segment", rank: r.rank, i });
       });
       const y2 = y + 2 * ROW;
@@ -162,10 +161,22 @@ function render({ model, el: host }) {
         if (cur && b[0] - cur[1] <= res) cur[1] = Math.max(cur[1], b[1]);
         else {
           if (cur) rect(cur[0], cur[1], y2 + 3, ROW - 6, c.op, "none");
+      // Idle (no op, not blocked: a sleep, data loading): dotted, so a pause never reads as blank.
+      (r.idle || []).forEach((d, i) => {
+        if (!vis(d[0], d[1]) || d[1] - d[0] < 2 * res) return;
+        rect(d[0], d[1], y2 + 3, ROW - 6, "url(#tl-idle)", c.idle_dot, ` class="tl-idle" data-item="${items.length}"`);
+        items.push({ kind: "idle", rank: r.rank, i });
+      });
           cur = [b[0], b[1]];
         }
       }
       if (cur) rect(cur[0], cur[1], y2 + 3, ROW - 6, c.op, "none");
+      // Idle (no op, not blocked: a sleep, data loading): dotted, so a pause never reads as blank.
+      (r.idle || []).forEach((d, i) => {
+        if (!vis(d[0], d[1]) || d[1] - d[0] < 2 * res) return;
+        rect(d[0], d[1], y2 + 3, ROW - 6, "url(#tl-idle)", c.idle_dot, ` class="tl-idle" data-item="${items.length}"`);
+        items.push({ kind: "idle", rank: r.rank, i });
+      });
       const y3 = y + 3 * ROW;
       r.coll.forEach((k, i) => {
         // [id, step, index, kind, tensor, issue_s, issue_e, start, end, wait_s, wait_e, group, sync, rowIdx]
@@ -204,7 +215,8 @@ function render({ model, el: host }) {
       out.push("</g>");
       y += rankH + RANK_GAP;
     }
-    const defs = '<defs><pattern id="tl-after-work" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="6" height="6" fill="#fff8dc"/><line x1="0" y1="0" x2="0" y2="6" stroke="#c9a400" stroke-width="2"/></pattern></defs>';
+    const defs = '<defs><pattern id="tl-after-work" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="6" height="6" fill="#fff8dc"/><line x1="0" y1="0" x2="0" y2="6" stroke="#c9a400" stroke-width="2"/></pattern>'
+      + `<pattern id="tl-idle" width="5" height="5" patternUnits="userSpaceOnUse"><rect width="5" height="5" fill="${c.idle}"/><circle cx="2.5" cy="2.5" r="0.9" fill="${c.idle_dot}"/></pattern></defs>`;
     plot.innerHTML = `<svg class="tl-svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}">${defs}${out.join("")}</svg>`;
     root.dataset.drawn = String(Number(root.dataset.drawn) + 1);
     root.dataset.view = `${view[0].toFixed(1)},${view[1].toFixed(1)}`;
@@ -215,6 +227,10 @@ function render({ model, el: host }) {
     if (item.kind === "region") {
       const g = r.regions[item.i];
       return `rank ${r.rank} step ${g[3]} ${g[0]}${g[4] ? " " + g[4] : ""}: ${fmtMs(g[2] - g[1])}`;
+    }
+    if (item.kind === "idle") {
+      const d = r.idle[item.i];
+      return `rank ${r.rank} idle ${fmtMs(d[1] - d[0])}: no op ran and no collective blocked it (a sleep, data loading, Python)`;
     }
     if (item.kind === "segment") {
       const s = r.segments[item.i];
@@ -336,15 +352,15 @@ function render({ model, el: host }) {
     const line = el("div", "tl-legend-groups");
     line.append(el("span", "tl-legend-text", "compute by module:"));
     legend.append(line);
-    for (const g of groups.slice(0, 12)) {
+    for (const [i, g] of groups.slice(0, 12).entries()) {
       const sw = el("span", "tl-swatch");
-      sw.style.background = groupColour(g);
+      sw.style.background = groupColour(data, i);
       line.append(sw, el("span", "tl-legend-text", g));
     }
     if (groups.length > 12) line.append(el("span", "tl-legend-text", `+${groups.length - 12} more`));
     const rest = el("div", "tl-legend-rest");
     legend.append(rest);
-    for (const [name, col, cls] of [["main thread busy", c.op], ["blocked by a collective", c.wait],
+    for (const [name, col, cls] of [["main thread busy", c.op], ["idle (no op, not blocked)", null, "tl-swatch-idle"], ["blocked by a collective", c.wait],
       ["still blocked after its work ended", null, "tl-swatch-after"], ["collective in flight", c.collective]]) {
       const sw = el("span", "tl-swatch" + (cls ? ` ${cls}` : ""));
       if (col) sw.style.background = col;
