@@ -120,10 +120,13 @@ def _trace_facts(traced: Any) -> dict[str, Any]:
     }
 
 
-def _comm_options(kind: str, sharding: str, bucketing: str, bucket_size_in_mb: float) -> dict[str, Any]:
-    """The communication knobs of ``kind``'s strategy (FSDP: sharding and bucketing; DDP: bucket size)."""
+def _comm_options(
+    kind: str, sharding: str, bucketing: str, bucket_size_in_mb: float, mesh: tuple[int, int] | None = None
+) -> dict[str, Any]:
+    """The communication knobs of ``kind``'s strategy (FSDP: sharding, bucketing and a hybrid mesh; DDP: bucket
+    size)."""
     if kind == "fsdp":
-        return {"sharding_strategy": sharding, "bucketing_strategy": bucketing}
+        return {"sharding_strategy": sharding, "bucketing_strategy": bucketing, "device_mesh": mesh}
     return {"bucket_size_in_mb": bucket_size_in_mb}
 
 
@@ -141,13 +144,14 @@ def train(
     case: str,
     variant: str = "plain",
     bucket_size_in_mb: float = 25.0,
+    mesh: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """One scenario. ``case``: 'raw' (case 1), 'function' (case 2), 'jitted' / 'jitted_ran' (case 3)."""
     import thunder
 
     from thunderviz.thunder import hooks
 
-    options = _comm_options(kind, sharding, bucketing, bucket_size_in_mb)
+    options = _comm_options(kind, sharding, bucketing, bucket_size_in_mb, mesh)
     fabric = common.fabric(kind, world, jit=case != "function", **options)
     strategy = fabric.strategy
     torch.manual_seed(0 if rank == 0 else 1234)  # the strategy must broadcast rank 0's parameters
@@ -181,7 +185,8 @@ def train(
         "params": params,
         "ref": _reference(variant, world),
         "configs": [(c.param_name, c.label, c.reshard_after_forward) for c in configs],
-        "reason": strategy.decisions[-1].reason,
+        "reason": next(d.reason for d in reversed(strategy.decisions) if not str(d.action).startswith("choose")),
+        "mesh_reason": next((d.reason for d in strategy.decisions if str(d.action) == "choose the mesh"), ""),
         **_trace_facts(traced),
     }
 

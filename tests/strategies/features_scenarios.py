@@ -57,7 +57,7 @@ def batch(seed: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
 # -- the distributed side ---------------------------------------------------------------------------------------
 
 
-def _fabric(kind: str, precision: str = "32-true", **options: Any) -> Any:
+def _fabric(kind: str, precision: str = "32-true", devices: int = 2, **options: Any) -> Any:
     from lightning.fabric import Fabric
     from lightning.fabric.plugins.precision import MixedPrecision
 
@@ -68,9 +68,11 @@ def _fabric(kind: str, precision: str = "32-true", **options: Any) -> Any:
     if precision == "16-mixed":
         # Fabric turns 16-mixed into bf16-mixed on CPU; torch's CPU autocast and GradScaler do support fp16, so the
         # plugin is given directly (as a user who wants fp16 on CPU would).
-        fabric = Fabric(accelerator="cpu", devices=2, strategy=strategy, plugins=MixedPrecision("16-mixed", "cpu"))
+        fabric = Fabric(
+            accelerator="cpu", devices=devices, strategy=strategy, plugins=MixedPrecision("16-mixed", "cpu")
+        )
     else:
-        fabric = Fabric(accelerator="cpu", devices=2, strategy=strategy, precision=precision)
+        fabric = Fabric(accelerator="cpu", devices=devices, strategy=strategy, precision=precision)
     fabric.launch()
     return fabric
 
@@ -178,19 +180,23 @@ def accumulation(
     case: str = "raw",
     checkpointed: bool = False,
     bf16_reduced_in_fp32: bool = False,
+    mesh: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """``MICRO`` micro-batches per step under ``no_backward_sync`` (all but the last), ``WINDOWS`` SGD steps.
 
     ``checkpointed``: with ``activation_checkpointing_policy={Block}`` (the two features together, and the
     checkpointing numerics for FSDP); ``bf16_reduced_in_fp32``: ``precision="bf16-true"`` with
-    ``reduce_dtype=float32`` (sums kept in float32).
+    ``reduce_dtype=float32`` (sums kept in float32); ``mesh``: hybrid sharding's ``device_mesh`` (``kind``
+    ``fsdp-hybrid_shard``).
     """
     extra: dict[str, Any] = {"reduce_dtype": "float32"} if bf16_reduced_in_fp32 else {}
+    if mesh is not None:
+        extra["device_mesh"] = mesh
     if checkpointed:
         extra["activation_checkpointing_policy"] = {Block}
     precision = "bf16-true" if bf16_reduced_in_fp32 else "32-true"
     half = torch.bfloat16 if bf16_reduced_in_fp32 else torch.float32
-    fabric = _fabric(kind, precision, bucketing_strategy=bucketing, jit=case != "function", **extra)
+    fabric = _fabric(kind, precision, world, bucketing_strategy=bucketing, jit=case != "function", **extra)
     torch.manual_seed(0)
     model, step = _setup(fabric, case, Tower())
     optimizer = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=LR))

@@ -56,7 +56,7 @@ def _argument(option: Option, parallelism: Parallelism) -> Callable[[Any], Any]:
         return argument(
             flag.name,
             dest=_dest(option),
-            choices=[m.value.lower() for m in option.choices],
+            choices=list(flag.choices) or [m.value.lower() for m in option.choices],
             default=None,
             help=help_text,
         )

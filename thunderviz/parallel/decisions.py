@@ -40,12 +40,14 @@ __all__ = [
     "Case",
     "Decision",
     "ExecutorFacts",
+    "MeshFacts",
     "ObjectFacts",
     "ObjectKind",
     "checkpointing_plan",
     "communication_plan",
     "decide",
     "decide_executors",
+    "decide_mesh",
     "headline_of",
     "impossible",
 ]
@@ -78,6 +80,8 @@ class Action(TextEnum):
     DISTRIBUTE_FOR_FUNCTION_JIT = "distribute for a jitted function"
     #: which executors thunder.jit compiles with (``decide_executors``); logged before the case's own row
     CHOOSE_EXECUTORS = "choose executors"
+    #: hybrid sharding: which ranks share a shard group and which replicate it (``decide_mesh``)
+    CHOOSE_MESH = "choose the mesh"
     #: no correct choice exists; the strategy raised ``JitDecisionError`` (its message is the reason)
     REFUSE = "error"
 
@@ -122,6 +126,8 @@ class Decision:
     executors: tuple[str, ...] = ()
     #: something the user must hear now (``warnings.warn``), e.g. an executor left out because it is not installed
     warning: str = ""
+    #: ``CHOOSE_MESH``: ``(replicas, shard_size)``; rank r is in shard group r // shard_size
+    mesh: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if not self.headline:
@@ -145,6 +151,7 @@ class Decision:
             strategy_summary=str(d.get("strategy", "")),
             executors=tuple(str(e) for e in d.get("executors", ())),
             warning=str(d.get("warning", "")),
+            mesh=tuple(d["mesh"]) if d.get("mesh") else None,  # type: ignore[arg-type]
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -162,6 +169,8 @@ class Decision:
             out["executors"] = list(self.executors)
         if self.warning:
             out["warning"] = self.warning
+        if self.mesh is not None:
+            out["mesh"] = list(self.mesh)
         return out
 
 
@@ -298,7 +307,7 @@ def _collectives_plan(options: StrategyOptions, facts: ObjectFacts | None) -> st
         what = "one bucket per module that owns parameters (a Linear's weight and bias)"
     else:
         what = "one bucket per parameter"
-    if options.sharding_strategy is Sharding.ZERO3:
+    if options.sharding_strategy.level is Sharding.ZERO3:
         sharding = (
             "ZERO3: backward gathers each bucket again from its shards, so forward releases the unsharded weights"
             " after their last use and saves shards, not unsharded weights, for backward"
@@ -306,6 +315,15 @@ def _collectives_plan(options: StrategyOptions, facts: ObjectFacts | None) -> st
     else:
         sharding = "ZERO2: the unsharded parameters gathered in forward are kept for backward"
     default = f"; {_BLOCK_MEASURED}" if bucketing is DEFAULT_BUCKETING else ""
+    if options.hybrid:
+        return (
+            f"communication: {bucketing} bucketing, {what}; within each shard group, one all_gather per bucket in"
+            " forward, issued one bucket ahead of its first use and waited for right before it, and one"
+            " reduce_scatter per bucket in backward, issued as soon as its last gradient exists; across the replica"
+            " groups, one all_reduce of each reduced bucket shard, issued when its reduce_scatter completes (so only"
+            " 1/shard_size of the gradients crosses hosts) and waited for just before backward returns;"
+            f" {sharding} within the shard group{default}"
+        )
     return (
         f"communication: {bucketing} bucketing, {what}; one all_gather per bucket in forward, issued one bucket"
         " ahead of its first use and waited for right before it, and one reduce_scatter per bucket in backward,"
@@ -581,4 +599,117 @@ def decide_executors(facts: ExecutorFacts, options: StrategyOptions, case: Case,
         f"thunder's defaults ({_listed(facts.defaults)}; the torch executor runs the rest); {_CPU_MEASURED}"
         f"{_fusion_note(facts.defaults)}",
         executors=facts.defaults,
+    )
+
+
+# -- hybrid sharding: which ranks shard together ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MeshFacts:
+    """Where the ranks are: ``hosts[r]`` is rank r's host name (what the ranks told each other at set-up)."""
+
+    hosts: tuple[str, ...]
+
+    @property
+    def world(self) -> int:
+        return len(self.hosts)
+
+    def host_blocks(self) -> list[tuple[str, int]] | None:
+        """``[(host, ranks)]`` in rank order when each host's ranks are consecutive, else None."""
+        blocks: list[tuple[str, int]] = []
+        for host in self.hosts:
+            if blocks and blocks[-1][0] == host:
+                blocks[-1] = (host, blocks[-1][1] + 1)
+            elif any(h == host for h, _ in blocks):
+                return None
+            else:
+                blocks.append((host, 1))
+        return blocks
+
+
+def _spans(facts: MeshFacts, shard: int) -> list[int]:
+    """The shard groups (by index) whose ranks sit on more than one host."""
+    return [g for g in range(facts.world // shard) if len(set(facts.hosts[g * shard : (g + 1) * shard])) > 1]
+
+
+def decide_mesh(facts: MeshFacts, options: StrategyOptions, target: str, case: Case) -> Decision:
+    """Hybrid sharding's ``(replicas, shard_size)``: the user's ``device_mesh``, or one shard group per host.
+
+    Why per host by default: the shard group carries every all_gather and reduce_scatter (the parameters' whole
+    size, every step, several times), the replica group one all_reduce of the already reduced shards (1/shard_size
+    of the gradients), so the fast intra-host link should carry the former. Ranks are laid out as
+    ``init_device_mesh(device, (replicas, shard_size))`` lays them out: shard group g is ranks g*S ... g*S+S-1.
+
+    Raises ``JitDecisionError`` when no mesh is correct: a mesh that does not multiply to the world size, or (by
+    default) hosts with different numbers of ranks or with ranks that are not consecutive.
+    """
+
+    def row(headline: str, reason: str, mesh: tuple[int, int], warning: str = "") -> Decision:
+        return Decision(
+            target=target,
+            case=case,
+            action=Action.CHOOSE_MESH,
+            options=options,
+            headline=headline,
+            reason=reason,
+            mesh=mesh,
+            warning=warning,
+        )
+
+    world = facts.world
+    blocks = facts.host_blocks()
+    n_hosts = len(set(facts.hosts))
+    where = f"{world} rank{'s' if world != 1 else ''} on {n_hosts} host{'s' if n_hosts != 1 else ''}"
+    if options.device_mesh is not None:
+        replicas, shard = options.device_mesh
+        if replicas * shard != world:
+            raise JitDecisionError(
+                f"You set `{options.strategy_name}(device_mesh=({replicas}, {shard}))`: {replicas} x {shard} ="
+                f" {replicas * shard} ranks, but this run has {world}. Give (replicas, shard_size) with replicas *"
+                f" shard_size == {world}, or leave device_mesh out to shard within each host."
+            )
+        spanning = _spans(facts, shard)
+        headline = f"mesh {replicas} x {shard}: shard over {shard} rank(s), replicate {replicas}x (your device_mesh)"
+        if spanning:
+            return row(
+                headline + f" - {len(spanning)} shard group(s) span hosts",
+                f"your device_mesh=({replicas}, {shard}) on {where}: shard group(s) {spanning} have ranks on more"
+                " than one host, so their all_gathers and reduce_scatters cross the inter-host link; leave"
+                " device_mesh out to shard within each host",
+                (replicas, shard),
+                warning=f"{options.strategy_name}(device_mesh=({replicas}, {shard})): shard groups {spanning} span"
+                " hosts; every all_gather and reduce_scatter of theirs crosses the slower inter-host link.",
+            )
+        crossing = (
+            "each shard group is on one host, so only the all_reduce of the reduced gradient shards crosses hosts"
+            if n_hosts > 1
+            else "all on one host: nothing crosses hosts (on several hosts, the shard groups should each be one host's"
+            " ranks)"
+        )
+        return row(headline, f"your device_mesh=({replicas}, {shard}) on {where}; {crossing}", (replicas, shard))
+    if blocks is None or len({n for _, n in blocks}) != 1:
+        layout = ", ".join(f"rank {r}: {h}" for r, h in enumerate(facts.hosts))
+        why = "their ranks are not consecutive" if blocks is None else "they run different numbers of ranks"
+        raise JitDecisionError(
+            f"{options.strategy_name}(sharding_strategy='{options.sharding_strategy}') shards within each host by"
+            f" default, but the hosts cannot form equal shard groups: {why} ({layout}). Start the same number of"
+            " consecutive ranks on each host (torchrun and ipcluster do), or give device_mesh=(replicas,"
+            " shard_size) to choose the groups yourself."
+        )
+    shard = blocks[0][1]
+    replicas = world // shard
+    if replicas == 1:
+        return row(
+            f"mesh 1 x {shard}: one host, so hybrid sharding is FSDP over all {shard} ranks",
+            f"{where}: one shard group per host means one group of every rank and no replicas; the replica"
+            " all_reduce is left out (give device_mesh=(replicas, shard_size) to replicate within a host)",
+            (1, shard),
+        )
+    return row(
+        f"mesh {replicas} x {shard}: shard within each host ({shard} ranks), replicate across {replicas} hosts",
+        f"{where}, {shard} per host: the shard group, which carries every all_gather and reduce_scatter, stays on"
+        " each host's fast link; across hosts goes one all_reduce of each reduced gradient shard (1/"
+        f"{shard} of the gradients)",
+        (replicas, shard),
     )

@@ -80,10 +80,32 @@ class Parallelism(TextEnum):
 
 
 class Sharding(TextEnum):
-    """FSDP: what forward keeps for backward (thunder's ``FSDPType`` members have the same names)."""
+    """FSDP: what forward keeps for backward, and over which ranks parameters are sharded.
+
+    ZERO2/ZERO3 shard over every rank (thunder's ``FSDPType`` members have these names). The hybrid members are
+    torch's and Fabric's names for sharding within a group of ranks (``device_mesh=(replicas, shard_size)``, by
+    default the ranks of one host) and replicating across groups: ``HYBRID_SHARD`` is ZERO3 within the group,
+    ``_HYBRID_SHARD_ZERO2`` ZERO2 within it.
+    """
 
     ZERO2 = "ZERO2"
     ZERO3 = "ZERO3"
+    HYBRID_SHARD = "HYBRID_SHARD"
+    HYBRID_SHARD_ZERO2 = "_HYBRID_SHARD_ZERO2"
+
+    @property
+    def hybrid(self) -> bool:
+        """Sharded within a group of ranks and replicated across groups."""
+        return self in (Sharding.HYBRID_SHARD, Sharding.HYBRID_SHARD_ZERO2)
+
+    @property
+    def level(self) -> Sharding:
+        """ZERO2 or ZERO3: what forward keeps for backward, within the shard group for the hybrid members."""
+        if self is Sharding.HYBRID_SHARD:
+            return Sharding.ZERO3
+        if self is Sharding.HYBRID_SHARD_ZERO2:
+            return Sharding.ZERO2
+        return self
 
 
 class Bucketing(TextEnum):
@@ -177,16 +199,19 @@ def _choice(
     *,
     explain: Mapping[str, str] | None = None,
     elsewhere_names: Mapping[str, str] | None = None,
+    aliases: Mapping[str, str] | None = None,
 ) -> Callable[[Any, str, str], Any]:
-    """Accept a member, its value in any case, or (for FSDP's knobs) thunder's enum member of the same name.
+    """Accept a member, its value in any case, or (for FSDP's knobs) thunder's or torch's enum member of that name.
 
     ``explain`` describes each choice in the error; ``elsewhere_names`` maps another library's spelling of the
-    same idea (torch FSDP's ``FULL_SHARD``) to ours, for the error only: we never guess silently.
+    same idea (torch FSDP's ``FULL_SHARD``) to ours, for the error only: we never guess silently. ``aliases`` are
+    short spellings that mean exactly one member (a magic's ``--sharding hybrid``).
     """
 
     def convert(value: Any, strategy: str, name: str) -> Any:
         text = value.name if isinstance(value, enum.Enum) else value
         if isinstance(text, str):
+            text = (aliases or {}).get(text.upper(), text)
             for member in enum_type:
                 if text.upper() == member.value.upper():
                     return member
@@ -235,6 +260,33 @@ def _executors(value: Any, strategy: str, name: str) -> tuple[Any, ...] | None:
             " defaults."
         )
     return tuple(items)
+
+
+def _mesh(value: Any, strategy: str, name: str) -> tuple[int, int] | None:
+    """``None`` (one shard group per host), ``(replicas, shard_size)``, or a 2-D torch ``DeviceMesh`` laid out as
+    ``init_device_mesh`` lays it out (rank = replica * shard_size + shard)."""
+    if value is None:
+        return None
+    if hasattr(value, "mesh") and hasattr(value, "ndim"):  # torch's DeviceMesh, as Fabric accepts it
+        ranks = [int(r) for r in value.mesh.flatten().tolist()]
+        if value.ndim != 2 or ranks != sorted(ranks) or ranks != list(range(ranks[0], ranks[0] + len(ranks))):
+            raise OptionError(
+                f"{_call(strategy, name, value)}; thunderviz takes a 2-D mesh laid out as `init_device_mesh(device,"
+                " (replicas, shard_size))` makes it (ranks in order), or the tuple `(replicas, shard_size)`."
+            )
+        value = tuple(int(n) for n in value.mesh.shape)
+    if isinstance(value, str):
+        value = _comma_list(value.replace("x", ","))
+    try:
+        mesh = tuple(int(n) for n in value)
+    except (TypeError, ValueError):
+        mesh = ()
+    if len(mesh) != 2 or min(mesh) < 1 or any(isinstance(n, bool) for n in value):
+        raise OptionError(
+            f"{_call(strategy, name, value)}; give `(replicas, shard_size)`: two positive integers whose product is"
+            " the number of ranks (e.g. (2, 4) for 2 hosts of 4 ranks), or None to shard within each host."
+        )
+    return mesh  # type: ignore[return-value]
 
 
 def _timeout(value: Any, strategy: str, name: str) -> timedelta | None:
@@ -343,6 +395,8 @@ class Flag:
     parse: Callable[[str], Any] | None = None
     metavar: str | None = None
     negates: bool = False
+    #: the spellings a choice flag offers, when not its enum's values in lower case
+    choices: tuple[str, ...] = ()
 
 
 def _comma_list(text: str) -> list[str]:
@@ -408,12 +462,35 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "sharding_strategy",
         "FSDP sharding: ZERO2 keeps the parameters gathered in forward for backward; ZERO3 gathers them again in"
-        " backward from their shards, so forward saves shards only. Read back as thunder's FSDPType.",
+        " backward from their shards, so forward saves shards only; HYBRID_SHARD (ZERO3) and _HYBRID_SHARD_ZERO2"
+        " shard within a group of ranks (device_mesh; by default one host) and all-reduce the reduced gradient shards"
+        " across groups (also torch's ShardingStrategy members; 'hybrid' and 'hybrid_zero2' for short). Read back as"
+        " thunder's FSDPType (the level within the group).",
         FSDP_ONLY,
         default=DEFAULT_SHARDING,
-        convert=_choice(Sharding, elsewhere_names={"FULL_SHARD": "ZERO3", "SHARD_GRAD_OP": "ZERO2"}),
+        convert=_choice(
+            Sharding,
+            elsewhere_names={"FULL_SHARD": "ZERO3", "SHARD_GRAD_OP": "ZERO2"},
+            aliases={
+                "HYBRID": "HYBRID_SHARD",
+                "HYBRID_ZERO3": "HYBRID_SHARD",
+                "HYBRID_ZERO2": "_HYBRID_SHARD_ZERO2",
+                "HYBRID_SHARD_ZERO2": "_HYBRID_SHARD_ZERO2",
+            },
+        ),
         choices=Sharding,
-        flag=Flag("--sharding"),
+        flag=Flag("--sharding", choices=("zero2", "zero3", "hybrid", "hybrid_zero2")),
+        elsewhere=_DDP_NOT_SHARDED,
+    ),
+    Option(
+        "device_mesh",
+        "hybrid sharding's (replicas, shard_size): parameters are sharded over shard_size consecutive ranks and"
+        " replicated over the replicas groups (Fabric's FSDPStrategy argument; a 2-D torch DeviceMesh also works)."
+        " Default None: one shard group per host.",
+        FSDP_ONLY,
+        default=None,
+        convert=_mesh,
+        flag=Flag("--mesh", metavar="R,S"),
         elsewhere=_DDP_NOT_SHARDED,
     ),
     Option(
@@ -557,7 +634,6 @@ FOREIGN_OPTIONS: dict[str, str] = {
         " compute; 'bf16-mixed' or '16-mixed': fp32 parameters under autocast), and the gradient reduction dtype with"
         " `reduce_dtype=torch.float32`"
     ),
-    "device_mesh": "thunderviz shards over the whole world (no hybrid or 2-D mesh); leave it out",
     "use_orig_params": "not needed: `model.parameters()` are always the real shards the optimizer updates",
     "limit_all_gathers": (
         "not needed: forward issues at most one bucket's all_gather ahead of use, so at most two unsharded buckets are"
@@ -614,6 +690,7 @@ class StrategyOptions:
     jit: bool = True
     executors: tuple[Any, ...] | None = None
     sharding_strategy: Sharding = DEFAULT_SHARDING
+    device_mesh: tuple[int, int] | None = None
     bucketing_strategy: Bucketing = DEFAULT_BUCKETING
     bucket_size_in_mb: float = DEFAULT_BUCKET_SIZE_IN_MB
     state_dict_type: StateDictType = StateDictType.SHARDED
@@ -634,7 +711,12 @@ class StrategyOptions:
     @property
     def reshard_after_forward(self) -> bool:
         """ZERO3: backward gathers parameters again from their shards (what torch's FSDP2 calls it)."""
-        return self.parallelism is Parallelism.FSDP and self.sharding_strategy is Sharding.ZERO3
+        return self.parallelism is Parallelism.FSDP and self.sharding_strategy.level is Sharding.ZERO3
+
+    @property
+    def hybrid(self) -> bool:
+        """FSDP sharded within groups of ranks and replicated across them (``Sharding.hybrid``)."""
+        return self.parallelism is Parallelism.FSDP and self.sharding_strategy.hybrid
 
     def settings(self) -> dict[str, Any]:
         """The options that apply to this strategy (Fabric's own excluded), by name: for logs and reports."""
@@ -655,6 +737,8 @@ class StrategyOptions:
         """``FSDP ZERO3 BLOCK`` / ``DDP 25 MB buckets``, plus ``no jit`` and thunder.jit keywords when set."""
         if self.parallelism is Parallelism.FSDP:
             parts = [self.parallelism.title, str(self.sharding_strategy), str(self.bucketing_strategy)]
+            if self.hybrid:
+                parts.insert(2, "mesh " + ("x".join(map(str, self.device_mesh)) if self.device_mesh else "per host"))
         else:
             size = f"{self.bucket_size_in_mb:g} MB buckets" if self.bucket_size_in_mb > 0 else "one all_reduce each"
             parts = [self.parallelism.title, size]
@@ -767,6 +851,13 @@ def _jit_kwargs(
 
 def _check_combination(options: StrategyOptions) -> None:
     strategy = options.strategy_name
+    if options.device_mesh is not None and not options.hybrid:
+        raise OptionError(
+            f"You set `{strategy}(device_mesh={options.device_mesh}, sharding_strategy="
+            f"'{options.sharding_strategy}')`, but only hybrid sharding uses a mesh: {options.sharding_strategy}"
+            " shards over every rank. Set `sharding_strategy='HYBRID_SHARD'` (or '_HYBRID_SHARD_ZERO2'), or leave"
+            " `device_mesh` out."
+        )
     if not options.jit and options.executors is not None:
         raise OptionError(
             f"You set `{strategy}(jit=False, executors=...)`, but with `jit=False` the strategy never calls"

@@ -135,6 +135,11 @@ class ThunderParallelStrategy(DDPStrategy):
     def _make_backward_sync_control(self) -> _BackwardSyncControl | None:
         return None
 
+    def _decide_layout(self, decision: Decision) -> list[Decision]:
+        """Decisions about which ranks a module's parameters are distributed over, made (collectively, on every
+        rank) before ``_distribute_``; logged after the case's row. None unless a strategy has a choice to make."""
+        return []
+
     # -- Fabric plumbing ---------------------------------------------------------------------------------------
 
     @override
@@ -183,6 +188,7 @@ class ThunderParallelStrategy(DDPStrategy):
             )
         how = self._decide_executors(module, decision)
         self.decisions += [how, decision]
+        self.decisions += self._decide_layout(decision)
         # Before anything traces the module: thunder must see the checkpointed forwards (strategies.activation_...).
         checkpoint_modules_(user_module(module), facts.checkpointed)
         if decision.action is Action.JIT_AND_DISTRIBUTE:
@@ -204,6 +210,7 @@ class ThunderParallelStrategy(DDPStrategy):
             self._register(decision.target, inner, module)
             return module, replaced
         # Case 2: the user jits a function that takes this module.
+        compile_reuse.mark(module, self.options.compile_reuse)  # that function's compile may reuse a trace
         replaced = self._distribute_(module)
         hooks.clear_all_trace_caches()
         self._register(decision.target, module, None)

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import warnings
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
+import torch.distributed as tdist
 from lightning.fabric.strategies.registry import _StrategyRegistry
 from lightning.fabric.strategies.strategy import _BackwardSyncControl
 from torch import nn
 from typing_extensions import override
 
+from thunderviz.errors import JitDecisionError
+from thunderviz.parallel.decisions import Decision, decide_mesh, impossible
 from thunderviz.parallel.options import Parallelism
 from thunderviz.strategies.base import ThunderParallelStrategy
 from thunderviz.strategies.materialize import has_meta_tensors, materialize_, rank0_generator_state
+from thunderviz.strategies.mesh import mesh_facts, mesh_groups
 from thunderviz.strategies.registry import register_strategy_names
 from thunderviz.thunder import distribute, hooks
 from thunderviz.thunder.hooks import fsdp_enums
@@ -38,8 +43,9 @@ class ThunderFSDPStrategy(ThunderParallelStrategy):
 
     @property
     def sharding_strategy(self) -> Any:
-        """thunder's ``FSDPType`` member of the ``sharding_strategy`` option."""
-        return fsdp_enums()[0][self.options.sharding_strategy.value]
+        """thunder's ``FSDPType`` member of the ``sharding_strategy`` option (for hybrid sharding, the level within
+        the shard group: ``HYBRID_SHARD`` reads back as ZERO3)."""
+        return fsdp_enums()[0][self.options.sharding_strategy.level.value]
 
     @property
     def bucketing_strategy(self) -> Any:
@@ -51,15 +57,41 @@ class ThunderFSDPStrategy(ThunderParallelStrategy):
         return _ShardedBackwardSyncControl()
 
     @override
+    def _decide_layout(self, decision: Decision) -> list[Decision]:
+        self._mesh = None
+        if not self.options.hybrid:
+            return []
+        try:
+            row = decide_mesh(mesh_facts(), self.options, decision.target, decision.case)
+        except JitDecisionError as err:
+            self.decisions.append(impossible(decision.target, err, self.options))
+            raise
+        if row.warning:
+            warnings.warn(row.warning, UserWarning, stacklevel=5)  # the user's fabric.setup(...) line
+        self._mesh = mesh_groups(row.mesh, self.root_device.type)
+        self._mesh_shape = row.mesh
+        return [row]
+
+    def _groups(self) -> tuple[tdist.ProcessGroup, tdist.ProcessGroup | None]:
+        """The group parameters are sharded over, and (hybrid sharding, more than one replica) the replica group."""
+        mesh = getattr(self, "_mesh", None)
+        if mesh is None:
+            return self.process_group, None
+        return mesh.shard, mesh.replica if self._mesh_shape[0] > 1 else None
+
+    @override
     def _distribute_(self, module: nn.Module) -> dict[int, torch.Tensor]:
-        group, device = self.process_group, self.root_device
+        (group, replicas), device = self._groups(), self.root_device
         replaced: dict[int, torch.Tensor] = {}
         done: frozenset[int] = frozenset()
         if has_meta_tensors(module):
-            with rank0_generator_state(device, group):
-                replaced = materialize_(module, device, keep=lambda _name, p: distribute.shard_param_(p, group))
+            # Every rank starts from rank 0's generator (the replicas too), then keeps its shard-group shard.
+            with rank0_generator_state(device, self.process_group):
+                replaced = materialize_(
+                    module, device, keep=lambda _name, p: distribute.shard_param_(p, group, replicas)
+                )
             done = frozenset(id(p) for p in module.parameters() if distribute.is_sharded(p))
-        distribute.shard_params_(module, group, device, done=done)
+        distribute.shard_params_(module, group, device, done=done, replica_group=replicas)
         return replaced
 
     @override

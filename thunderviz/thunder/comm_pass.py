@@ -64,6 +64,10 @@ class ParamRecord:
     config: CommConfig
     group: tdist.ProcessGroup
     world: int
+    #: hybrid sharding: the ranks holding this same shard (one per shard group), over which the reduce_scatter's
+    #: result is all-reduced; None when the parameter is sharded over every rank
+    replica_group: tdist.ProcessGroup | None = None
+    replicas: int = 1
 
 
 # -- the operators the pass inserts (torch code, run by the trace) ---------------------------------------------------
@@ -135,15 +139,19 @@ def _pack_scatter_impl(
     names: tuple[str, ...],
     reduce_dtype: str | None = None,
     accumulated: tuple[str, ...] = (),
+    replicas: int = 1,
 ) -> torch.Tensor:
+    """``replicas`` (hybrid sharding): the result is also all-reduced over that many replicas, so the division is by
+    ``world * replicas`` (only by ``replicas`` when the gradients arrive divided by ``world`` already)."""
     if accumulated:
         grads = _with_accumulated(grads, accumulated, world, divide)
+    divisor = world * replicas if divide else replicas
     # Rank r must receive [grad 0's rows for r | grad 1's rows for r | ...]: interleave the dim-0 chunks.
     if len(grads) == 1:
         flat = _cast(grads[0].reshape(-1), reduce_dtype)
-        return flat / world if divide else flat
+        return flat / divisor if divisor != 1 else flat
     buffer = _cast(torch.cat([g.reshape(world, -1) for g in grads], dim=1).view(-1), reduce_dtype)
-    return buffer.div_(world) if divide else buffer
+    return buffer.div_(divisor) if divisor != 1 else buffer
 
 
 def _pack_flat_impl(
@@ -154,6 +162,7 @@ def _pack_flat_impl(
     names: tuple[str, ...],
     reduce_dtype: str | None = None,
     accumulated: tuple[str, ...] = (),
+    replicas: int = 1,
 ) -> torch.Tensor:
     if len(grads) == 1:
         flat = grads[0].reshape(-1)
@@ -206,6 +215,7 @@ def _pack_reduce_meta(
     names: tuple[str, ...],
     reduce_dtype: str | None = None,
     accumulated: tuple[str, ...] = (),
+    replicas: int = 1,
 ) -> Any:
     from thunder.core.proxies import TensorProxy
 
@@ -369,6 +379,11 @@ class _BucketCode:
     bucket: Bucket
     issue: list[Any]
     wait: list[Any]
+    #: hybrid sharding: waits for the shard group's reduce_scatter and issues the replica all_reduce of its result;
+    #: laid in when the next bucket is issued (or at the return), so the reduce_scatter overlaps backward compute
+    relay: list[Any] = field(default_factory=list)
+    #: the replica all_reduce's own bucket (it is a collective of its own in the ledger and the views)
+    relayed: Bucket | None = None
 
 
 def _gather_key(m: _Member) -> tuple:
@@ -513,6 +528,7 @@ def _gather_code(trace: Any, k: int, g: list[_Member], trace_name: str) -> _Buck
         results=[m.result.name for m in g],
         reshard_after_forward=all(m.record.config.reshard_after_forward for m in g),
         future=fut.name,
+        mesh_group="shard" if rec.replicas > 1 else "",
     )
     return _BucketCode(bucket, issue, wait)
 
@@ -576,7 +592,7 @@ def rewrite_reductions(
         codes.append(code)
     dropped = {name for code in kept for name in code.bucket.results}
     out = _emit_reductions(bsyms, _removed(members), codes, issue_after, dropped)
-    return out, [c.bucket for c in codes]
+    return out, [b for c in codes for b in (c.bucket, c.relayed) if b is not None]
 
 
 def _divisions(g: list[_Member], idx: _Index) -> tuple[bool, list[Any], int]:
@@ -658,8 +674,10 @@ def _reduction_code(trace: Any, k: int, g: list[_Member], idx: _Index, trace_nam
     if reduce_dtype is not None and reduce_dtype == dtype_name(sends[0].dtype):
         reduce_dtype = None  # already in it: no cast
     accumulated = tuple(m.record.config.key for m in g) if kind == "reduce_scatter" else ()
+    hybrid = kind == "reduce_scatter" and rec.replica_group is not None and rec.replicas > 1
     pack = ops.pack_scatter if kind == "reduce_scatter" else ops.pack_flat
-    buf, made = _record_new(trace, pack, sends, rec.world, divide, label, names, reduce_dtype, accumulated)
+    extra = (rec.replicas,) if hybrid else ()
+    buf, made = _record_new(trace, pack, sends, rec.world, divide, label, names, reduce_dtype, accumulated, *extra)
     if kind == "reduce_scatter":
         fut, made_c = _record_new(trace, _torchex("reduce_scatter_prim_impl"), buf, _sum_op(), rec.group, True, None)
     else:
@@ -667,7 +685,6 @@ def _reduction_code(trace: Any, k: int, g: list[_Member], idx: _Index, trace_nam
     reduced, made_w = _record_new(trace, _torchex("wait_prim_impl"), fut)
     shapes = tuple(tuple(m.result.shape) for m in g)
     back = None if reduce_dtype is None else dtype_name(g[0].result.dtype)
-    unpack = ops.unpack_views.bind(reduced, shapes, label, back, output=[m.result for m in g])
     bucket = Bucket(
         kind,
         trace_name,
@@ -678,8 +695,31 @@ def _reduction_code(trace: Any, k: int, g: list[_Member], idx: _Index, trace_nam
         sends=[s.name for s in sends],
         results=[m.result.name for m in g],
         future=fut.name,
+        mesh_group="shard" if hybrid else "",
     )
-    return _BucketCode(bucket, made + made_c, [*made_w, unpack]), ready
+    if not hybrid:
+        unpack = ops.unpack_views.bind(reduced, shapes, label, back, output=[m.result for m in g])
+        return _BucketCode(bucket, made + made_c, [*made_w, unpack]), ready
+    # Hybrid: the reduced shard (1/world of the bucket) is all-reduced in place across the replicas.
+    fut2, made_r = _record_new(
+        trace, _torchex("all_reduce_prim_impl"), reduced, _sum_op(), rec.replica_group, True, True
+    )
+    averaged, made_w2 = _record_new(trace, _torchex("wait_prim_impl"), fut2)
+    unpack = ops.unpack_views.bind(averaged, shapes, label, back, output=[m.result for m in g])
+    relayed = Bucket(
+        "all_reduce",
+        trace_name,
+        label,
+        list(names),
+        reduced.numel * reduced.dtype.bytes,
+        dtype_name(reduced.dtype),
+        sends=[reduced.name],
+        results=[m.result.name for m in g],
+        future=fut2.name,
+        mesh_group="replica",
+    )
+    code = _BucketCode(bucket, made + made_c, [*made_w2, unpack], relay=[*made_w, *made_r], relayed=relayed)
+    return code, ready
 
 
 def _accumulation_code(trace: Any, k: int, g: list[_Member], idx: _Index, trace_name: str) -> tuple[_BucketCode, int]:
@@ -723,8 +763,16 @@ def _emit_reductions(
     from thunder.core import prims
 
     out: list[Any] = []
+    relays: list[_BucketCode] = []  # issued buckets whose replica all_reduce is still to be issued
+
+    def relay() -> None:
+        for code in relays:
+            out.extend(code.relay)
+        relays.clear()
+
     for i, b in enumerate(bsyms):
         if b.sym.id == prims.PrimIDs.RETURN:
+            relay()
             for code in sorted(codes, key=lambda c: c.bucket.issue_index):
                 if code.wait:
                     code.bucket.wait_index = len(out)
@@ -734,8 +782,11 @@ def _emit_reductions(
         if i not in removed:
             out.append(b)
         for k in issue_after.get(i, ()):
+            relay()
             codes[k].bucket.issue_index = len(out)
             out.extend(codes[k].issue)
+            if codes[k].relay:
+                relays.append(codes[k])
     return out
 
 

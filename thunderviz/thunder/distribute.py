@@ -92,8 +92,13 @@ def unpadded(tensor: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def shard_param_(param: torch.nn.Parameter, group: tdist.ProcessGroup) -> None:
-    """Shard one full parameter in place along dim 0 (``param.data`` becomes this rank's padded shard) and tag it."""
+def shard_param_(
+    param: torch.nn.Parameter, group: tdist.ProcessGroup, replica_group: tdist.ProcessGroup | None = None
+) -> None:
+    """Shard one full parameter in place along dim 0 (``param.data`` becomes this rank's padded shard) and tag it.
+
+    ``replica_group`` (hybrid sharding): the shard is the same on every rank of that group (see ``tag_param``).
+    """
     shape = tuple(param.shape)
     rank, world = tdist.get_rank(group), tdist.get_world_size(group)
     grad = param.grad
@@ -105,7 +110,9 @@ def shard_param_(param: torch.nn.Parameter, group: tdist.ProcessGroup) -> None:
         # A gradient from a backward run before set-up (a module jitted and trained first) keeps its meaning as
         # this rank's shard of it; left full-size, the next backward could not accumulate into it.
         param.grad = shard_tensor(grad.reshape(1) if grad.dim() == 0 else grad, rank, world)[0]
-    hooks.tag_param(param, SyncKind.FULLY_SHARDED, group=group, padding=padding, full_shape=shape)
+    hooks.tag_param(
+        param, SyncKind.FULLY_SHARDED, group=group, padding=padding, full_shape=shape, replica_group=replica_group
+    )
 
 
 def replicate_param_(param: torch.nn.Parameter, group: tdist.ProcessGroup) -> None:
@@ -121,23 +128,26 @@ def shard_params_(
     *,
     broadcast_from: int | None = 0,
     done: frozenset[int] = frozenset(),
+    replica_group: tdist.ProcessGroup | None = None,
 ) -> list[str]:
     """Shard every parameter of ``module`` in place along dim 0 and tag it FULLY_SHARDED; return the names.
 
     Parameters are first made identical on every rank (broadcast from ``broadcast_from``), because users build
     models with whatever seed each rank happens to have. Buffers stay replicated. Parameters whose ``id`` is in
     ``done`` were already distributed by this set-up (materialized from meta and sharded) and are skipped.
+    ``replica_group`` (hybrid sharding): ``group`` is the shard group, and the broadcast then goes over every rank
+    (the default group), so the replicas start from the same values too.
     """
     hooks.ensure_supported_thunder()
     hooks.install_sync_hook()
     names = []
-    _move_and_broadcast(module, group, device, broadcast_from, done)
+    _move_and_broadcast(module, None if replica_group is not None else group, device, broadcast_from, done)
     for name, param in _unique_params(module):
         if id(param) in done:
             continue
         if sync_tag(param) is not None:
             raise ValueError(f"parameter {name!r} is already distributed by thunderviz")
-        shard_param_(param, group)
+        shard_param_(param, group, replica_group)
         names.append(name)
     return names
 

@@ -65,6 +65,7 @@ __all__ = [
     "original_module",
     "param_group",
     "rebind_module_tensors",
+    "replica_group",
     "saved_for_backward",
     "saved_tensors",
     "set_accumulator",
@@ -83,6 +84,7 @@ __all__ = [
 _TYPE_ATTR = "distparallel_type"
 _PADDING_ATTR = "_thunder_fsdp_padding_size"
 _GROUP_ATTR = "_thunderviz_process_group"
+_REPLICA_GROUP_ATTR = "_thunderviz_replica_group"
 _FULL_SHAPE_ATTR = "_thunderviz_full_shape"
 _COMM_ATTR = "_thunderviz_comm"
 _ACCUMULATOR_ATTR = "_thunderviz_accumulator"
@@ -105,13 +107,24 @@ def _dist_type(kind: str) -> Any:
 
 
 def tag_param(
-    param: torch.Tensor, kind: str, *, group: tdist.ProcessGroup, padding: int, full_shape: tuple[int, ...]
+    param: torch.Tensor,
+    kind: str,
+    *,
+    group: tdist.ProcessGroup,
+    padding: int,
+    full_shape: tuple[int, ...],
+    replica_group: tdist.ProcessGroup | None = None,
 ) -> None:
-    """Mark a parameter our strategies distributed, in the attributes thunder and our sync hook read."""
+    """Mark a parameter our strategies distributed, in the attributes thunder and our sync hook read.
+
+    ``replica_group`` (hybrid sharding): the ranks that hold this same shard; its reduced gradient is all-reduced
+    over them. thunder knows nothing of it: the communication pass adds that all_reduce.
+    """
     setattr(param, _TYPE_ATTR, _dist_type(kind))
     setattr(param, _PADDING_ATTR, padding if padding else None)
     setattr(param, _GROUP_ATTR, group)
     setattr(param, _FULL_SHAPE_ATTR, tuple(full_shape))
+    setattr(param, _REPLICA_GROUP_ATTR, replica_group)
 
 
 def sync_tag(param: torch.Tensor) -> str | None:
@@ -124,6 +137,11 @@ def sync_tag(param: torch.Tensor) -> str | None:
 def param_group(param: torch.Tensor) -> tdist.ProcessGroup | None:
     """The process group a tagged parameter is distributed over (None when untagged)."""
     return getattr(param, _GROUP_ATTR, None)
+
+
+def replica_group(param: torch.Tensor) -> tdist.ProcessGroup | None:
+    """Hybrid sharding: the group over which a sharded parameter is replicated (None otherwise)."""
+    return getattr(param, _REPLICA_GROUP_ATTR, None)
 
 
 def full_shape(param: torch.Tensor) -> tuple[int, ...]:
@@ -424,7 +442,7 @@ def _synchronized(value: Any, p: Any, group: tdist.ProcessGroup) -> Any:
         made.append(made[-1].reshape(full))
     synced = made[-1]
     if config is not None:
-        _note_for_comm_pass(p, config, group, gathered, tuple(made))
+        _note_for_comm_pass(p, config, group, gathered, tuple(made), replica_group(value.original_value))
     # The prologue must still unpack and check the local shard (``p``); the computation sees ``synced``.
     value.value = synced
     _key_cache_on_no_sync(group)
@@ -434,8 +452,10 @@ def _synchronized(value: Any, p: Any, group: tdist.ProcessGroup) -> Any:
 def _reuse_facts(t: torch.Tensor) -> tuple[Any, ...]:
     """What compile reuse's key must know of a tensor beyond its metadata: what we attached to it."""
     group = getattr(t, _GROUP_ATTR, None)
+    replicas = getattr(t, _REPLICA_GROUP_ATTR, None)
     return (
         None if group is None else compile_reuse.group_key(group),
+        None if replicas is None else compile_reuse.group_key(replicas),
         compile_reuse.plan_key(comm_config(t)),
         repr(getattr(t, _FULL_SHAPE_ATTR, None)),
     )
@@ -450,17 +470,19 @@ def _plan_of(args: tuple[Any, ...], module: Any) -> tuple[Any, ...]:
     in the plan (the interpreted trace is the same; the tags set here from the plan differ)."""
     import dataclasses
 
-    p, config, group, gathered, made = args
+    p, config, group, gathered, made, replicas = args
     plans = {c.param_name: c for c in (comm_config(t) for t in module.parameters()) if c is not None}
     mine = plans.get(config.param_name)
     neutral = {"owner_id": 0, "reshard_after_forward": False}
     if mine is None or dataclasses.replace(mine, **neutral) != dataclasses.replace(config, **neutral):
         raise compile_reuse.NotReusable(f"{config.param_name} has no matching plan in the module set up now")
-    return (p, mine, group, gathered, made)
+    return (p, mine, group, gathered, made, replicas)
 
 
 @compile_reuse.recorded(rebind=_plan_of)
-def _note_for_comm_pass(p: Any, config: Any, group: tdist.ProcessGroup, gathered: Any, made: Any) -> None:
+def _note_for_comm_pass(
+    p: Any, config: Any, group: tdist.ProcessGroup, gathered: Any, made: Any, replicas: tdist.ProcessGroup | None
+) -> None:
     """Record the parameter for the communication pass and set what its plan asks of the trace.
 
     ZERO3 (``reshard_after_forward``): the gathered value (and its unpadded slice, ``gathered``) is tagged
@@ -485,7 +507,8 @@ def _note_for_comm_pass(p: Any, config: Any, group: tdist.ProcessGroup, gathered
     if cd is None:
         return
     t = ensure_comm_transform(cd)
-    t.note_param(p.name, ParamRecord(config, group, tdist.get_world_size(group)))
+    replica_world = tdist.get_world_size(replicas) if replicas is not None else 1
+    t.note_param(p.name, ParamRecord(config, group, tdist.get_world_size(group), replicas, replica_world))
     t.note_kept(() if recompute else made)
 
 

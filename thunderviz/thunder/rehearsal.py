@@ -579,20 +579,19 @@ def relayout(jitted: Any, recorded: _Recorded, options: StrategyOptions, module:
     from thunder.common import transform_to_torch_types
 
     from thunderviz.parallel.buckets import bucket_label
-    from thunderviz.thunder.comm_pass import CommTransform, ParamRecord
+    from thunderviz.thunder.comm_pass import CommTransform
 
     forward, backward = recorded.traces[-2:]
     blocks = find_blocks(module) if options.bucketing_strategy is Bucketing.BLOCK else []
     fresh = CommTransform()
     fresh.current = {
-        name: ParamRecord(
-            dataclasses.replace(
+        name: dataclasses.replace(
+            rec,
+            config=dataclasses.replace(
                 rec.config,
                 label=bucket_label(rec.config.param_name, options.bucketing_strategy, blocks),
                 bucketing=options.bucketing_strategy,
             ),
-            rec.group,
-            rec.world,
         )
         for name, rec in recorded.transform.current.items()
     }

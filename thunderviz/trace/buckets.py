@@ -28,7 +28,10 @@ class Bucket:
     bucket kept without communication, ``TraceSnapshot.accumulated``), ``trace`` ``forward`` or
     ``backward``, ``params`` the parameters' qualified names in buffer order, ``bytes`` what this rank puts into the
     collective, ``issue_index`` / ``wait_index`` the positions of the collective and its wait among the trace's
-    bound symbols (their distance is the compute the communication can overlap).
+    bound symbols (their distance is the compute the communication can overlap). ``mesh_group`` says which ranks
+    the collective runs over under hybrid sharding: ``shard`` (the ranks sharing one set of shards, by default one
+    host) or ``replica`` (the ranks holding the same shard, one per shard group: the inter-host traffic); empty
+    when it runs over every rank.
     """
 
     kind: str
@@ -43,6 +46,7 @@ class Bucket:
     results: list[str] = field(default_factory=list)
     reshard_after_forward: bool = False
     future: str = ""
+    mesh_group: str = ""
 
     # -- one short name everywhere: the parameter list is for details, never for a label
 
@@ -55,8 +59,9 @@ class Bucket:
 
     @property
     def group(self) -> str:
-        """``all_gather blocks.0``: the graph node (and the module name of the ops) of this bucket's communication."""
-        return f"{self.kind} {self.title}"
+        """``all_gather blocks.0``: the graph node (and the module name of the ops) of this bucket's communication;
+        hybrid sharding's replica all_reduce is ``all_reduce blocks.0 across replicas``."""
+        return f"{self.kind} {self.title}" + (" across replicas" if self.mesh_group == "replica" else "")
 
     @property
     def summary(self) -> str:
@@ -67,7 +72,8 @@ class Bucket:
     @property
     def short_name(self) -> str:
         """``all_gather blocks.0 (12 params, 97.6 KiB)``: how every summary, headline and tooltip names it."""
-        return f"{self.kind} {self.summary}"
+        where = {"shard": " in the shard group", "replica": " across replicas"}.get(self.mesh_group, "")
+        return f"{self.kind} {self.summary}{where}"
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -83,6 +89,7 @@ class Bucket:
             "results": list(self.results),
             "reshard_after_forward": self.reshard_after_forward,
             "future": self.future,
+            **({"mesh_group": self.mesh_group} if self.mesh_group else {}),
         }
 
     @classmethod

@@ -278,6 +278,7 @@ def _bucket_from(n: Node, n_ops: int, kinds: tuple[str, ...] = BUCKET_KINDS) -> 
         results=[p.string(max_len=_NAME) for p in n.opt_list("results")],
         reshard_after_forward=False if n.get("reshard_after_forward") is None else n["reshard_after_forward"].boolean(),
         future=n.str_or("future", "", max_len=_NAME),
+        mesh_group=n.str_or("mesh_group", "", choices=("", "shard", "replica")),
     )
 
 

@@ -1,0 +1,77 @@
+"""Hybrid sharding scenarios on 4 real gloo ranks as a 2 x 2 mesh (2 replicas of 2-rank shard groups).
+
+Everything runs in one set of 4 rank processes (``suite``): the communication scenarios of ``comm_scenarios`` under
+both hybrid levels and cases 1, 2 and 3; gradient accumulation under ``no_backward_sync``; clipping against one
+process's ``clip_grad_norm_``; a sharded checkpoint saved on the 2 x 2 mesh and loaded on a 4 x 1 mesh. The saved
+checkpoint is then loaded again by the test at 2 ranks (plain FSDP) and 1 rank (``load_elsewhere``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from tests.strategies import common
+from tests.strategies.checkpoint_scenarios import CkptNet, batch, full_optimizer_state, make_optimizer
+from tests.strategies.comm_scenarios import train
+from tests.strategies.common import full_params, loss_fn
+from tests.strategies.features_scenarios import accumulation
+
+MESH = (2, 2)
+LEVELS = ("HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
+CASES = (("raw", "plain"), ("function", "plain"), ("jitted_ran", "frozen"))
+
+
+def _ckpt_fabric(world: int, seed: int, **options: Any) -> tuple[Any, Any, Any]:
+    fabric = common.fabric("fsdp", world, state_dict_type="sharded", **options)
+    torch.manual_seed(seed)
+    model = fabric.setup_module(CkptNet())
+    optimizer = fabric.setup_optimizers(make_optimizer("adamw", model.parameters()))
+    return fabric, model, optimizer
+
+
+def clip_and_save(rank: int, world: int, path: str) -> dict[str, Any]:
+    """One AdamW step with clipping on the 2 x 2 mesh, then a sharded save, loaded back on a 4 x 1 mesh."""
+    fabric, model, optimizer = _ckpt_fabric(world, 0, sharding_strategy="HYBRID_SHARD", device_mesh=MESH)
+    optimizer.zero_grad()
+    fabric.backward(loss_fn(model(batch(0, rank))))
+    norm = fabric.clip_gradients(model, optimizer, max_norm=0.05)
+    grads = {n: common.full(p.grad, p) for n, p in common.inner(model).named_parameters()}
+    optimizer.step()
+    fabric.save(path, {"model": model, "optimizer": optimizer})
+    saved = {"params": full_params(model), "optimizer": full_optimizer_state(model, optimizer)}
+
+    fabric2, model2, optimizer2 = _ckpt_fabric(world, 99, sharding_strategy="HYBRID_SHARD", device_mesh=(4, 1))
+    fabric2.load(path, {"model": model2, "optimizer": optimizer2})
+    loaded = {"params": full_params(model2), "optimizer": full_optimizer_state(model2, optimizer2)}
+
+    torch.manual_seed(0)
+    ref = CkptNet()
+    (sum(loss_fn(ref(batch(0, r))) for r in range(world)) / world).backward()
+    ref_norm = torch.nn.utils.clip_grad_norm_(ref.parameters(), 0.05)
+    return {
+        "norm": float(norm),
+        "grads": grads,
+        "ref_norm": float(ref_norm),
+        "ref_grads": {n: p.grad for n, p in ref.named_parameters()},
+        "saved": saved,
+        "loaded_4x1": loaded,
+    }
+
+
+def load_on(rank: int, world: int, path: str) -> dict[str, Any]:
+    """The 2 x 2 mesh's checkpoint loaded by plain FSDP at another world size."""
+    fabric, model, optimizer = _ckpt_fabric(world, 7)
+    fabric.load(path, {"model": model, "optimizer": optimizer})
+    return {"params": full_params(model), "optimizer": full_optimizer_state(model, optimizer)}
+
+
+def suite(rank: int, world: int, path: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for level in LEVELS:
+        for case, variant in CASES:
+            out[f"{level}-{case}"] = train(rank, world, "fsdp", level, "BLOCK", case, variant, mesh=MESH)
+    out["accumulation"] = accumulation(rank, world, "fsdp-hybrid_shard", "BLOCK", mesh=MESH)
+    out["checkpoint"] = clip_and_save(rank, world, path)
+    return out

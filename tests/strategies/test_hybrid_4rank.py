@@ -1,0 +1,89 @@
+"""Hybrid sharding on 4 real gloo ranks as a 2 x 2 mesh: one process's numbers, collectives on the right groups.
+
+Shard groups are ranks {0, 1} and {2, 3}, replica groups {0, 2} and {1, 3}. Each reduced gradient bucket must be
+all-reduced across the replicas after its reduce_scatter, and every all_gather must stay inside the shard group.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tests.helpers.rank_pool import run_on_pool
+from tests.strategies.hybrid_scenarios import CASES, LEVELS, load_on, suite
+from thunderviz.ranks.spawn import run_ranks
+
+
+@pytest.fixture(scope="module")
+def ckpt_path(tmp_path_factory):
+    return str(tmp_path_factory.mktemp("hybrid") / "ckpt")
+
+
+@pytest.fixture(scope="module")
+def four(ckpt_path):
+    """Why one 4-rank run of ~60 s: it is the only world size where both groups of a 2 x 2 mesh exist."""
+    return run_ranks(suite, ckpt_path, nproc=4, timeout=900)
+
+
+def _close_all(got: dict, expected: dict, what: str) -> None:
+    assert got.keys() == expected.keys(), what
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], msg=lambda m, name=name: f"{what}: {name}: {m}")
+
+
+@pytest.mark.parametrize("level", LEVELS)
+@pytest.mark.parametrize(("case", "variant"), CASES)
+def test_trains_like_one_process_with_collectives_on_their_groups(four, level, case, variant):
+    for rank, out in enumerate(four):
+        r = out[f"{level}-{case}"]
+        ref = r["ref"]
+        torch.testing.assert_close(torch.tensor(r["losses"]), torch.tensor(ref["losses"]), msg=f"rank {rank} losses")
+        _close_all(r["grads"], ref["grads"], f"rank {rank} grads")
+        _close_all(r["params"], ref["params"], f"rank {rank} params after 3 steps")
+        fwd, bwd = r["buckets"]["forward"], r["buckets"]["backward"]
+        assert {(b["kind"], b.get("mesh_group")) for b in fwd} == {("all_gather", "shard")}
+        scatters = [b for b in bwd if b["kind"] == "reduce_scatter"]
+        relayed = [b for b in bwd if b["kind"] == "all_reduce"]
+        assert scatters and all(b["mesh_group"] == "shard" for b in scatters)
+        assert all(b["mesh_group"] == "replica" for b in relayed)
+        # One replica all_reduce per reduced bucket, carrying that bucket's reduced shard (half of it on 2 ranks),
+        # issued after the bucket's reduce_scatter and waited for after it.
+        assert [b["label"] for b in relayed] == [b["label"] for b in scatters]
+        for rs, ar in zip(scatters, relayed, strict=True):
+            assert ar["bytes"] * 2 == rs["bytes"]
+            assert rs["issue_index"] < rs["wait_index"] < ar["issue_index"] < ar["wait_index"]
+        assert r["backward_collectives"]["all_reduce"] == len(relayed) == r["backward_collectives"]["reduce_scatter"]
+        gathers_in_backward = r["backward_collectives"].get("all_gather", 0)
+        assert (gathers_in_backward > 0) == (level == "HYBRID_SHARD")  # ZERO3 within the group gathers again
+
+
+def test_the_mesh_is_a_logged_decision(four):
+    r = four[0][f"{LEVELS[0]}-raw"]
+    assert "your device_mesh=(2, 2) on 4 ranks on 1 host" in r["mesh_reason"]
+
+
+def test_no_backward_sync_accumulates_like_one_process(four):
+    for out in four:
+        acc = out["accumulation"]
+        _close_all(acc["grads"], acc["ref_grads"], "accumulated grads")
+        _close_all(acc["params"], acc["ref_params"], "params after accumulated steps")
+        assert acc["refusals"]["step"] != "no error" and acc["refusals"]["clip"] != "no error"
+
+
+def test_clipping_uses_the_norm_over_both_groups(four):
+    for out in four:
+        c = out["checkpoint"]
+        assert c["norm"] == pytest.approx(c["ref_norm"], rel=1e-5)
+        _close_all(c["grads"], c["ref_grads"], "clipped grads (clip_grad_norm_ clipped the reference in place)")
+
+
+def test_checkpoint_reshards_to_another_mesh_and_world(four, ckpt_path):
+    saved = four[0]["checkpoint"]["saved"]
+    results = {"4 ranks, 4 x 1 mesh": [o["checkpoint"]["loaded_4x1"] for o in four]}
+    results["2 ranks, FSDP"] = run_on_pool(load_on, ckpt_path, timeout=600)
+    results["1 rank"] = run_ranks(load_on, ckpt_path, nproc=1, timeout=600)
+    for where, per_rank in results.items():
+        for got in per_rank:
+            _close_all(got["params"], saved["params"], f"{where} params")
+            for name, state in saved["optimizer"].items():
+                _close_all(got["optimizer"][name], state, f"{where} optimizer {name}")
