@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import re
 import sys
 
 import psutil
@@ -242,6 +243,7 @@ def test_compare_runs_tables_two_real_runs_with_their_peaks_and_ring_bytes(engin
     DDP's all_reduce sends P per rank; ZERO3 gathers P/2 in forward, reduce-scatters P/2, and in backward gathers
     again only the weight backward needs, the second layer's: 64 x 64 x 4 / 2), and each row says why."""
     from thunderviz import compare_runs
+    from thunderviz.trace.memory import ACCOUNT
 
     cell = (
         "torch.manual_seed(0)\n"
@@ -259,6 +261,7 @@ def test_compare_runs_tables_two_real_runs_with_their_peaks_and_ring_bytes(engin
     table = compare_runs(ddp, zero3)
     rows = {r.name: r for r in table.rows}
     assert set(rows) == {"run 1", "<zero3>"}, rows
+    report_of = {"run 1": ddp, "<zero3>": zero3}
     for report, row in ((ddp, rows["run 1"]), (zero3, rows["<zero3>"])):
         assert row.peak_bytes == max(m.peak_bytes for m in report.step_memory.values()), report.step_memory
         assert row.source == "measured" and row.ranks == 2 and row.step_ms is None  # no timeline asked
@@ -268,6 +271,20 @@ def test_compare_runs_tables_two_real_runs_with_their_peaks_and_ring_bytes(engin
     assert [r.name for r in table.rows] == ["<zero3>", "run 1"]  # leanest first
     assert "more per rank than <zero3>" in rows["run 1"].why and "0.80x <zero3>'s bytes" in rows["run 1"].why
     assert rows["<zero3>"].why == "the leanest peak per rank; sends 1.25x run 1's bytes per step"
+    # Issue 30: one memory account for both runs. DDP's bar had no parameters and no bar had gradients: thunder
+    # hands every gradient to autograd at backward's end, so at a peak inside backward they were "temporaries".
+    for report in (ddp, zero3):
+        for m in report.step_memory.values():
+            assert sum(m.account.values()) == m.peak_bytes and set(m.account) <= set(ACCOUNT), m
+            shard = param_bytes // report.world_size if report is zero3 else param_bytes
+            # AdamW: two moments per parameter and a float32 step counter per tensor (4 tensors)
+            assert m.account["parameters"] == shard and m.account["optimizer state"] == 2 * shard + 4 * 4, m
+    for m in ddp.step_memory.values():
+        assert m.account["gradients"] == param_bytes, m  # the all-reduced buckets the .grad are views of
+    for row in table.rows:
+        assert row.parts == report_of[row.name].step_memory[0].account
     html = table._repr_html_()
+    drawn = re.findall(r"class='tv-memseg' data-category='([^']*)'", html)
+    assert {"parameters", "gradients", "optimizer state"} <= set(drawn) and set(drawn) <= set(ACCOUNT), drawn
     assert "&lt;zero3&gt;" in html and "<zero3>" not in html
     assert "sends 0.80x <zero3>'s bytes" in str(table)

@@ -15,6 +15,20 @@ nothing more.
   fails on them; what is lost is only MemTracker's split of activations from temporaries, which a thunder-compiled
   module (one opaque call) cannot give anyway.
 
+Besides MemTracker's split (``StepMemory.groups``, which ``trace.memory.compare`` checks a prediction against), the
+CPU meter puts the peak in the account every view draws (``StepMemory.parts``, ``trace.memory.ACCOUNT``). That needs
+more than the labels in force at the peak, so the window keeps a log: when each storage was made, resized and freed,
+and the moment of the peak. When the window closes each storage alive at the peak is put where it belongs:
+
+- ``parameters``: the modules' parameters and buffers; ``optimizer state``: the optimizer's state tensors (what its
+  ``step()`` allocates besides is a temporary);
+- ``gradients``: every storage that MemTracker's gradient hooks saw reach a ``.grad``, also when that happened after
+  the peak: thunder's backward hands every gradient to autograd at its end, so at a peak inside backward the
+  gradients computed so far (under DDP: the all-reduced buckets the ``.grad`` become views of) were still unlabelled
+  and the measured bar had no gradients at all (issue 30);
+- ``saved for backward``: what autograd saved (``torch.autograd.graph.saved_tensors_hooks``) before the peak;
+- ``temporaries``: the rest, communication buffers included (a measurement cannot tell them apart).
+
 The hooks are torch's global optimizer step hooks, registered once at ``start`` and removed at ``stop`` (never from
 inside a hook: torch iterates them while calling them).
 """
@@ -29,7 +43,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from thunderviz.trace.memory import MEASURED_GROUPS, StepMemory
+from thunderviz.trace.memory import ACCOUNT, MEASURED_GROUPS, StepMemory
 
 __all__ = ["DEFAULT_MEASURED_STEPS", "StepMemoryMeter"]
 
@@ -55,19 +69,49 @@ def _step_tracker(modules: Iterable[nn.Module], optimizer: torch.optim.Optimizer
 
     class _WindowTracker(MemTracker):
         """MemTracker's accounting without its module tracker (see the module docstring); the optimizer-region flag
-        is set by the meter's own hooks."""
+        is set by the meter's own hooks. Keeps the log the account is made from (``_Log``)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.log = _Log()
+            self._saved_hooks: Any = None
+
+        def _update_snap(self, u_type: Any, winfo: Any, *args: Any, **kwargs: Any) -> None:
+            super()._update_snap(u_type, winfo, *args, **kwargs)
+            self.log.changed(winfo, u_type.name)
+
+        def _update_peak_stats(self, peak_state: Any) -> None:
+            before = dict(self._peak_mem)
+            super()._update_peak_stats(peak_state)
+            if self._peak_mem != before:
+                self.log.peak()
+
+        def _saved(self, t: torch.Tensor) -> torch.Tensor:
+            for st in get_untyped_storages(t):
+                winfo, _ = self._WINFO.get(st, (None, None))
+                if winfo is not None:
+                    self.log.saved(winfo)
+            return t.detach()  # the same storage; the tensor itself would tie its own grad_fn in a cycle
 
         def __enter__(self) -> Any:
             self._track_resize()
             self._peak_mem_snap = self.get_tracker_snapshot()
             self._peak_mem = {dev: snap["Total"] for dev, snap in self._peak_mem_snap.items()}
+            self.log.peak()
+            self._saved_hooks = torch.autograd.graph.saved_tensors_hooks(self._saved, lambda t: t)
+            self._saved_hooks.__enter__()
             TorchDispatchMode.__enter__(self)
             return self
 
         def __exit__(self, *args: Any) -> None:
             self._deregister_param_and_optimizer_hooks()
             self._restore_resize()
+            if self._saved_hooks is not None:
+                self._saved_hooks.__exit__(None, None, None)
+                self._saved_hooks = None
             TorchDispatchMode.__exit__(self, *args)
+
+    from torch.distributed._tools.common_utils import get_untyped_storages
 
     tracker = _WindowTracker()
     seen: set[int] = set()
@@ -77,6 +121,70 @@ def _step_tracker(modules: Iterable[nn.Module], optimizer: torch.optim.Optimizer
             tracker._track_module_params_and_buffers(m, install_grad_hooks=True)
     tracker._track_optimizer_states(_MemRefType.OPT, optimizer)
     return tracker
+
+
+class _Log:
+    """A window's storages over time (see the module docstring): for each MemTracker ``_WeakRefInfo``, its bytes
+    from each event on (the last entry 0 once freed), when autograd saved it, and the event of the peak."""
+
+    def __init__(self) -> None:
+        self.event = 0
+        self.peak_event = 0
+        self.sizes: dict[int, tuple[Any, list[tuple[int, int]]]] = {}  # id(winfo) -> (winfo, [(event, bytes)])
+        self.saved_at: dict[int, int] = {}
+
+    def changed(self, winfo: Any, how: str) -> None:
+        self.event += 1
+        if how == "REF":
+            return
+        _, sizes = self.sizes.setdefault(id(winfo), (winfo, []))
+        sizes.append((self.event, 0 if how == "DEL" else int(winfo.mem_consumed)))
+
+    def peak(self) -> None:
+        self.peak_event = self.event
+
+    def saved(self, winfo: Any) -> None:
+        self.saved_at.setdefault(id(winfo), self.event)
+
+    def at_peak(self, winfo_id: int) -> int:
+        """The storage's bytes at the peak."""
+        n = 0
+        for event, size in self.sizes[winfo_id][1]:
+            if event > self.peak_event:
+                break
+            n = size
+        return n
+
+
+def _account(
+    log: _Log, device: torch.device, total: int, state: set[int], registered: dict[int, str]
+) -> dict[str, int]:
+    """The peak on ``device`` in the account (``ACCOUNT`` less communication buffers): see the module docstring.
+    ``state`` holds the ids of the optimizer state's ``_WeakRefInfo``, ``registered`` the category of each one
+    registered when the window opened."""
+    from torch.distributed._tools.mem_tracker import _MemRefType
+
+    out = dict.fromkeys(ACCOUNT[:-1], 0)
+    for key, (winfo, _) in log.sizes.items():
+        if torch.device(winfo.device) != device:
+            continue
+        n = log.at_peak(key)
+        if not n:
+            continue
+        if winfo.reftype in (_MemRefType.PARAM, _MemRefType.BUFFER):
+            category = "parameters"
+        elif winfo.reftype == _MemRefType.GRAD:
+            category = "gradients"
+        elif key in state or registered.get(key) == "optimizer state":
+            category = "optimizer state"
+        elif log.saved_at.get(key, log.peak_event + 1) <= log.peak_event:
+            category = "saved for backward"
+        else:
+            category = "temporaries"
+        out[category] += n
+    # what the log missed (storages registered before it started are all in it; this keeps the sum exact)
+    out["temporaries"] += total - sum(out.values())
+    return out
 
 
 def _groups(snapshot: dict[str, int]) -> dict[str, int]:
@@ -113,13 +221,14 @@ class StepMemoryMeter:
         self._modules = modules
         self.steps = steps
         self.step = 0  # optimizer steps seen
-        self.peaks: list[tuple[int, int, dict[str, int]]] = []  # (step number, peak bytes, groups)
+        self.peaks: list[tuple[int, int, dict[str, int], dict[str, int]]] = []  # (step, peak, groups, account)
         self.source = ""
         self._tracker: Any = None
         self._handles: list[Any] = []
         self._cuda_open = False
         self._inductor = False  # a window saw torch.compile's kernels run: nothing on CPU is measured then
         self._window_start_ns = 0
+        self._registered: dict[int, str] = {}
 
     # -- the hooks ---------------------------------------------------------------------------------------------
 
@@ -159,12 +268,13 @@ class StepMemoryMeter:
         self._window_start_ns = time.perf_counter_ns()
         modules = self._modules() if callable(self._modules) else self._modules
         self._tracker = _step_tracker(list(modules), optimizer)
+        self._registered = {key: _category(winfo) for key, (winfo, _) in self._tracker.log.sizes.items()}
         self._tracker.__enter__()
 
     def _close_window(self, optimizer: torch.optim.Optimizer) -> None:
         if self._cuda_open:
             torch.cuda.synchronize()
-            self.peaks.append((self.step, int(torch.cuda.max_memory_allocated()), {}))
+            self.peaks.append((self.step, int(torch.cuda.max_memory_allocated()), {}, {}))
             self._cuda_open = False
         tracker, self._tracker = self._tracker, None
         if tracker is None:
@@ -175,14 +285,24 @@ class StepMemoryMeter:
         tracker._track_optimizer_states(_MemRefType.OPT, optimizer)
         tracker.__exit__(None, None, None)
         snaps = tracker.get_tracker_snapshot("peak")
-        host = next((snap for dev, snap in snaps.items() if torch.device(dev).type == "cpu"), None)
+        host = next(((dev, snap) for dev, snap in snaps.items() if torch.device(dev).type == "cpu"), None)
         if host is None or self._inductor:
             return
         from thunderviz.thunder.executors import inductor_fusions_ran
 
         self._inductor = inductor_fusions_ran(self._window_start_ns)
         if not self._inductor:
-            self.peaks.append((self.step, int(host["Total"]), _groups(host)))
+            dev, snap = host
+            state = {
+                id(tracker._WINFO[st][0])
+                for s in optimizer.state.values()
+                for v in s.values()
+                if isinstance(v, torch.Tensor)
+                for st in _storages(v)
+                if st in tracker._WINFO
+            }
+            parts = _account(tracker.log, torch.device(dev), int(snap["Total"]), state, self._registered)
+            self.peaks.append((self.step, int(snap["Total"]), _groups(snap), parts))
 
     # -- the result --------------------------------------------------------------------------------------------
 
@@ -202,14 +322,31 @@ class StepMemoryMeter:
             return StepMemory(None, self.source, note=_INDUCTOR)
         if not self.peaks:
             return StepMemory(None, self.source, note=_NO_STEP.format(need=self.steps + 1 if self.steps else 2))
-        _, peak, groups = max(self.peaks, key=lambda p: p[1])
-        return StepMemory(peak, self.source, dict(groups), tuple(s for s, _, _ in self.peaks))
+        _, peak, groups, parts = max(self.peaks, key=lambda p: p[1])
+        return StepMemory(peak, self.source, dict(groups), tuple(p[0] for p in self.peaks), parts=dict(parts))
 
     def __enter__(self) -> StepMemoryMeter:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def _category(winfo: Any) -> str:
+    """What a storage registered when a window opens is in the account."""
+    from torch.distributed._tools.mem_tracker import _MemRefType
+
+    if winfo.reftype in (_MemRefType.PARAM, _MemRefType.BUFFER):
+        return "parameters"
+    if winfo.reftype == _MemRefType.GRAD:
+        return "gradients"
+    return "optimizer state" if winfo.reftype == _MemRefType.OPT else "temporaries"
+
+
+def _storages(t: torch.Tensor) -> Any:
+    from torch.distributed._tools.common_utils import get_untyped_storages
+
+    return get_untyped_storages(t)
 
 
 def _on_cuda(optimizer: torch.optim.Optimizer) -> bool:

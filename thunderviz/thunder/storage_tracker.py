@@ -13,6 +13,12 @@ exactly what a measurement counts. What it adds: a label per storage in the plan
 - ``saved activations``: what autograd keeps for backward (read from the graph when forward ends);
 - ``temporaries``: everything else,
 
+A storage that becomes a gradient (a collective's reduced result, or what reaches ``.grad``) after the peak but was
+alive at it counts as ``gradients`` in the peak's breakdown: the gradients of the memory account
+(``trace.memory.ACCOUNT``) are those alive at the peak whether or not they reached ``.grad`` yet, as the meter counts
+them (``memory_meter``); under DDP the peak sits in backward before the bucket's all_reduce, and the bucket it
+packed is what the ``.grad`` become views of. The peak's total and its MemTracker split (``groups``) do not change.
+
 and in parallel the split MemTracker itself would report (``trace.memory.MEASURED_GROUPS``), so the report can
 compare like with like. Sizes are rounded as the target's allocator rounds them (CUDA: 512-byte blocks, as
 ``MemTracker`` and the caching allocator do; CPU: exact).
@@ -87,6 +93,16 @@ class _Count:
         self.groups = dict.fromkeys(MEASURED_GROUPS, 0)
         self.total = 0
         self.peak = self.snapshot(PHASES[0])
+        self.peak_event = 0
+
+    def became_gradient(self, n: int, old: str) -> None:
+        """A storage alive at the peak, counted there as ``old``, is a gradient (see the module docstring)."""
+        breakdown = dict(self.peak.breakdown)
+        moved = min(n, breakdown[old])
+        breakdown[old] -= moved
+        breakdown["gradients"] += moved
+        p = self.peak
+        self.peak = MemoryEstimate(p.peak_bytes, breakdown, p.groups, p.phase, p.how)
 
     def add(self, n: int, category: str, group: str) -> None:
         self.current[category] += n
@@ -95,6 +111,16 @@ class _Count:
 
     def snapshot(self, phase: str) -> MemoryEstimate:
         return MemoryEstimate(self.total, dict(self.current), dict(self.groups), phase)
+
+
+def _category_at(history: list[tuple[int, str]], event: int) -> str | None:
+    """A storage's category as it was at ``event`` (None: it did not exist yet)."""
+    then = None
+    for at, category in history:
+        if at > event:
+            break
+        then = category
+    return then
 
 
 class StorageTracker(TorchDispatchMode):
@@ -124,8 +150,9 @@ class StorageTracker(TorchDispatchMode):
         self.reference = reference
         self.sharding = sharding
         self.counts = {w: _Count() for w in dict.fromkeys([reference, *world_sizes])}
-        # id(storage) -> [sizes per world size, category, group, weakref, sharded]
+        # id(storage) -> [sizes per world size, category, group, weakref, sharded, [(event, category)]]
         self._info: dict[int, list[Any]] = {}
+        self._event = 0  # counts the changes, so a storage's labels can be read as they were at the peak
         self.active = False
         # inside a fusion region: id(storage) -> weak reference of the storages no kernel has materialized yet
         self._region_depth = 0
@@ -159,7 +186,7 @@ class StorageTracker(TorchDispatchMode):
         info = self._info.get(id(st))
         if info is None:
             return
-        sizes, category, group, _, shard = info
+        sizes, category, group, _, shard, _ = info
         new_sizes = self._sizes(st.nbytes(), shard)
         self.resolve()
         for w, count in self.counts.items():
@@ -210,7 +237,8 @@ class StorageTracker(TorchDispatchMode):
         info = self._info.pop(key, None)
         if info is not None:
             self.resolve()
-            sizes, category, group, _, _ = info
+            sizes, category, group, _, _, _ = info
+            self._event += 1
             for w, count in self.counts.items():
                 count.add(-sizes[w], category, group)
 
@@ -245,23 +273,33 @@ class StorageTracker(TorchDispatchMode):
             shard = self.sharding and (sharded if sharded is not None else self._default_sharded(t))
             self._add(st, category, group, shard)
             return
-        sizes, old, old_group, _, shard = info
+        sizes, old, old_group, _, shard, history = info
         new_category = category if old != category and (force or old not in _STICKY) else old
         new_group = group if group != old_group and (force or old_group == _OTHER) else old_group
         new_shard = shard or bool(self.sharding and sharded)
         new_sizes = self._sizes(st.nbytes(), new_shard) if new_shard != shard else sizes
         if (new_category, new_group, new_shard) == (old, old_group, shard):
             return
+        if new_category == "gradients" and old != "gradients":
+            self.resolve()
+            for w, count in self.counts.items():
+                then = _category_at(history, count.peak_event)
+                if then is not None and then != "gradients":
+                    count.became_gradient(sizes[w], then)
         for w, count in self.counts.items():
             count.add(-sizes[w], old, old_group)
             count.add(new_sizes[w], new_category, new_group)
+        self._event += 1
+        history.append((self._event, new_category))
         info[0], info[1], info[2], info[4] = new_sizes, new_category, new_group, new_shard
         self._pending = True
 
     def _add(self, st: torch.UntypedStorage, category: str, group: str, shard: bool) -> None:
         key = id(st)
         sizes = self._sizes(st.nbytes(), shard)
-        self._info[key] = [sizes, category, group, weakref.ref(st, lambda ref, k=key: self._forget(k)), shard]
+        self._event += 1
+        ref = weakref.ref(st, lambda ref, k=key: self._forget(k))
+        self._info[key] = [sizes, category, group, ref, shard, [(self._event, category)]]
         for w, count in self.counts.items():
             count.add(sizes[w], category, group)
         self._pending = True
@@ -290,12 +328,14 @@ class StorageTracker(TorchDispatchMode):
         for count in self.counts.values():
             if count.total > count.peak.peak_bytes:
                 count.peak = count.snapshot(self.phase)
+                count.peak_event = self._event
 
     def reset_peak(self) -> None:
         """Start a new window: the peak from here on (what ``torch.cuda.reset_peak_memory_stats`` does)."""
         self._pending = False
         for count in self.counts.values():
             count.peak = count.snapshot(self.phase)
+            count.peak_event = self._event
 
     # -- fusion regions ----------------------------------------------------------------------------------------
 

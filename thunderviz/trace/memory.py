@@ -6,15 +6,24 @@ forward, the loss, backward, the optimizer step and ``zero_grad``; its *peak* is
 on one rank during it, everything counted (the quantity ``torch.cuda.max_memory_allocated()`` reports in steady state
 after ``reset_peak_memory_stats()``).
 
-Two vocabularies, because the two sides can tell different things apart:
+One account for every view: ``ACCOUNT`` names what a step peak is made of (parameters, gradients, optimizer
+state, saved for backward, temporaries, communication buffers) and ``COLORS`` gives each one colour; the plan's
+bars, a run's measured bars, the reports, the widgets and ``compare_runs`` all draw ``MemoryEstimate.account`` and
+``StepMemory.account`` (issue 30: the Memory tab mixed two schemes, near-identical reds for "optimizer state" and
+"optimizer", and no bar ever had a gradients segment). In the account:
 
-- a prediction splits the peak into ``CATEGORIES`` (every tensor is labelled where it is made: a gathered weight,
-  a communication buffer, a tensor saved for backward...);
-- a measurement with torch's ``MemTracker`` (CPU) tells only ``MEASURED_GROUPS`` apart (parameters, gradients,
-  optimizer, the rest), and one from CUDA's allocator statistics only the total.
+- ``gradients`` are the gradient tensors alive at the peak, whether already in ``.grad`` or computed in backward and
+  on their way there (thunder's backward hands every gradient over at its end, so counting ``.grad`` alone left the
+  segment empty at a peak inside backward);
+- ``optimizer state`` is the optimizer's state only; what its ``step()`` allocates on the way is ``temporaries``;
+- ``communication buffers`` are what collectives send and receive (packed buckets, FSDP's gathered parameters);
+  only a prediction can tell them apart: a measurement counts them as ``temporaries``;
+- a measurement from CUDA's allocator statistics knows only the total (one ``total`` segment).
 
-``compare`` puts them side by side in the groups both sides know and names the ones that differ by more than
-``TOLERANCE``.
+Finer and coarser splits stay underneath: a prediction labels ``CATEGORIES`` (``MemoryEstimate.breakdown``), and
+both sides keep torch ``MemTracker``'s own split (``MEASURED_GROUPS``: parameters, gradients in ``.grad``,
+everything the optimizer step holds, the rest), which both count by the same rules, so ``compare`` checks a
+prediction against a measurement in those groups and names the ones that differ by more than ``TOLERANCE``.
 """
 
 from __future__ import annotations
@@ -25,7 +34,9 @@ from dataclasses import dataclass, field
 from thunderviz.trace.units import format_bytes
 
 __all__ = [
+    "ACCOUNT",
     "CATEGORIES",
+    "COLORS",
     "MEASURED_GROUPS",
     "PHASES",
     "TOLERANCE",
@@ -33,8 +44,10 @@ __all__ = [
     "MemoryComparison",
     "MemoryEstimate",
     "StepMemory",
+    "account_of",
     "compare",
     "group_of",
+    "to_account",
 ]
 
 #: What a predicted peak is made of, in the order bars stack. ``parameters`` counts module buffers too.
@@ -48,6 +61,53 @@ CATEGORIES: tuple[str, ...] = (
     "communication buffers",
     "inputs",
 )
+
+#: What a step peak is made of in every view, in the order bars stack (see the module docstring).
+ACCOUNT: tuple[str, ...] = (
+    "parameters",
+    "gradients",
+    "optimizer state",
+    "saved for backward",
+    "temporaries",
+    "communication buffers",
+)
+
+#: One colour per account category, for every bar and legend (``total``: a measurement that has only the total).
+COLORS: dict[str, str] = {
+    "parameters": "#4e79a7",
+    "gradients": "#f28e2b",
+    "optimizer state": "#e15759",
+    "saved for backward": "#59a14f",
+    "temporaries": "#edc948",
+    "communication buffers": "#b07aa1",
+    "total": "#79706e",
+}
+
+#: Where each predicted category goes in the account (the batch is a temporary of the step).
+_ACCOUNT_OF = {
+    "parameters": "parameters",
+    "gradients": "gradients",
+    "optimizer state": "optimizer state",
+    "gathered parameters": "communication buffers",
+    "saved activations": "saved for backward",
+    "temporaries": "temporaries",
+    "communication buffers": "communication buffers",
+    "inputs": "temporaries",
+}
+
+
+def account_of(category: str) -> str:
+    """The account category (``ACCOUNT``) a predicted category (``CATEGORIES``) is drawn as."""
+    return _ACCOUNT_OF[category]
+
+
+def to_account(breakdown: Mapping[str, int]) -> dict[str, int]:
+    """A predicted breakdown (``CATEGORIES``) in the account's categories, every one present (0 when empty)."""
+    out = dict.fromkeys(ACCOUNT, 0)
+    for category, n in breakdown.items():
+        out[account_of(category)] += int(n)
+    return out
+
 
 #: What torch's MemTracker can tell apart on a rank: its PARAM+BUFFER, GRAD, OPT, and everything else.
 MEASURED_GROUPS: tuple[str, ...] = ("parameters", "gradients", "optimizer", "activations and temporaries")
@@ -94,6 +154,11 @@ class MemoryEstimate:
                 f" {self.peak_bytes}"
             )
 
+    @property
+    def account(self) -> dict[str, int]:
+        """The peak in the account every view draws (``ACCOUNT``)."""
+        return to_account(self.breakdown)
+
     def to_dict(self) -> dict[str, object]:
         return {
             "peak_bytes": self.peak_bytes,
@@ -120,8 +185,9 @@ class StepMemory:
 
     ``source`` is ``"cuda"`` (``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats`` at each step's
     start: only the total is known) or ``"memtracker"`` (torch's ``MemTracker``, dispatch-level accounting on CPU:
-    ``groups`` holds its split, see ``MEASURED_GROUPS``). ``steps`` lists the step numbers measured (the first step
-    compiles and creates the optimizer state, so it is never one of them); ``note`` says why nothing was measured.
+    ``groups`` holds its split, see ``MEASURED_GROUPS``, and ``parts`` the same peak in the account, ``ACCOUNT``
+    without ``communication buffers``). ``steps`` lists the step numbers measured (the first step compiles and creates
+    the optimizer state, so it is never one of them); ``note`` says why nothing was measured.
     """
 
     peak_bytes: int | None
@@ -129,10 +195,21 @@ class StepMemory:
     groups: dict[str, int] = field(default_factory=dict)
     steps: tuple[int, ...] = ()
     note: str = ""
+    parts: dict[str, int] = field(default_factory=dict)
 
     @property
     def measured(self) -> bool:
         return self.peak_bytes is not None
+
+    @property
+    def account(self) -> dict[str, int]:
+        """The peak in the account every view draws (``ACCOUNT``); ``{"total": peak}`` when only the total is known
+        (CUDA's allocator statistics), empty when nothing was measured."""
+        if self.peak_bytes is None:
+            return {}
+        if self.parts:
+            return {c: int(self.parts.get(c, 0)) for c in ACCOUNT if c in self.parts}
+        return {"total": self.peak_bytes}
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -141,6 +218,7 @@ class StepMemory:
             "groups": dict(self.groups),
             "steps": list(self.steps),
             "note": self.note,
+            "parts": dict(self.parts),
         }
 
     @classmethod
@@ -152,6 +230,7 @@ class StepMemory:
             groups={str(k): int(v) for k, v in dict(d.get("groups") or {}).items()},  # type: ignore[arg-type]
             steps=tuple(int(s) for s in d.get("steps") or ()),  # type: ignore[union-attr]
             note=str(d.get("note", "")),
+            parts={str(k): int(v) for k, v in dict(d.get("parts") or {}).items()},  # type: ignore[arg-type]
         )
 
 
