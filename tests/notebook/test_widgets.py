@@ -232,7 +232,7 @@ def test_compare_ddp_vs_fsdp_summary_marks_and_sync(ddp: list[TraceBundle], fsdp
     n_params = len(fsdp[0].forward.param_names)
     assert d.collective_delta()["all_gather"] == n_params > 0
     memory = memory_changes(ddp[0], fsdp[0], "forward")
-    assert memory and memory[0].startswith("est. peak forward ")  # what sharding does to forward's peak
+    assert memory and memory[0].startswith("trace estimate forward ")  # what sharding does to forward's peak
     assert c.summary == f"{ddp[0].name} \u2192 {fsdp[0].name} (forward): {'; '.join(d.summary_parts() + memory)}"
     assert "\u22120" not in c.summary and "~0" not in c.summary  # no empty terms
     left, right = c.panes
@@ -387,7 +387,9 @@ def test_trace_view_of_a_rank_engine_report(fsdp: list[TraceBundle], ddp: list[T
     memory = w.panels["memory"]
     assert [row["rank"] for row in memory["rows"]] == [0, 1]
     titles = [c["title"] for c in memory["columns"]]
-    assert titles == ["est. peak, forward", "est. peak, backward", "saved for backward", "process RSS"], titles
+    assert titles == ["trace estimate, forward", "trace estimate, backward", "saved for backward", "process RSS"], (
+        titles
+    )
     for row in memory["rows"]:  # every rank filled: its own bundle's estimates and its measured RSS
         assert row["est_peak_forward"] == fsdp[row["rank"]].forward.peak_memory_bytes > 0
         assert row["rss_bytes"] > 0
@@ -397,6 +399,31 @@ def test_trace_view_of_a_rank_engine_report(fsdp: list[TraceBundle], ddp: list[T
     report.name = "zero2"
     assert TraceView(report).title == "zero2: FSDP ZERO2 BLOCK \u00b7 gpt: rank 0 of 2"
     assert w.panels["ledger"]["mismatches"] == []
+    # Issue 30: the Memory tab drew the cell's prediction twice (as the plan's candidate and again in MemTracker's
+    # groups): once now, and every bar in the one account with its one colour.
+    from tests.helpers.plans import synthetic_plan
+    from thunderviz.trace.memory import ACCOUNT, COLORS, StepMemory
+
+    plan = synthetic_plan({"ddp": 12_000, "fsdp-zero2-block": 10_000})
+    report.prediction, report.prediction_name = plan.candidates[1].memory, "fsdp-zero2-block x2"
+    parts = {
+        "parameters": 2500,
+        "gradients": 2500,
+        "optimizer state": 0,
+        "saved for backward": 4000,
+        "temporaries": 900,
+    }
+    report.step_memory = {r: StepMemory(9_900, "memtracker", {"parameters": 2500}, (2, 3), parts=parts) for r in (0, 1)}
+    bars = TraceView(report, plan=plan).panels["memory_view"]["bars"]
+    assert [b["kind"] for b in bars] == ["predicted", "predicted", "measured", "measured"], bars
+    segments = [s for b in bars for s in b["segments"]]
+    assert all(s["category"] in ACCOUNT and s["color"] == COLORS[s["category"]] for s in segments), segments
+    assert [s["category"] for s in bars[2]["segments"]] == [
+        "parameters",
+        "gradients",
+        "saved for backward",
+        "temporaries",
+    ]
     # Explicit decisions (saved trace files carry none) land in the same panel.
     w2 = TraceView(fsdp, decisions=[decision])
     assert w2.panels["decisions"] == [decision.to_dict()]

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from tests.helpers.plans import synthetic_plan
-from thunderviz.render.memory_view import plan_bars, plan_html, run_bars, run_memory_html
-from thunderviz.trace.memory import StepMemory
+from thunderviz.ranks.strategy_table import StrategyRow, StrategyTable
+from thunderviz.render.memory_view import MemoryBar, plan_bars, plan_html, run_bars, run_memory_html
+from thunderviz.render.strategy_table import strategy_table_html
+from thunderviz.trace.memory import ACCOUNT, COLORS, StepMemory
 
 
 def test_plan_bars_and_budget_line() -> None:
@@ -15,7 +19,7 @@ def test_plan_bars_and_budget_line() -> None:
     bars = plan_bars(plan)
     assert [b.label for b in bars] == ["ddp x2", "fsdp-zero2-block x2", "fsdp-zero3-layer x2"]
     assert [b.fits for b in bars] == [False, True, True] and [b.total for b in bars] == [4000, 3000, 2000]
-    assert bars[0].segments == (("parameters", 1000), ("saved activations", 3000))
+    assert bars[0].segments == (("parameters", 1000), ("saved for backward", 3000))
     html = plan_html(plan)
     assert html.count("class='tv-memseg'") == 6 and "class='tv-budget'" in html
     assert "recommended: <b>fsdp-zero2-block x2</b>" in html  # least communication among those that fit
@@ -46,16 +50,21 @@ def test_run_memory_section_puts_measured_first_and_rss_last() -> None:
             "memtracker",
             {"parameters": 2500, "gradients": 0, "optimizer": 0, "activations and temporaries": 7600},
             (2, 3),
+            parts={"parameters": 2500, "gradients": 0, "saved for backward": 7000, "temporaries": 600},
         ),
         1: StepMemory(None, "memtracker", note="no step was measured"),
     }
     html = run_memory_html(measured, {0: {"rss_bytes": 3 * 2**20}, 1: {"rss_bytes": 2**20}}, predicted, "x2")
     headers = re.findall(r"<th>([^<]*)</th>", html)
-    assert headers[0:3] == ["rank", "measured step peak", "measured with"] and headers[-1] == "process RSS"
+    assert headers[0:4] == ["rank", "step peak, measured", "measured with", "step peak, predicted"]
+    assert headers[-1] == "process RSS (not tensor memory)"
     assert "within 10%" in html and "no step was measured" in html and "3.0 MiB" in html
+    # one definition of "step peak", said once, and what each side can tell apart
+    assert html.count("Step peak: the most tensor bytes alive at once") == 1 and "only the total" in html
     bars = run_bars(measured, predicted, "x2")
     assert [b.kind for b in bars] == ["predicted", "measured"]  # rank 1 measured nothing: no bar
-    assert [c for c, _ in bars[1].segments] == ["parameters", "activations and temporaries"]
+    assert [c for c, _ in bars[0].segments] == ["parameters", "saved for backward"]  # the same account both sides
+    assert [c for c, _ in bars[1].segments] == ["parameters", "saved for backward", "temporaries"]
 
 
 def test_why_nothing_was_measured_is_said_once_when_every_rank_says_the_same() -> None:
@@ -65,3 +74,59 @@ def test_why_nothing_was_measured_is_said_once_when_every_rank_says_the_same() -
     escaped = why.replace("'", "&#x27;")
     assert html.count(escaped) == 1 and html.count("see below") == 4
     assert f"<p class='note'>Every rank: {escaped}</p>" in html
+
+
+def _drawn(svg: str) -> list[tuple[str, str]]:
+    """(category, fill) of every segment an SVG draws."""
+    return re.findall(r"class='tv-memseg' data-category='([^']*)'[^>]*fill='([^']*)'", svg)
+
+
+def test_every_bar_of_every_view_is_drawn_in_one_account_with_one_colour_each() -> None:
+    """Issue 30: the Memory tab mixed two schemes (a prediction in MemTracker's groups next to the plan's
+    categories, near-identical reds for "optimizer state" and "optimizer"), the DDP bar had no parameters and no
+    bar had gradients. A plan's bars, a run's predicted and measured bars and compare_runs' table draw the same
+    categories, in the same order, each in its own colour; anything else is refused."""
+    rgb = {c: tuple(int(COLORS[c][i : i + 2], 16) for i in (1, 3, 5)) for c in (*ACCOUNT, "total")}
+    close = [
+        (a, b)
+        for a in rgb
+        for b in rgb
+        if a < b and sum((x - y) ** 2 for x, y in zip(rgb[a], rgb[b], strict=True)) < 60**2
+    ]
+    assert close == [], close  # no two categories share, or nearly share, a colour
+    plan = synthetic_plan({"ddp": 4000, "fsdp-zero3-layer": 2000})
+    parts = {"parameters": 1000, "gradients": 1000, "optimizer state": 2000, "saved for backward": 500}
+    measured = {0: StepMemory(4500, "memtracker", {"parameters": 1000}, (2, 3), parts=parts | {"temporaries": 0})}
+    table = StrategyTable(
+        (
+            StrategyRow("ddp", "measured", "DDP", 2, 4500, measured[0].account),
+            StrategyRow("ddp (plan)", "planned", "ddp", 2, 4000, plan.candidates[0].memory.account),
+        )
+    )
+    views = {
+        "plan": plan_html(plan),
+        "run": run_memory_html(measured, None, plan.candidates[0].memory, "ddp x2"),
+        "compare_runs": strategy_table_html(table),
+    }
+    for name, svg in views.items():
+        drawn = _drawn(svg)
+        assert drawn and all(c in ACCOUNT and fill == COLORS[c] for c, fill in drawn), (name, drawn)
+        legend = re.findall(
+            r"<rect x='[0-9.]+' y='[0-9.]+' width='10' height='10' fill='[^']*'/><text[^>]*>([^<]*)<", svg
+        )
+        assert legend == [c for c in ACCOUNT if c in {c for c, _ in drawn}], (name, legend)  # the account's order
+    run = [c for c, _ in _drawn(views["run"])]
+    assert run == [
+        "parameters",
+        "saved for backward",
+        "parameters",
+        "gradients",
+        "optimizer state",
+        "saved for backward",
+    ]
+    measured_row = [c for c, _ in _drawn(views["compare_runs"])][:4]
+    assert measured_row == ["parameters", "gradients", "optimizer state", "saved for backward"]
+    with pytest.raises(ValueError, match="not categories of the memory account"):
+        MemoryBar("x", "measured", (("optimizer", 10),))  # MemTracker's group name: the second scheme
+    with pytest.raises(ValueError, match="not categories of the memory account"):
+        MemoryBar("x", "predicted", (("gathered parameters", 10),))  # a prediction's finer category

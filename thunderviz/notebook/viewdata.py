@@ -19,7 +19,7 @@ from typing import Any, TypedDict
 
 from thunderviz.parallel.decisions import Decision
 from thunderviz.render.graph import graph_view, op_summary, short_op_name
-from thunderviz.render.memory_view import plan_bars, run_bars
+from thunderviz.render.memory_view import PEAK_NOTE, plan_bars, run_bars
 from thunderviz.trace.diff import TraceDiff, diff_traces, memory_changes
 from thunderviz.trace.file import bundle_from_dict, load
 from thunderviz.trace.ledger import Ledger, find_mismatches, ledger_from_bundle
@@ -524,10 +524,10 @@ def ledger_table(subject: Subject) -> LedgerPanel:
 
 #: The memory panel's columns, in the order shown; a column appears when any rank has its number.
 MEMORY_COLUMNS: tuple[MemoryColumn, ...] = (
-    MemoryColumn(key="measured_step_peak", title="step peak", unit="bytes", source="measured"),
+    MemoryColumn(key="measured_step_peak", title="step peak, measured", unit="bytes", source="measured"),
     MemoryColumn(key="predicted_step_peak", title="step peak, predicted", unit="bytes", source="predicted"),
-    MemoryColumn(key="est_peak_forward", title="est. peak, forward", unit="bytes", source="estimated"),
-    MemoryColumn(key="est_peak_backward", title="est. peak, backward", unit="bytes", source="estimated"),
+    MemoryColumn(key="est_peak_forward", title="trace estimate, forward", unit="bytes", source="estimated"),
+    MemoryColumn(key="est_peak_backward", title="trace estimate, backward", unit="bytes", source="estimated"),
     MemoryColumn(key="saved_for_backward", title="saved for backward", unit="bytes", source="estimated"),
     MemoryColumn(key="recomputed_ops", title="recomputed ops", unit="count", source="estimated"),
     MemoryColumn(key="kept_for_accumulation", title="kept for accumulation", unit="bytes", source="estimated"),
@@ -535,11 +535,7 @@ MEMORY_COLUMNS: tuple[MemoryColumn, ...] = (
     MemoryColumn(key="cuda_max_allocated_bytes", title="CUDA peak allocated", unit="bytes", source="measured"),
     MemoryColumn(key="cuda_allocated_bytes", title="CUDA allocated now", unit="bytes", source="measured"),
 )
-MEMORY_NOTE = (
-    "step peak (measured): live tensor bytes at the peak of the cell's training steps on the rank (torch's "
-    "MemTracker on CPU, CUDA's allocator statistics on a GPU); predicted: thunderviz.plan's rehearsal (--plan); "
-    "est.: thunder's estimate from one trace (get_alloc_memory); process RSS: after the cell."
-)
+MEMORY_NOTE = PEAK_NOTE
 
 
 def memory_rows(subject: Subject) -> list[dict[str, Any]]:
@@ -588,7 +584,10 @@ def memory_view(subject: Subject, plan: Any = None, saved_vs_eager: SavedCompari
     ``thunder.saved_compare.compare_saved(...)`` result.
     """
     bars = [b.to_dict() for b in plan_bars(plan)] if plan is not None else []
-    bars += [b.to_dict() for b in run_bars(subject.step_memory, subject.prediction, subject.prediction_name)]
+    # the run's prediction is one of the plan's candidates when the cell ran with --plan: drawn once, as the plan's
+    planned = plan is not None and any(c.memory == subject.prediction for c in plan.candidates)
+    prediction = None if planned else subject.prediction
+    bars += [b.to_dict() for b in run_bars(subject.step_memory, prediction, subject.prediction_name)]
     comparison = []
     if subject.prediction is not None:
         for rank, measured in sorted(subject.step_memory.items()):

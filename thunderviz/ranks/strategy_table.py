@@ -24,7 +24,8 @@ _COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
 @dataclass(frozen=True)
 class StrategyRow:
     """One run or candidate. ``peak_bytes`` is the largest rank's step peak (None: nothing measured, ``note`` says
-    why); ``parts`` splits it (measured groups for a run, predicted categories for a candidate); ``sent_bytes`` is
+    why); ``parts`` splits it in the one memory account (``trace.memory.ACCOUNT``), measured for a run, predicted
+    for a candidate; ``sent_bytes`` is
     what one rank sends per step with ring algorithms, the largest over the ranks; ``step_ms`` the median step of
     the slowest rank (None without a timeline)."""
 
@@ -108,7 +109,7 @@ def _run_row(report: Any, index: int, name: str | None) -> StrategyRow:
     measured = {r: m for r, m in report.step_memory.items() if m.peak_bytes is not None}
     if measured:
         rank = max(measured, key=lambda r: measured[r].peak_bytes)
-        peak, parts, note = measured[rank].peak_bytes, dict(measured[rank].groups), ""
+        peak, parts, note = measured[rank].peak_bytes, measured[rank].account, ""
     else:
         notes = {m.note for m in report.step_memory.values() if m.note}
         peak, parts, note = None, {}, "; ".join(sorted(notes)) or "no step was measured"
@@ -153,7 +154,7 @@ def _candidate_row(c: Any) -> StrategyRow:
         strategy=c.name,
         ranks=c.world_size,
         peak_bytes=c.peak_bytes,
-        parts={k: v for k, v in c.memory.breakdown.items() if v},
+        parts=c.memory.account,
         sent_bytes=c.comm_bytes,
     )
 

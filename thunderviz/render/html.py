@@ -176,11 +176,13 @@ def _overview(by_name: Mapping[str, list[TraceBundle]]) -> str:
             )
     return (
         "<h2>Overview</h2><table><tr><th>jitted object</th><th>rank</th><th>world</th><th>forward ops</th>"
-        "<th>backward ops</th><th>est. peak fwd</th><th>est. peak bwd</th><th>saved for backward</th>"
+        "<th>backward ops</th><th>trace estimate fwd</th><th>trace estimate bwd</th><th>saved for backward</th>"
         "<th>collectives</th></tr>"
         + "".join(rows)
-        + "</table><p class='note'>Peak memory is thunder's estimate from the trace "
-        "(<code>get_alloc_memory</code>), per rank. Saved for backward: what forward keeps alive for backward; "
+        + "</table><p class='note'>Trace estimate: thunder's estimate of one trace's peak "
+        "(<code>get_alloc_memory</code>), per rank: that trace's intermediates, not the step peak of the memory "
+        "section (which counts parameters, gradients, optimizer state and everything alive at once). "
+        "Saved for backward: what forward keeps alive for backward; "
         f"{RECOMPUTED_MARK} counts the backward ops that recompute forward values instead (activation checkpointing, "
         "ZERO3). Kept for accumulation: the unsharded gradients a <code>no_backward_sync</code> backward holds until "
         "the next synchronizing one (one full copy of the sharded parameters' gradients per rank).</p>"

@@ -2,9 +2,11 @@
 saved-for-backward per group and per source line, thunder against eager.
 
 Static (inline SVG, no script) so it reads the same in JupyterLab, nbconvert, GitHub and the offline report; the
-trace widget draws the same bars live from the same data (``MemoryBar``, built here, so the colours and the order of
-the categories are defined once). Reads plans, candidates and reports by attribute: render imports neither the
-strategies nor the rank engine.
+trace widget draws the same bars live from the same data (``MemoryBar``, built here). Every bar, predicted or
+measured, a plan's or a run's or ``compare_runs``'s, is drawn in the one account of ``trace.memory`` (``ACCOUNT``, in
+that order, coloured by ``COLORS``): a ``MemoryBar`` refuses any other category, so a second scheme cannot come back
+(issue 30). Reads plans, candidates and reports by attribute: render imports neither the strategies nor the rank
+engine.
 """
 
 from __future__ import annotations
@@ -14,14 +16,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from thunderviz.render.markup import escape, table
-from thunderviz.trace.memory import CATEGORIES, MEASURED_GROUPS, MemoryEstimate, StepMemory, compare
+from thunderviz.trace.memory import ACCOUNT, COLORS, MemoryEstimate, StepMemory, compare
 from thunderviz.trace.model import TraceSnapshot
 from thunderviz.trace.saved import SavedComparison, saved_by_group, saved_by_line
 from thunderviz.trace.units import format_bytes
 
 __all__ = [
     "COLORS",
+    "PEAK_NOTE",
     "MemoryBar",
+    "account_segments",
     "bars_svg",
     "plan_bars",
     "plan_html",
@@ -31,20 +35,18 @@ __all__ = [
     "saved_html",
 ]
 
-#: One colour per predicted category and measured group (a measured group shares its category's colour).
-COLORS: dict[str, str] = {
-    "parameters": "#4e79a7",
-    "gradients": "#f28e2b",
-    "optimizer state": "#e15759",
-    "optimizer": "#e15759",
-    "gathered parameters": "#76b7b2",
-    "saved activations": "#59a14f",
-    "activations and temporaries": "#8cd17d",
-    "temporaries": "#edc948",
-    "communication buffers": "#b07aa1",
-    "inputs": "#9c755f",
-    "total": "#bab0ac",
-}
+#: What "step peak" means wherever a report or view shows one (one definition; the predicted and the measured one
+#: differ only in how they were obtained and in what they can tell apart).
+PEAK_NOTE = (
+    "Step peak: the most tensor bytes alive at once on a rank during one steady-state training step (forward,"
+    " backward, optimizer step), everything counted: parameters, gradients, optimizer state, saved for backward,"
+    " temporaries, communication buffers. Predicted: the plan's rehearsal of the step (--plan). Measured: torch's"
+    " MemTracker on CPU, which counts communication buffers as temporaries, or CUDA's allocator statistics, which know"
+    " only the total. thunder's per-trace estimates (get_alloc_memory) count one trace's intermediates, not a step,"
+    " and process RSS is not tensor memory."
+)
+
+_DRAWN = frozenset((*ACCOUNT, "total"))
 
 
 @dataclass(frozen=True)
@@ -52,9 +54,17 @@ class MemoryBar:
     """One stacked bar: a candidate's predicted peak, or a rank's measured one, split into segments."""
 
     label: str
-    kind: str  # "predicted" or "measured"
+    kind: str  # "predicted", "measured" or "planned"
     segments: tuple[tuple[str, int], ...]
     fits: bool | None = None
+
+    def __post_init__(self) -> None:
+        unknown = [c for c, _ in self.segments if c not in _DRAWN]
+        if unknown:
+            raise ValueError(
+                f"MemoryBar {self.label!r}: {unknown} are not categories of the memory account"
+                f" ({', '.join(ACCOUNT)}, or 'total'); put the split in the account first (trace.memory.to_account)"
+            )
 
     @property
     def total(self) -> int:
@@ -70,14 +80,16 @@ class MemoryBar:
         }
 
 
-def _segments(split: Mapping[str, int], order: Sequence[str]) -> tuple[tuple[str, int], ...]:
-    return tuple((k, int(split[k])) for k in order if split.get(k))
+def account_segments(account: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
+    """An account (``MemoryEstimate.account``, ``StepMemory.account``) as a bar's segments: the account's order,
+    empty categories left out."""
+    return tuple((k, int(account[k])) for k in (*ACCOUNT, "total") if account.get(k))
 
 
 def plan_bars(plan: Any) -> list[MemoryBar]:
     """One predicted bar per candidate of a ``Plan`` (by attribute: ``candidates``, each with ``memory``)."""
     return [
-        MemoryBar(f"{c.name} x{c.world_size}", "predicted", _segments(c.memory.breakdown, CATEGORIES), c.fits)
+        MemoryBar(f"{c.name} x{c.world_size}", "predicted", account_segments(c.memory.account), c.fits)
         for c in plan.candidates
     ]
 
@@ -85,17 +97,14 @@ def plan_bars(plan: Any) -> list[MemoryBar]:
 def run_bars(
     measured: Mapping[int, StepMemory], prediction: MemoryEstimate | None = None, name: str = "predicted"
 ) -> list[MemoryBar]:
-    """The prediction (in the groups a measurement tells apart) and each rank's measured peak."""
+    """The prediction and each rank's measured peak, side by side in the same account."""
     bars = []
     if prediction is not None:
-        groups = MEASURED_GROUPS if any(m.groups for m in measured.values()) else CATEGORIES
-        split = prediction.groups if groups is MEASURED_GROUPS else prediction.breakdown
-        bars.append(MemoryBar(f"{name} (predicted)", "predicted", _segments(split, groups)))
+        bars.append(MemoryBar(f"{name} (predicted)", "predicted", account_segments(prediction.account)))
     for rank, m in sorted(measured.items()):
         if m.peak_bytes is None:
             continue
-        segments = _segments(m.groups, MEASURED_GROUPS) if m.groups else (("total", m.peak_bytes),)
-        bars.append(MemoryBar(f"rank {rank} (measured, {m.source})", "measured", segments))
+        bars.append(MemoryBar(f"rank {rank} (measured, {m.source})", "measured", account_segments(m.account)))
     return bars
 
 
@@ -151,7 +160,8 @@ def bars_svg(bars: Sequence[MemoryBar], budget: int | None = None, *, width: int
                 else f"<text x='{bx - 3:.1f}' y='{top - 8}' fill='#b3261e' text-anchor='end'>{escape(said)}</text>"
             )
         )
-    shown = list(dict.fromkeys(c for b in bars for c, _ in b.segments))
+    used = {c for b in bars for c, _ in b.segments}
+    shown = [c for c in (*ACCOUNT, "total") if c in used]
     lx, ly = 0, height - 10
     for category in shown:
         parts.append(f"<rect x='{lx}' y='{ly - 9}' width='10' height='10' fill='{COLORS.get(category, '#999')}'/>")
@@ -228,10 +238,17 @@ def run_memory_html(
             ]
         )
     what = f" against the plan's {escape(prediction_name)}" if prediction is not None else ""
-    headers = ["rank", "measured step peak", "measured with", "predicted peak", "predicted vs measured", "process RSS"]
+    headers = [
+        "rank",
+        "step peak, measured",
+        "measured with",
+        "step peak, predicted",
+        "predicted vs measured",
+        "process RSS (not tensor memory)",
+    ]
     bars = bars_svg(run_bars(measured, prediction, prediction_name or "predicted"))
     note = f"<p class='note'>Every rank: {escape(shared)}</p>" if shared else ""
-    return f"<h4>Memory per rank{what}</h4>{bars}{table(headers, rows)}{note}"
+    return f"<h4>Memory per rank{what}</h4>{bars}{table(headers, rows)}{note}<p class='note'>{escape(PEAK_NOTE)}</p>"
 
 
 def saved_html(forward: TraceSnapshot, *, top: int = 12) -> str:

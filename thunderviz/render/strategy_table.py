@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from thunderviz.render.markup import escape, table
-from thunderviz.render.memory_view import MemoryBar, bars_svg
+from thunderviz.render.memory_view import MemoryBar, account_segments, bars_svg
 from thunderviz.trace.units import format_bytes
 
 __all__ = ["strategy_table_html"]
@@ -22,7 +22,7 @@ def strategy_table_html(t: Any) -> str:
         MemoryBar(
             label=f"{r.name} x{r.ranks}",
             kind=r.source,
-            segments=tuple(r.parts.items()) or (("total", r.peak_bytes),),
+            segments=account_segments(r.parts) or (("total", r.peak_bytes),),
             fits=r.fits,
         )
         for r in t.rows

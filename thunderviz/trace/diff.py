@@ -235,7 +235,8 @@ def memory_changes(a: TraceBundle, b: TraceBundle, label: str | None = None) -> 
     """What changed in memory from run ``a`` to run ``b``, as clauses, unchanged ones left out: what forward saves
     for backward (``saved for backward 218.1 KiB -> 178.3 KiB``), the unsharded gradients a no_backward_sync
     backward keeps between micro-batches (``kept for accumulation 0 B -> 3.7 KiB``), and thunder's estimated peak
-    of trace ``label`` (``est. peak backward 1.2 MiB -> 1.0 MiB``; both traces without ``label``). Recomputed ops
+    of trace ``label`` (``trace estimate backward 1.2 MiB -> 1.0 MiB``: thunder's ``get_alloc_memory``, one trace's
+    intermediates, not a step peak; both traces without ``label``). Recomputed ops
     are a change of the trace, so ``TraceDiff.summary_parts`` names them."""
     out = []
     saved_a, saved_b = a.saved_for_backward, b.saved_for_backward
@@ -247,7 +248,7 @@ def memory_changes(a: TraceBundle, b: TraceBundle, label: str | None = None) -> 
     for name in [label] if label else ["forward", "backward"]:
         pa, pb = a.memory.get(name), b.memory.get(name)
         if pa is not None and pb is not None and pa != pb:
-            out.append(f"est. peak {name} {format_bytes(pa)} -> {format_bytes(pb)}")
+            out.append(f"trace estimate {name} {format_bytes(pa)} -> {format_bytes(pb)}")
     return out
 
 
