@@ -46,7 +46,7 @@ def test_help_lists_the_flags(shell, capsys) -> None:
         assert flag in doc
     assert "--sharding" not in _magics(shell).thunder_ddp.__doc__
     shell.run_cell("%%thunder_fsdp?\n")
-    assert "--sharding {zero2,zero3}" in capsys.readouterr().out
+    assert "--sharding {zero2,zero3,hybrid,hybrid_zero2}" in capsys.readouterr().out
 
 
 def _choices(magic, flag: str) -> list[str]:

@@ -309,3 +309,59 @@ def test_decisions_module_reads_thunder_only_through_thunder_hooks():
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     assert not any(m == "thunder" or m.startswith("thunder.") for m in imported), imported
+
+
+# -- hybrid sharding's mesh -------------------------------------------------------------------------------------------
+
+HYBRID = opts("fsdp", sharding_strategy="HYBRID_SHARD")
+
+
+def _mesh(hosts, options=HYBRID):
+    from thunderviz.parallel.decisions import MeshFacts, decide_mesh
+
+    return decide_mesh(MeshFacts(tuple(hosts)), options, "Net", Case.RAW_MODULE)
+
+
+def test_hybrid_shards_within_each_host_by_default():
+    row = _mesh(["a", "a", "b", "b"])
+    assert row.action is Action.CHOOSE_MESH and row.mesh == (2, 2)
+    assert row.headline == "mesh 2 x 2: shard within each host (2 ranks), replicate across 2 hosts"
+    assert "1/2 of the gradients" in row.reason
+    assert row.to_dict()["mesh"] == [2, 2] and Decision.from_dict(row.to_dict()).mesh == (2, 2)
+
+
+def test_hybrid_on_one_host_is_fsdp_over_every_rank_and_says_so():
+    row = _mesh(["a"] * 4)
+    assert row.mesh == (1, 4)
+    assert row.headline == "mesh 1 x 4: one host, so hybrid sharding is FSDP over all 4 ranks"
+
+
+@pytest.mark.parametrize(
+    ("hosts", "says"),
+    [
+        (["a", "b", "a", "b"], "their ranks are not consecutive (rank 0: a, rank 1: b, rank 2: a, rank 3: b)"),
+        (["a", "a", "a", "b"], "they run different numbers of ranks"),
+    ],
+)
+def test_hosts_that_cannot_form_equal_shard_groups_are_an_error_with_the_fix(hosts, says):
+    with pytest.raises(JitDecisionError) as err:
+        _mesh(hosts)
+    assert says in str(err.value)
+    assert "give device_mesh=(replicas, shard_size)" in str(err.value)
+
+
+def test_a_given_mesh_must_cover_the_world_and_one_spanning_hosts_is_recorded_with_a_warning():
+    with pytest.raises(JitDecisionError, match=r"2 x 3 = 6 ranks, but this run has 4"):
+        _mesh(["a"] * 4, opts("fsdp", sharding_strategy="hybrid", device_mesh=(2, 3)))
+    row = _mesh(["a", "b", "a", "b"], opts("fsdp", sharding_strategy="hybrid", device_mesh=(2, 2)))
+    assert row.mesh == (2, 2) and row.headline.endswith("2 shard group(s) span hosts")
+    assert "shard groups [0, 1] span hosts" in row.warning
+    row = _mesh(["a", "a", "b", "b"], opts("fsdp", sharding_strategy="hybrid", device_mesh=(2, 2)))
+    assert not row.warning and "only the all_reduce of the reduced gradient shards crosses hosts" in row.reason
+
+
+def test_hybrid_communication_plan_says_what_crosses_hosts():
+    plan = communication_plan(opts("fsdp", sharding_strategy="_HYBRID_SHARD_ZERO2"))
+    assert "within each shard group, one all_gather per bucket" in plan
+    assert "across the replica groups, one all_reduce of each reduced bucket shard" in plan
+    assert "ZERO2: the unsharded parameters gathered in forward are kept for backward within the shard group" in plan

@@ -7,6 +7,7 @@ import warnings
 import pytest
 from lightning.fabric.strategies import STRATEGY_REGISTRY
 from thunder.distributed import FSDPBucketingStrategy, FSDPType
+from torch.distributed.fsdp import ShardingStrategy
 
 import thunderviz
 from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
@@ -63,6 +64,44 @@ def test_sharding_strategy_accepts_names_and_enums_and_reads_back_the_enum(given
 
 
 @pytest.mark.parametrize(
+    ("given", "level", "name"),
+    [
+        ("HYBRID_SHARD", FSDPType.ZERO3, "HYBRID_SHARD"),
+        ("hybrid", FSDPType.ZERO3, "HYBRID_SHARD"),
+        (ShardingStrategy.HYBRID_SHARD, FSDPType.ZERO3, "HYBRID_SHARD"),
+        ("_HYBRID_SHARD_ZERO2", FSDPType.ZERO2, "_HYBRID_SHARD_ZERO2"),
+        ("hybrid_zero2", FSDPType.ZERO2, "_HYBRID_SHARD_ZERO2"),
+        (ShardingStrategy._HYBRID_SHARD_ZERO2, FSDPType.ZERO2, "_HYBRID_SHARD_ZERO2"),
+    ],
+)
+def test_hybrid_sharding_takes_fabrics_and_torchs_names_and_reads_back_its_level(given, level, name):
+    strategy = ThunderFSDPStrategy(sharding_strategy=given, device_mesh=(2, 4))
+    assert strategy.sharding_strategy is level
+    assert str(strategy.options.sharding_strategy) == name
+    assert strategy.options.device_mesh == (2, 4)
+    assert "mesh 2x4" in strategy.options.summary()
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        (
+            {"device_mesh": (2, 2)},
+            "You set `ThunderFSDPStrategy(device_mesh=(2, 2), sharding_strategy='ZERO2')`, but only hybrid sharding"
+            " uses a mesh",
+        ),
+        ({"sharding_strategy": "hybrid", "device_mesh": (2, 0)}, "give `(replicas, shard_size)`: two positive"),
+        ({"sharding_strategy": "hybrid", "device_mesh": (2, 2, 2)}, "give `(replicas, shard_size)`"),
+        ({"sharding_strategy": "FULL_SHARD"}, "'FULL_SHARD' is torch FSDP's name for what is 'ZERO3' here."),
+    ],
+)
+def test_a_mesh_without_hybrid_sharding_or_of_the_wrong_shape_is_refused(given, message):
+    with pytest.raises(OptionError) as err:
+        ThunderFSDPStrategy(**given)
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize(
     ("given", "expected"),
     [
         ("NONE", FSDPBucketingStrategy.NONE),
@@ -96,14 +135,14 @@ def test_jit_keyword_arguments_are_kept_for_the_strategy_jit():
     [
         pytest.param(
             lambda: ThunderFSDPStrategy(sharding_strategy="ZERO1"),
-            "You set `ThunderFSDPStrategy(sharding_strategy='ZERO1')`; choose one of 'ZERO2', 'ZERO3' (or thunder's"
-            " `FSDPType` member of the same name).",
+            "You set `ThunderFSDPStrategy(sharding_strategy='ZERO1')`; choose one of 'ZERO2', 'ZERO3', 'HYBRID_SHARD',"
+            " '_HYBRID_SHARD_ZERO2' (or thunder's `FSDPType` or torch's `ShardingStrategy` member of the same name).",
             id="sharding",
         ),
         pytest.param(
             lambda: ThunderFSDPStrategy(sharding_strategy=2),
-            "You set `ThunderFSDPStrategy(sharding_strategy=2)`; choose one of 'ZERO2', 'ZERO3' (or thunder's"
-            " `FSDPType` member of the same name).",
+            "You set `ThunderFSDPStrategy(sharding_strategy=2)`; choose one of 'ZERO2', 'ZERO3', 'HYBRID_SHARD',"
+            " '_HYBRID_SHARD_ZERO2' (or thunder's `FSDPType` or torch's `ShardingStrategy` member of the same name).",
             id="sharding-not-a-name",
         ),
         pytest.param(
@@ -256,12 +295,17 @@ def _fabric_and_torch_option_names(parallelism: Parallelism) -> set[str]:
 def test_every_option_of_fabrics_own_strategy_is_taken_or_refused_with_what_to_use(parallelism):
     """Checked against the installed Lightning and torch, so the list of foreign options cannot drift."""
     ours = {o.name for o in OPTIONS if o.applies(parallelism)}
+    # ours for the other strategy (torch DDP's `device_mesh` is FSDP's hybrid mesh here): refused with what to use
+    elsewhere = {o.name: o.elsewhere for o in OPTIONS if not o.applies(parallelism)}
     theirs = _fabric_and_torch_option_names(parallelism)
-    assert theirs - ours - set(FOREIGN_OPTIONS) == set()
+    assert theirs - ours - set(elsewhere) - set(FOREIGN_OPTIONS) == set()
     cls = ThunderFSDPStrategy if parallelism is Parallelism.FSDP else ThunderDDPStrategy
     for name in sorted(theirs - ours):
         with pytest.raises(OptionError) as err:
             cls(**{name: object()})
+        if name in elsewhere:
+            assert str(err.value) == f"You set `{cls.__name__}({name}=...)`, " + elsewhere[name].format(name=name)
+            continue
         assert f"You set `{cls.__name__}({name}=...)`, an option of Lightning's" in str(err.value)
         assert FOREIGN_OPTIONS[name] in str(err.value)
 

@@ -220,8 +220,7 @@ def _choice(
             message = f"{_call(strategy, name, value)}; it must be {listed}."
         else:
             choices = ", ".join(repr(m.value) for m in enum_type)
-            thunder = _THUNDER_ENUM.get(enum_type)
-            also = f" (or thunder's `{thunder}` member of the same name)" if thunder else ""
+            also = _THUNDER_ENUM.get(enum_type, "")
             message = f"{_call(strategy, name, value)}; choose one of {choices}{also}."
         ours = (elsewhere_names or {}).get(str(text).upper()) if isinstance(text, str) else None
         if ours:
@@ -231,7 +230,11 @@ def _choice(
     return convert
 
 
-_THUNDER_ENUM = {Sharding: "FSDPType", Bucketing: "FSDPBucketingStrategy"}
+#: the other libraries' enums whose members a choice also accepts (by name), as the error says it
+_THUNDER_ENUM = {
+    Sharding: " (or thunder's `FSDPType` or torch's `ShardingStrategy` member of the same name)",
+    Bucketing: " (or thunder's `FSDPBucketingStrategy` member of the same name)",
+}
 
 
 def _bool(value: Any, strategy: str, name: str) -> bool:
@@ -491,7 +494,11 @@ OPTIONS: tuple[Option, ...] = (
         default=None,
         convert=_mesh,
         flag=Flag("--mesh", metavar="R,S"),
-        elsewhere=_DDP_NOT_SHARDED,
+        elsewhere=(
+            "but DDP replicates parameters over every rank: there is no mesh to choose. A (replicas, shard_size)"
+            " mesh is hybrid sharding's: `ThunderFSDPStrategy(sharding_strategy='HYBRID_SHARD',"
+            " device_mesh=(replicas, shard_size))`."
+        ),
     ),
     Option(
         "bucketing_strategy",
