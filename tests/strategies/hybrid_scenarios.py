@@ -39,6 +39,10 @@ def clip_and_save(rank: int, world: int, path: str) -> dict[str, Any]:
     norm = fabric.clip_gradients(model, optimizer, max_norm=0.05)
     grads = {n: common.full(p.grad, p) for n, p in common.inner(model).named_parameters()}
     optimizer.step()
+    from thunderviz import capture
+    from thunderviz.trace.ledger import ledger_from_bundle
+
+    ledger = ledger_from_bundle(capture(model, stages=False))
     fabric.save(path, {"model": model, "optimizer": optimizer})
     saved = {"params": full_params(model), "optimizer": full_optimizer_state(model, optimizer)}
 
@@ -57,6 +61,7 @@ def clip_and_save(rank: int, world: int, path: str) -> dict[str, Any]:
         "ref_grads": {n: p.grad for n, p in ref.named_parameters()},
         "saved": saved,
         "loaded_4x1": loaded,
+        "ledger": [(e.kind, e.mesh_group, e.group_size, e.describe()) for e in ledger.collectives()],
     }
 
 

@@ -62,6 +62,17 @@ def test_the_mesh_is_a_logged_decision(four):
     assert "your device_mesh=(2, 2) on 4 ranks on 1 host" in r["mesh_reason"]
 
 
+def test_the_ledger_names_each_collectives_group(four):
+    ledger = four[0]["checkpoint"]["ledger"]
+    assert {(kind, group, size) for kind, group, size, _ in ledger} == {
+        ("all_gather", "shard", 2),
+        ("reduce_scatter", "shard", 2),
+        ("all_reduce", "replica", 2),
+    }
+    said = [text for kind, *_, text in ledger if kind == "all_reduce"]
+    assert said and all("across replicas" in t and "(replica group of 2;" in t for t in said)
+
+
 def test_no_backward_sync_accumulates_like_one_process(four):
     for out in four:
         acc = out["accumulation"]

@@ -9,12 +9,15 @@ from dataclasses import dataclass, field
 
 from thunderviz.trace.units import format_bytes
 
-__all__ = ["ACCUMULATE_KIND", "BUCKET_KINDS", "ROOT_LABEL", "Bucket", "is_bucket_group"]
+__all__ = ["ACCUMULATE_KIND", "BUCKET_KINDS", "MESH_GROUP_WORDS", "ROOT_LABEL", "Bucket", "is_bucket_group"]
 
 #: The collectives a bucket can be packed for.
 BUCKET_KINDS = ("all_gather", "reduce_scatter", "all_reduce")
 #: The kind of a gradient bucket a no_backward_sync backward accumulates instead of reducing (no collective).
 ACCUMULATE_KIND = "accumulate"
+
+#: How a name says which group of a hybrid mesh a collective runs over (``Bucket.mesh_group``).
+MESH_GROUP_WORDS = {"shard": " in the shard group", "replica": " across replicas"}
 
 #: The label of the bucket holding parameters outside every block (BLOCK) or owned by the set-up module itself.
 ROOT_LABEL = "(root)"
@@ -72,8 +75,7 @@ class Bucket:
     @property
     def short_name(self) -> str:
         """``all_gather blocks.0 (12 params, 97.6 KiB)``: how every summary, headline and tooltip names it."""
-        where = {"shard": " in the shard group", "replica": " across replicas"}.get(self.mesh_group, "")
-        return f"{self.kind} {self.summary}{where}"
+        return f"{self.kind} {self.summary}{MESH_GROUP_WORDS.get(self.mesh_group, '')}"
 
     def to_dict(self) -> dict[str, object]:
         return {

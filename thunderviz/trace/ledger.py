@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from thunderviz.trace.buckets import Bucket
+from thunderviz.trace.buckets import MESH_GROUP_WORDS, Bucket
 from thunderviz.trace.model import COLLECTIVE_KINDS, OpRecord, TraceBundle, TraceSnapshot
 
 __all__ = [
@@ -53,11 +53,15 @@ class LedgerEntry:
     waits_for: int | None = None
     bucket: str | None = None
     params: tuple[str, ...] = ()
+    #: hybrid sharding: ``shard`` or ``replica``, the group of the mesh the collective runs over (``Bucket``)
+    mesh_group: str = ""
 
     def describe(self) -> str:
-        """``all_gather of blocks.0.attn_qkv.weight float32[192, 128] (group of 2; forward op 8)``."""
+        """``all_gather of blocks.0.attn_qkv.weight float32[192, 128] (group of 2; forward op 8)``; under hybrid
+        sharding ``(shard group of 2; ...)`` / ``(replica group of 2; ...)``."""
         shape = "?" if self.shape is None else "[" + ", ".join(str(d) for d in self.shape) + "]"
-        group = "" if self.group_size is None else f"group of {self.group_size}; "
+        which = f"{self.mesh_group} group" if self.mesh_group else "group"
+        group = "" if self.group_size is None else f"{which} of {self.group_size}; "
         return f"{self.kind} of {self.tensor} {self.dtype or '?'}{shape} ({group}{self.trace} op {self.op_index})"
 
     def to_dict(self) -> dict[str, Any]:
@@ -76,6 +80,7 @@ class LedgerEntry:
             "waits_for": self.waits_for,
             "bucket": self.bucket,
             "params": list(self.params),
+            **({"mesh_group": self.mesh_group} if self.mesh_group else {}),
         }
 
     @classmethod
@@ -96,6 +101,7 @@ class LedgerEntry:
             waits_for=d.get("waits_for"),
             bucket=d.get("bucket"),
             params=tuple(str(p) for p in d.get("params") or ()),
+            mesh_group=str(d.get("mesh_group") or ""),
         )
 
 
@@ -216,6 +222,7 @@ def _append_snapshot(ledger: Ledger, snap: TraceSnapshot, grads: Mapping[str, st
                     waits_for=src_pos,
                     bucket=ledger.entries[src_pos].bucket if src_pos is not None else None,
                     params=ledger.entries[src_pos].params if src_pos is not None else (),
+                    mesh_group=ledger.entries[src_pos].mesh_group if src_pos is not None else "",
                 )
             )
             coll_op = pending.pop(src_pos, None) if src_pos is not None else None
@@ -244,6 +251,7 @@ def _append_snapshot(ledger: Ledger, snap: TraceSnapshot, grads: Mapping[str, st
                 out_shape=out.shape if out else None,
                 bucket=None if bucket is None else bucket.label,
                 params=() if bucket is None else tuple(bucket.params),
+                mesh_group="" if bucket is None else bucket.mesh_group,
             )
         )
         for t in op.outputs:
@@ -257,9 +265,10 @@ def bucket_description(bucket: Bucket) -> str:
     bucket of one parameter by that parameter (``grad of ...`` when reduced). Never the parameter list: a real
     model's buckets hold hundreds."""
     params = list(bucket.params)
+    where = MESH_GROUP_WORDS.get(bucket.mesh_group, "")
     if len(params) == 1:
-        return params[0] if bucket.kind == "all_gather" else f"grad of {params[0]}"
-    return bucket.summary
+        return (params[0] if bucket.kind == "all_gather" else f"grad of {params[0]}") + where
+    return bucket.summary + where
 
 
 def _replace(e: LedgerEntry, **kw: Any) -> LedgerEntry:
@@ -291,7 +300,7 @@ def find_mismatches(ledgers: Mapping[int, Ledger]) -> list[Mismatch]:
 
 def _first_difference(ra: int, a: list[LedgerEntry], rb: int, b: list[LedgerEntry]) -> Mismatch | None:
     for i, (ea, eb) in enumerate(zip(a, b, strict=False)):  # unequal lengths are reported below
-        for fld in ("kind", "shape", "dtype", "group_size"):
+        for fld in ("kind", "shape", "dtype", "group_size", "mesh_group"):
             va, vb = getattr(ea, fld), getattr(eb, fld)
             if va != vb:
                 msg = (
