@@ -2,9 +2,10 @@
 interpreted trace, and train exactly as a fresh compile does: the same ops in the same order, forward and backward,
 the same buckets, bit-identical losses and parameters after two AdamW steps.
 
-Case 1 (the strategy jits) and case 3 (the user jitted, the strategy distributes in place). The staleness cases (a
-changed class, helper, attribute, parameter, input, submodule, forward, executor) are
-tests/thunder/test_compile_reuse.py, one process; here what only ranks have: process groups, shards, plans.
+Case 1 (the strategy jits) and case 3 (the user jitted, the strategy distributes in place); case 2 (a function the
+user jitted) is tests/strategies/test_compile_reuse_case2.py, on one rank. The staleness cases (a changed class,
+helper, attribute, parameter, input, submodule, forward, executor) are tests/thunder/test_compile_reuse.py, one
+process; here what only ranks have: process groups, shards, plans.
 """
 
 from __future__ import annotations

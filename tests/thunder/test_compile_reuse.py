@@ -8,6 +8,7 @@ what a user re-running an edited cell produces. Every case checks the numbers ag
 
 from __future__ import annotations
 
+import re
 import types
 
 import pytest
@@ -176,3 +177,144 @@ def test_a_global_module_the_forward_reads_is_part_of_the_key(ns):
     assert _did(ns["Uses"](), _x()) == "reused"
     exec("shared = torch.nn.Linear(8, 8, bias=False)\n", ns)
     assert _did(ns["Uses"](), _x()) == "compiled"
+
+
+# -- case 2: a function the user jitted, handed or naming a module our strategies set up ---------------------------
+
+STEP_CELL = """
+def step(model, x):
+    return act(model(x)).sum()
+
+def closing_over(model):
+    def step_closed(x):
+        return act(model(x)).sum()
+    return step_closed
+
+def step_global(x):
+    return act(model_g(x)).sum()
+
+class Mlp(torch.nn.Module):
+    def __init__(self, hidden=16):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(8, hidden)
+        self.fc2 = torch.nn.Linear(hidden, 8)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+"""
+
+
+@pytest.fixture
+def fns(ns) -> dict:
+    exec(STEP_CELL, ns)
+    return ns
+
+
+def _set_up(model: torch.nn.Module) -> torch.nn.Module:
+    """Mark a model as our strategies mark what they set up with ``jit=False``."""
+    compile_reuse.mark(model)
+    return model
+
+
+def _called(fn, *args) -> tuple[str, torch.Tensor, thunder.core.trace.TraceCtx]:
+    """What reuse did for a jitted ``fn``'s first call with modules marked as a strategy marks them (case 2), after
+    checking its result against eager on the *current* function and modules; the result and the execution trace."""
+    for a in args:
+        if isinstance(a, torch.nn.Module):
+            compile_reuse.mark(a)
+    before = compile_reuse.stats()
+    jitted = thunder.jit(fn)
+    out = jitted(*args)
+    after = compile_reuse.stats()
+    torch.testing.assert_close(out, fn(*args))
+    did = "reused" if after.hits > before.hits else "compiled" if after.misses > before.misses else "neither"
+    return did, out, thunder.last_traces(jitted)[-1]
+
+
+def _ops(trace) -> list[str]:
+    return [str(b.sym.name) for b in trace.bound_symbols]
+
+
+def _text(trace) -> str:
+    """A trace's program as thunder prints it, less how long each pass took."""
+    return re.sub(r"\(took \d+ milliseconds\)", "", str(trace))
+
+
+def test_a_rerun_jitted_function_reuses_with_identical_numbers_and_traces(fns, monkeypatch):
+    torch.manual_seed(0)
+    _called(fns["step"], fns["Net"](), _x())  # builds the entry (or reuses one an earlier test left)
+    torch.manual_seed(1)
+    m = fns["Net"]()
+    did, out, trace = _called(fns["step"], m, _x())
+    assert did == "reused"
+    monkeypatch.setenv(compile_reuse.ENV_VARIABLE, "0")
+    fresh_did, fresh_out, fresh_trace = _called(fns["step"], m, _x())
+    assert fresh_did == "neither"
+    assert torch.equal(out, fresh_out)
+    assert _ops(trace) == _ops(fresh_trace)
+    assert _text(trace) == _text(fresh_trace)
+
+
+def test_a_redefined_function_body_compiles(fns):
+    _called(fns["step"], fns["Net"](), _x())
+    exec("def step(model, x):\n    return act(model(x)).mean()\n", fns)
+    assert _called(fns["step"], fns["Net"](), _x())[0] == "compiled"
+    assert _why().endswith(": the code of step changed")
+
+
+def test_a_helper_the_function_calls_redefined_compiles(fns):
+    _called(fns["step"], fns["Net"](), _x())
+    exec("def act(x):\n    return torch.sigmoid(x)\n", fns)
+    assert _called(fns["step"], fns["Net"](), _x())[0] == "compiled"
+    assert _why().endswith(": step reads act, which changed")
+
+
+def test_a_module_argument_with_another_shape_compiles(fns):
+    _called(fns["step"], fns["Mlp"](), _x())
+    assert _called(fns["step"], fns["Mlp"](hidden=32), _x())[0] == "compiled"
+    assert _why().endswith(": argument 0: parameter fc1.weight: its shape changed ((16, 8) -> (32, 8))")
+
+
+def test_a_closure_over_an_equal_model_reuses_and_reads_the_new_one(fns):
+    """A re-run cell that redefines the function around a new, equal model: same code, new closure cell."""
+    _called(fns["closing_over"](_set_up(fns["Mlp"]())), _x())
+    m = _set_up(fns["Mlp"]())
+    with torch.no_grad():
+        m.fc2.bias.add_(5.0)  # a trace bound to the old model would give other numbers (_called checks them)
+    assert _called(fns["closing_over"](m), _x())[0] == "reused"
+
+
+def test_a_closure_model_with_another_parameter_shape_compiles(fns):
+    _called(fns["closing_over"](_set_up(fns["Mlp"]())), _x())
+    m = _set_up(fns["Mlp"](hidden=4))
+    assert _called(fns["closing_over"](m), _x())[0] == "compiled"
+    why = ": step_closed closes over model: parameter fc1.weight: its shape changed ((16, 8) -> (4, 8))"
+    assert _why().endswith(why)
+
+
+def test_a_global_model_rebound_by_a_rerun_cell(fns):
+    for hidden, expected in ((16, None), (16, "reused"), (24, "compiled")):
+        fns["model_g"] = _set_up(fns["Mlp"](hidden))
+        did = _called(fns["step_global"], _x())[0]
+        assert expected is None or did == expected
+    assert _why().endswith(": step_global reads model_g: parameter fc1.weight: its shape changed ((16, 8) -> (24, 8))")
+
+
+def test_a_submodule_swapped_or_a_forward_replaced_in_an_argument_compiles(fns):
+    _called(fns["step"], fns["Net"](), _x())
+    m = fns["Net"]()
+    m.norm = torch.nn.Identity()
+    assert _called(fns["step"], m, _x())[0] == "compiled"
+    assert _why().endswith(": argument 0: norm is now Identity (was LayerNorm)")
+    _called(fns["step"], fns["Net"](), _x())
+    m = fns["Net"]()
+    m.forward = types.MethodType(lambda self, x: self.fc(x) * 5, m)
+    assert _called(fns["step"], m, _x())[0] == "compiled"
+    assert _why().endswith(": argument 0: forward was replaced on the root module")
+
+
+def test_a_function_without_marked_modules_is_left_to_thunder(fns):
+    before = compile_reuse.stats()
+    m = fns["Net"]()
+    torch.testing.assert_close(thunder.jit(fns["step"])(m, _x()), fns["step"](m, _x()))
+    assert compile_reuse.stats() == before
