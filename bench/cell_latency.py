@@ -9,10 +9,13 @@ and one warm rank pool, each setting up the model and running two training steps
 4. changed forward: a subclass whose forward differs (must compile afresh in any reuse scheme).
 
 Printed per cell: the cell's wall time in the kernel and, per rank, the first step (set-up, compile, first step)
-and the second (steady) step, so that compile ~= first - steady. This is issue 29's instrument: today every row
-pays thunder's full compile.
+and the second (steady) step, so that compile ~= first - steady. This is issue 29's instrument.
 
-    .venv/bin/python bench/cell_latency.py [--rounds 1]
+``--case2``: the same four cells in case 2, ``--no-jit``: each cell defines its loss function and jits it itself
+(``step = thunder.jit(loss_of)``; a re-run makes a new function object with the same code and a new jitted
+object), and calls it with the set-up model.
+
+    .venv/bin/python bench/cell_latency.py [--rounds 1] [--case2]
 """
 
 from __future__ import annotations
@@ -32,10 +35,11 @@ from tests.helpers.kernel import execute  # noqa: E402 - needs the repository ro
 
 MARK = "@@cell_latency@@"
 
-CELL = """%%thunder_fsdp --nproc 2 --backend gloo --sharding {sharding}
+CELL = """%%thunder_fsdp --nproc 2 --backend gloo --sharding {sharding}{flags}
 import json, time
 from thunderviz.demos.models import TinyGPT, make_batch
 {model_code}
+{loss_code}
 torch.manual_seed(0)
 t0 = time.perf_counter()
 model = fabric.setup(Model(n_layer=4, d_model=128, n_head=4, block_size=64, vocab_size=256))
@@ -43,7 +47,7 @@ opt = fabric.setup_optimizers(torch.optim.AdamW(model.parameters(), lr=1e-3))
 x, y = make_batch(batch=8, block_size=64, vocab_size=256, seed=rank, device=device)
 times = []
 for _ in range(2):
-    loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+    loss = {loss_call}
     fabric.backward(loss)
     opt.step()
     opt.zero_grad()
@@ -58,6 +62,19 @@ CHANGED = """class Model(TinyGPT):
         return super().forward(idx) * 0.5
 """
 
+#: case 1 (the strategy jits the module) and case 2 (the cell jits its loss function): (flags, loss_code, loss_call)
+CASES = {
+    1: ("", "", "torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())"),
+    2: (
+        " --no-jit",
+        "import thunder\n"
+        "def loss_of(model, x, y):\n"
+        "    return torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())\n"
+        "step = thunder.jit(loss_of)",
+        "step(model, x, y)",
+    ),
+}
+
 SCENARIOS = [
     ("cold (ZERO2)", "zero2", SAME),
     ("re-run (ZERO2)", "zero2", SAME),
@@ -66,10 +83,13 @@ SCENARIOS = [
 ]
 
 
-def run_once(kc: object) -> list[dict[str, object]]:
+def run_once(kc: object, case: int) -> list[dict[str, object]]:
     rows = []
+    flags, loss_code, loss_call = CASES[case]
     for name, sharding, model_code in SCENARIOS:
-        cell = CELL.format(sharding=sharding, model_code=model_code, mark=MARK)
+        cell = CELL.format(
+            sharding=sharding, flags=flags, model_code=model_code, loss_code=loss_code, loss_call=loss_call, mark=MARK
+        )
         t0 = time.perf_counter()
         reply, out = execute(kc, cell, timeout=600)
         wall = time.perf_counter() - t0
@@ -83,6 +103,7 @@ def run_once(kc: object) -> list[dict[str, object]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=1, help="kernels to run the four cells in (medians printed)")
+    parser.add_argument("--case2", action="store_true", help="each cell jits its own loss function (--no-jit)")
     args = parser.parse_args()
     from jupyter_client import KernelManager
 
@@ -100,7 +121,7 @@ def main() -> None:
                 reply, out = execute(kc, code, timeout=300)
                 if reply["status"] != "ok":
                     raise RuntimeError(f"{code} failed:\n{out[-3000:]}")
-            rounds.append(run_once(kc))
+            rounds.append(run_once(kc, 2 if args.case2 else 1))
             execute(kc, "%thunder_ranks stop")
         finally:
             kc.stop_channels()
