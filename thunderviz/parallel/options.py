@@ -565,9 +565,10 @@ OPTIONS: tuple[Option, ...] = (
     ),
     Option(
         "compile_reuse",
-        "True: a module the strategy jits (case 1) or distributes (case 3) reuses thunder's interpreted trace from an"
-        " earlier set-up in this process when its code, parameters, plans and inputs are unchanged (a re-run cell, a"
-        " ZERO2/ZERO3 switch: ~0.2x the compile). False: always interpret afresh.",
+        "True: a module the strategy jits (case 1) or distributes (case 3), or a function you jit that takes it (case"
+        " 2), reuses thunder's interpreted trace from an earlier set-up in this process when its code, parameters,"
+        " plans and inputs are unchanged (a re-run cell, a ZERO2/ZERO3 switch: ~0.2x the compile). False: always"
+        " interpret afresh.",
         BOTH,
         default=True,
         convert=_bool,
