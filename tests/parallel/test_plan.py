@@ -14,6 +14,8 @@ from thunderviz.parallel.plan import (
     candidate_specs,
     choose,
     extrapolate,
+    hybrid_communication,
+    inter_host_bytes,
     link_cost,
     parse_memory,
     ring_bytes,
@@ -142,3 +144,47 @@ def test_affine_extrapolation_is_exact_in_integers() -> None:
         extrapolate({2: {"a": 1}}, 5)
     with pytest.raises(ValueError, match="whole number"):
         extrapolate({2: {"a": 0}, 4: {"a": 1}}, 5)
+
+
+# -- past one host ---------------------------------------------------------------------------------------------------
+
+
+def test_hybrid_candidates_exist_only_where_the_world_spans_hosts() -> None:
+    specs = candidate_specs([2, 4, 6, 5], ranks_per_host=2)
+    hybrid = [(s.name, s.world_size, s.mesh) for s in specs if s.mesh is not None]
+    assert hybrid == [
+        ("hybrid-zero2-block", 4, (2, 2)),
+        ("hybrid-zero3-block", 4, (2, 2)),
+        ("hybrid-zero2-block", 6, (3, 2)),
+        ("hybrid-zero3-block", 6, (3, 2)),
+    ]  # none on one host (2), none where hosts cannot hold equal shard groups (5)
+    assert all(candidate_name(s.options) == s.name for s in specs)
+    assert [s.name for s in candidate_specs([4])] == list(PREFERENCE)  # without the hosts, no hybrid
+    with pytest.raises(ValueError, match=r"ranks_per_host=N"):
+        candidate_specs([4], ["hybrid-zero2-block"])
+
+
+def test_hybrid_sends_its_hosts_fsdp_plus_one_all_reduce_of_the_reduced_shards_across_hosts() -> None:
+    # FSDP on one host's 4 ranks sends 1000 B in 6 collectives and reduce-scatters 800 B in 3; across 2 hosts each
+    # rank all-reduces its 200 B shard (2(R-1)/R of it = 200 B), and the host's 4 ranks lead 4 rings out of it.
+    assert hybrid_communication(1000, 6, 800, 3, replicas=2, shard=4) == (1200, 9, 800)
+    assert hybrid_communication(1000, 6, 800, 3, replicas=4, shard=4) == (1300, 9, 1200)
+    # Collectives over every rank: a ring leaves each host once, so a host sends what one rank sends.
+    assert inter_host_bytes(1000, world_size=4, ranks_per_host=2) == 1000
+    assert inter_host_bytes(1000, world_size=2, ranks_per_host=2) == 0
+    assert inter_host_bytes(1000, world_size=8, ranks_per_host=None) == 0
+
+
+def test_across_hosts_the_fewest_bytes_between_hosts_win_even_over_ddp() -> None:
+    def row(name: str, peak: int, comm: int, across: int) -> ChoiceRow:
+        return ChoiceRow(name, 4, peak, comm, 3, link_cost("cpu").seconds(comm, 3), inter_host_bytes=across)
+
+    rows = [
+        row("ddp", 900, 1500, 1500),
+        row("fsdp-zero2-block", 600, 1500, 1500),
+        row("hybrid-zero2-block", 700, 1700, 1000),
+        row("hybrid-zero3-block", 650, 2200, 1000),
+    ]
+    assert rows[choose(rows, None)].name == "hybrid-zero2-block"
+    assert rows[choose(rows, 680)].name == "hybrid-zero3-block"  # the lighter hybrid where the other does not fit
+    assert rows[choose(rows, 620)].name == "fsdp-zero2-block"

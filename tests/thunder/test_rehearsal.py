@@ -181,3 +181,26 @@ def test_plan_reports_progress_once_per_traced_rehearsal() -> None:
     assert ticks[0][2] == "ddp x2 (2 of 6 blocks)"
     assert ticks[1][2] == "fsdp-zero2-block, fsdp-zero2-layer x2 (2 of 6 blocks)"
     assert ticks[3][2].endswith("x2 (3 of 6 blocks)") and len(plan.candidates) == 3
+
+
+def test_a_plan_across_hosts_adds_hybrid_candidates_with_one_hosts_memory() -> None:
+    """A hybrid rank holds what an FSDP rank of its host holds (the replica all_reduce works in place), sends that
+    FSDP's bytes plus the all_reduce of its reduced shards, and its host sends the reduced gradients once."""
+    import thunderviz
+
+    plan = thunderviz.plan(
+        ResidualMLP(n_layer=2), BATCH, world_sizes=(2, 4), ranks_per_host=2, device="cpu", progress=False
+    )
+    one_host = plan.candidate("fsdp-zero2-block", 2)
+    hybrid = plan.candidate("hybrid-zero2-block", 4)
+    assert hybrid.options.device_mesh == (2, 2)
+    assert hybrid.peak_bytes == one_host.peak_bytes and hybrid.breakdown == one_host.breakdown
+    # 2 x 2: each rank all-reduces its half of the reduced gradients over 2 replicas (2(R-1)/R of it: all of it),
+    # and each host's 2 ranks send that out of the host: the reduced gradients once.
+    assert hybrid.comm_bytes == one_host.comm_bytes + one_host.reduced_bytes // 2
+    assert hybrid.inter_host_bytes == one_host.reduced_bytes > 0
+    assert one_host.inter_host_bytes == 0
+    ddp = plan.candidate("ddp", 4)
+    assert ddp.inter_host_bytes == ddp.comm_bytes > hybrid.inter_host_bytes
+    assert plan.recommended_for(4) is hybrid
+    assert "hybrid-zero2-block x4 (mesh 2x2)" in plan.table() and "per host across hosts" in plan.table()

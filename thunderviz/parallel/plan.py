@@ -18,6 +18,12 @@ ZERO3-BLOCK (fewer bytes in many more collectives): on a latency-bound link (glo
 is faster, on NCCL with a large model the bytes dominate and ZERO2-LAYER is. ``NONE`` bucketing is left out: it
 costs LAYER's memory with more collectives.
 
+Past one host (``ranks_per_host`` given and a world size larger than it), hybrid candidates join
+(``HYBRID_PREFERENCE``: ZERO2/ZERO3 within each host, BLOCK buckets, replicated across hosts), and ``choose`` first
+minimises the bytes each host sends to the others per step (``inter_host_bytes``), the slow link, before anything
+else: there the DDP-first rule gives way, because DDP's all_reduce crosses hosts with every byte of the gradients,
+while hybrid's crosses with the reduced shards only once per step (see ``hybrid_communication``).
+
 Activation checkpointing (issue 17) is a further dimension the plan is built to take: ``CandidateSpec.checkpointing``
 exists and ``choose`` sorts every checkpointing candidate after all others ("only when nothing else fits"); no
 candidate sets it until the strategies implement checkpointing, and ``candidate_specs`` says so rather than
@@ -34,6 +40,7 @@ from dataclasses import dataclass
 from thunderviz.parallel.options import Bucketing, Parallelism, Sharding, StrategyOptions, parse_options
 
 __all__ = [
+    "HYBRID_PREFERENCE",
     "LINK_COSTS",
     "PREFERENCE",
     "CandidateSpec",
@@ -44,6 +51,8 @@ __all__ = [
     "candidate_specs",
     "choose",
     "extrapolate",
+    "hybrid_communication",
+    "inter_host_bytes",
     "link_cost",
     "parse_memory",
     "ring_bytes",
@@ -64,12 +73,18 @@ def _fsdp(sharding: Sharding, bucketing: Bucketing) -> tuple[Parallelism, dict[s
     return Parallelism.FSDP, {"sharding_strategy": sharding, "bucketing_strategy": bucketing}
 
 
+#: The hybrid candidates of a world size spanning several hosts (``candidate_specs(ranks_per_host=...)``), after
+#: ``PREFERENCE`` in tie-breaking order. BLOCK only: LAYER's extra collectives cost more across hosts, not less.
+HYBRID_PREFERENCE: tuple[str, ...] = ("hybrid-zero2-block", "hybrid-zero3-block")
+
 _PRESETS: dict[str, tuple[Parallelism, dict[str, object]]] = {
     "ddp": (Parallelism.DDP, {}),
     "fsdp-zero2-block": _fsdp(Sharding.ZERO2, Bucketing.BLOCK),
     "fsdp-zero2-layer": _fsdp(Sharding.ZERO2, Bucketing.LAYER),
     "fsdp-zero3-block": _fsdp(Sharding.ZERO3, Bucketing.BLOCK),
     "fsdp-zero3-layer": _fsdp(Sharding.ZERO3, Bucketing.LAYER),
+    "hybrid-zero2-block": _fsdp(Sharding.HYBRID_SHARD_ZERO2, Bucketing.BLOCK),
+    "hybrid-zero3-block": _fsdp(Sharding.HYBRID_SHARD, Bucketing.BLOCK),
 }
 
 
@@ -77,7 +92,8 @@ def candidate_name(options: StrategyOptions) -> str:
     """``ddp`` / ``fsdp-zero3-block``: the name a candidate (and a run with these options) goes by."""
     if options.parallelism is Parallelism.DDP:
         return "ddp"
-    return f"fsdp-{options.sharding_strategy.value.lower()}-{options.bucketing_strategy.value.lower()}"
+    family = "hybrid" if options.hybrid else "fsdp"
+    return f"{family}-{options.sharding_strategy.level.value.lower()}-{options.bucketing_strategy.value.lower()}"
 
 
 @dataclass(frozen=True)
@@ -95,31 +111,84 @@ class CandidateSpec:
 
     @property
     def preference(self) -> int:
-        return PREFERENCE.index(self.name)
+        return _ORDER.index(self.name)
+
+    @property
+    def mesh(self) -> tuple[int, int] | None:
+        """A hybrid candidate's ``(replicas, shard_size)``."""
+        return self.options.device_mesh if self.options.hybrid else None
 
 
-def candidate_specs(world_sizes: Iterable[int], names: Sequence[str] = PREFERENCE) -> list[CandidateSpec]:
-    """Every candidate (``names``, default all of ``PREFERENCE``) at every world size, world sizes in the order given.
+_ORDER = PREFERENCE + HYBRID_PREFERENCE
+
+
+def candidate_specs(
+    world_sizes: Iterable[int], names: Sequence[str] | None = None, ranks_per_host: int | None = None
+) -> list[CandidateSpec]:
+    """Every candidate (``names``, default ``PREFERENCE``, plus ``HYBRID_PREFERENCE`` when ``ranks_per_host`` is
+    given) at every world size, world sizes in the order given. A hybrid candidate exists at a world size that is a
+    multiple (> 1) of ``ranks_per_host``: its mesh is ``(world // ranks_per_host, ranks_per_host)``.
 
     Raises:
-        ValueError: a world size below 1, or a name that is not a candidate.
+        ValueError: a world size below 1, a name that is not a candidate, or a hybrid name without
+            ``ranks_per_host``.
     """
     specs = []
     sizes = list(dict.fromkeys(int(w) for w in world_sizes))
     if not sizes:
         raise ValueError("plan(world_sizes=()): give at least one world size, e.g. world_sizes=(2, 8)")
+    if ranks_per_host is not None and ranks_per_host < 1:
+        raise ValueError(f"plan(ranks_per_host={ranks_per_host}): give the number of ranks on each host (>= 1)")
+    if names is None:
+        names = PREFERENCE + (HYBRID_PREFERENCE if ranks_per_host else ())
+    for name in names:
+        if name not in _PRESETS:
+            raise ValueError(f"{name!r} is not a candidate; the candidates are {', '.join(_ORDER)}")
+        if name in HYBRID_PREFERENCE and not ranks_per_host:
+            raise ValueError(
+                f"{name!r} shards within each host: give plan(..., ranks_per_host=N) so the plan knows the hosts"
+            )
     for w in sizes:
         if w < 1:
             raise ValueError(f"plan(world_sizes=...): a world size must be >= 1, got {w}")
         for name in names:
-            if name not in _PRESETS:
-                raise ValueError(f"{name!r} is not a candidate; the candidates are {', '.join(PREFERENCE)}")
             parallelism, preset = _PRESETS[name]
+            if name in HYBRID_PREFERENCE:
+                if w <= ranks_per_host or w % ranks_per_host:  # type: ignore[operator]
+                    continue  # one host (plain FSDP), or hosts that cannot hold equal shard groups
+                preset = {**preset, "device_mesh": (w // ranks_per_host, ranks_per_host)}  # type: ignore[operator]
             specs.append(CandidateSpec(name, parse_options(parallelism, preset), w))
     return specs
 
 
 # -- communication ---------------------------------------------------------------------------------------------
+
+
+def inter_host_bytes(comm_bytes: int, world_size: int, ranks_per_host: int | None) -> int:
+    """What one host sends to the others per step for a candidate whose collectives all run over every rank.
+
+    A ring over ranks laid out host by host leaves each host over exactly one link, which carries one chunk per
+    ring step, so a host sends what one rank sends (``comm_bytes``); within one host nothing crosses.
+    """
+    if not ranks_per_host or world_size <= ranks_per_host:
+        return 0
+    return comm_bytes
+
+
+def hybrid_communication(
+    shard_comm_bytes: int, shard_collectives: int, reduced_bytes: int, reductions: int, replicas: int, shard: int
+) -> tuple[int, int, int]:
+    """(bytes one rank sends per step, collectives per step, bytes one host sends to the others per step) of
+    hybrid sharding on a ``(replicas, shard)`` mesh, from FSDP of the same level on ``shard`` ranks (its bytes and
+    collectives, and the input bytes and number of its reduce_scatters).
+
+    Within the host everything is that FSDP's; then each reduced shard (``reduced_bytes / shard``) is all-reduced
+    over the ``replicas`` ranks holding it: 2(R-1)/R of it per rank, and a host's ``shard`` ranks each lead one
+    replica ring out of the host, so the host sends 2(R-1)/R of the reduced gradients: about the gradients once,
+    where FSDP across hosts sends the model twice (ZERO2) or three times (ZERO3).
+    """
+    per_rank = ring_bytes("all_reduce", reduced_bytes // shard, replicas)
+    return shard_comm_bytes + per_rank, shard_collectives + reductions, shard * per_rank
 
 
 def ring_bytes(kind: str, nbytes: int, world_size: int) -> int:
@@ -201,18 +270,28 @@ class ChoiceRow:
     collectives: int
     comm_seconds: float
     checkpointing: bool = False
+    #: what one host sends to the others per step (0 on one host; ``inter_host_bytes``, ``hybrid_communication``)
+    inter_host_bytes: int = 0
 
     def fits(self, budget: int | None) -> bool:
         return budget is None or self.peak_bytes <= budget
 
-    def sort_key(self) -> tuple[int, int, float, int, int]:
+    def sort_key(self) -> tuple[int, int, int, float, int, int]:
         sharded = int(self.name != "ddp")
-        return (int(self.checkpointing), sharded, self.comm_seconds, self.comm_bytes, PREFERENCE.index(self.name))
+        return (
+            int(self.checkpointing),
+            self.inter_host_bytes,
+            sharded,
+            self.comm_seconds,
+            self.comm_bytes,
+            _ORDER.index(self.name),
+        )
 
 
 def choose(rows: Sequence[ChoiceRow], budget: int | None, world_size: int | None = None) -> int | None:
     """Index of the candidate to run: among those of ``world_size`` (default: every world size) that fit ``budget``,
-    DDP, else the one with the least predicted communication time (ties: fewer bytes, then ``PREFERENCE``; see the
+    the one sending the fewest bytes between hosts (all equal on one host), then DDP, else the one with the least
+    predicted communication time (ties: fewer bytes, then ``PREFERENCE``; see the
     module docstring); None when none fits. Checkpointing candidates come after every other (issue 17: only when
     nothing else fits)."""
     fitting = [i for i, r in enumerate(rows) if r.fits(budget) and (world_size is None or r.world_size == world_size)]

@@ -136,9 +136,10 @@ class ThunderAutoStrategy(ThunderParallelStrategy):
         world = self.world_size
         target = hooks.original_module(module) if hooks.is_thunder_module(module) else module
         payload: list[Any] = [None]
+        per_host = _ranks_per_host(self.process_group) if world > 1 else None
         if self.global_rank == 0:
             try:
-                payload[0] = self._predict(target, optimizers, budget, world)
+                payload[0] = self._predict(target, optimizers, budget, world, per_host)
             except Exception as exc:  # every rank must learn it, not wait in the broadcast below
                 payload[0] = exc
         if self.process_group is not None and world > 1:
@@ -161,7 +162,7 @@ class ThunderAutoStrategy(ThunderParallelStrategy):
         self._become(pick, budget)
 
     def _predict(
-        self, target: nn.Module, optimizers: list[Optimizer], budget: int, world: int
+        self, target: nn.Module, optimizers: list[Optimizer], budget: int, world: int, per_host: int | None = None
     ) -> tuple[list[Candidate], Candidate | None]:
         if self.plan is not None:
             pool = [c for c in self.plan.candidates if c.world_size == world]
@@ -179,20 +180,24 @@ class ThunderAutoStrategy(ThunderParallelStrategy):
                 " device='meta')), or a plan: ThunderAutoStrategy(plan=thunderviz.plan(model, batch, ...))"
             )
         tried: list[Candidate] = []
-        for names in _BY_TRACE:  # one trace each (both bucketings of a sharding share one, thunder.rehearsal)
+        # Across hosts every candidate is predicted together: the bytes between hosts come first, which no early
+        # stop by this host's order can know (parallel.plan.choose).
+        groups = [None] if per_host else _BY_TRACE
+        for names in groups:  # one trace each (both bucketings of a sharding share one, thunder.rehearsal)
             got, _ = predict_candidates(
                 target,
-                candidate_specs([world], names),
+                candidate_specs([world], names, per_host),
                 self.example_input,
                 loss_fn=self.loss_fn,
                 optimizer=self._optimizer_for_plan(optimizers),
                 precision=str(getattr(self.precision, "precision", "32-true")),
                 device=self.root_device.type,
                 budget=budget,
+                ranks_per_host=per_host,
             )
             tried += [dataclasses.replace(c, bundle=None) for c in got]
             pick = _best(tried, budget)
-            if pick is not None and settled(pick):
+            if pick is not None and not per_host and settled(pick):
                 return tried, pick
         return tried, _best(tried, budget)
 
@@ -219,6 +224,8 @@ class ThunderAutoStrategy(ThunderParallelStrategy):
                 continue
             if c.peak_bytes > budget:
                 others.append(f"{c.name} predicted {format_bytes(c.peak_bytes)}, does not fit")
+            elif pick.inter_host_bytes is not None and (c.inter_host_bytes or 0) > pick.inter_host_bytes:
+                others.append(f"{c.name} fits but sends {format_bytes(c.inter_host_bytes or 0)} per host across hosts")
             else:
                 others.append(f"{c.name} fits but communicates ~{c.comm_seconds * 1000:.1f} ms")
         # (a given plan's candidates are the user's choice; those the rehearsal skipped cost at least the pick's)
@@ -228,6 +235,11 @@ class ThunderAutoStrategy(ThunderParallelStrategy):
             f" {format_bytes(pick.peak_bytes)} per rank within memory_per_rank={format_bytes(budget)}, sending"
             f" {format_bytes(pick.comm_bytes)} per step in {pick.collectives} collectives"
             f" (~{pick.comm_seconds * 1000:.1f} ms on the {self.root_device.type} link)"
+            + (
+                f", {format_bytes(pick.inter_host_bytes)} per host across hosts, the least of those that fit"
+                if pick.inter_host_bytes is not None
+                else ""
+            )
             + (f" ({'; '.join(others)})" if others else "")
             + (f"; {', '.join(untried)} communicate at least as much" if untried else "")
         )
@@ -236,6 +248,17 @@ class ThunderAutoStrategy(ThunderParallelStrategy):
     @override
     def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
         register_strategy_names(strategy_registry, only="auto")
+
+
+def _ranks_per_host(group: tdist.ProcessGroup | None) -> int | None:
+    """The ranks each host runs when the world spans several hosts with equal, consecutive ranks (a collective);
+    None on one host, or when the hosts could not form hybrid shard groups (no hybrid candidate then)."""
+    from thunderviz.strategies.mesh import mesh_facts
+
+    blocks = mesh_facts(group).host_blocks()
+    if blocks is None or len(blocks) < 2 or len({n for _, n in blocks}) != 1:
+        return None
+    return blocks[0][1]
 
 
 def settled(pick: Candidate) -> bool:

@@ -24,13 +24,15 @@ from typing import Any
 from thunderviz.errors import PlanError
 from thunderviz.parallel.options import Parallelism, StrategyOptions
 from thunderviz.parallel.plan import (
-    PREFERENCE,
     CandidateSpec,
     ChoiceRow,
     LinkCost,
+    candidate_name,
     candidate_specs,
     choose,
     extrapolate,
+    hybrid_communication,
+    inter_host_bytes,
     link_cost,
     parse_memory,
     smallest_fitting,
@@ -67,6 +69,12 @@ class Candidate:
     fits: bool
     checkpointing: bool = False
     bundle: TraceBundle | None = field(default=None, repr=False)
+    #: what one host sends to the others per step (``parallel.plan.inter_host_bytes``); None when the plan was not
+    #: told the hosts (``ranks_per_host``)
+    inter_host_bytes: int | None = None
+    #: the input bytes and number of the reduce_scatters per step (what a hybrid mesh all-reduces across hosts)
+    reduced_bytes: int = 0
+    reductions: int = 0
 
     @property
     def peak_bytes(self) -> int:
@@ -93,15 +101,24 @@ class Candidate:
             self.collectives,
             self.comm_seconds,
             self.checkpointing,
+            self.inter_host_bytes or 0,
         )
 
     def describe(self) -> str:
-        """``fsdp-zero2-block x8: peak 12.1 GiB (fits), sends 3.1 GiB in 66 collectives per step (~32.3 ms)``."""
+        """``fsdp-zero2-block x8: peak 12.1 GiB (fits), sends 3.1 GiB in 66 collectives per step (~32.3 ms)``, and
+        ``; 1.5 GiB per host across hosts`` when the plan knows the hosts."""
         fit = "fits" if self.fits else "does not fit"
         collectives = f"{self.collectives} collective{'' if self.collectives == 1 else 's'}"
+        mesh = f" (mesh {self.options.device_mesh[0]}x{self.options.device_mesh[1]})" if self.options.hybrid else ""
+        if self.inter_host_bytes is None:
+            across = ""
+        elif self.inter_host_bytes == 0 and not self.options.hybrid:
+            across = "; one host"
+        else:
+            across = f"; {format_bytes(self.inter_host_bytes)} per host across hosts"
         return (
-            f"{self.name} x{self.world_size}: peak {format_bytes(self.peak_bytes)} ({fit}), sends"
-            f" {format_bytes(self.comm_bytes)} in {collectives} per step (~{self.comm_seconds * 1000:.1f} ms)"
+            f"{self.name} x{self.world_size}{mesh}: peak {format_bytes(self.peak_bytes)} ({fit}), sends"
+            f" {format_bytes(self.comm_bytes)} in {collectives} per step (~{self.comm_seconds * 1000:.1f} ms){across}"
         )
 
     def __repr__(self) -> str:
@@ -232,11 +249,15 @@ def predict_candidates(
     budget: int | None,
     link: LinkCost | None = None,
     on_run: Callable[[int, int, str], None] | None = None,
+    ranks_per_host: int | None = None,
 ) -> tuple[list[Candidate], str]:
     """Predict ``specs`` (in their order): rehearsed whole, or cut to ``CUT_BLOCKS`` blocks and extrapolated; and how.
 
     Communication is priced on ``link`` (default: ``parallel.plan.LINK_COSTS`` for ``device``). ``on_run(done,
-    total, what)`` is called after each traced rehearsal.
+    total, what)`` is called after each traced rehearsal. With ``ranks_per_host``, every candidate says what each
+    host sends to the others; a hybrid candidate is FSDP of its level on one host's ranks (its memory exactly: the
+    replica all_reduce works in place on the reduced shard) plus that all_reduce
+    (``parallel.plan.hybrid_communication``).
 
     All of them together, so thunder traces as little as is exact (``thunder.rehearsal.rehearse_all``: one trace per
     sharding for every bucketing and world size).
@@ -246,9 +267,70 @@ def predict_candidates(
         # and it would be the only output of a notebook cell that plans.
         warnings.filterwarnings("ignore", message="transformer_engine module not found")
         from thunderviz.thunder.compat import ensure_supported_thunder
-        from thunderviz.thunder.rehearsal import block_container, cut_blocks, rehearsal_runs, rehearse_all
 
         ensure_supported_thunder()  # imports thunder, here
+
+    bases = {(s.name, s.world_size): _hybrid_base(s) for s in specs if s.mesh is not None}
+    unique = {(s.name, s.world_size): s for s in [*(s for s in specs if s.mesh is None), *bases.values()]}
+    rehearsed = list(unique.values())
+    done = _predict_rehearsed(
+        template,
+        rehearsed,
+        example_input,
+        budget=budget,
+        link=link,
+        on_run=on_run,
+        loss_fn=loss_fn,
+        optimizer=optimizer,
+        precision=precision,
+        device=device,
+    )
+    priced = link or link_cost(device)
+    out = []
+    for s in specs:
+        if s.mesh is None:
+            c = done[0][s.name, s.world_size]
+            if ranks_per_host:
+                c = dataclasses.replace(
+                    c, inter_host_bytes=inter_host_bytes(c.comm_bytes, s.world_size, ranks_per_host)
+                )
+            out.append(c)
+            continue
+        base = done[0][bases[s.name, s.world_size].name, s.mesh[1]]
+        comm, collectives, across = hybrid_communication(
+            base.comm_bytes, base.collectives, base.reduced_bytes, base.reductions, *s.mesh
+        )
+        c = _candidate(
+            s, base.memory, comm, collectives, budget, priced, base.bundle, base.reduced_bytes, base.reductions
+        )
+        out.append(dataclasses.replace(c, inter_host_bytes=across))
+    return out, done[1]
+
+
+def _hybrid_base(spec: CandidateSpec) -> CandidateSpec:
+    """FSDP of a hybrid candidate's level and bucketing on its shard group's ranks: what one host runs."""
+    level = spec.options.sharding_strategy.level
+    options = dataclasses.replace(spec.options, sharding_strategy=level, device_mesh=None)
+    return CandidateSpec(candidate_name(options), options, spec.mesh[1])  # type: ignore[index]
+
+
+def _predict_rehearsed(
+    template: Any,
+    specs: Sequence[CandidateSpec],
+    example_input: Any,
+    *,
+    loss_fn: Callable[[Any], Any] | None,
+    optimizer: Any,
+    precision: str,
+    device: str,
+    budget: int | None,
+    link: LinkCost | None,
+    on_run: Callable[[int, int, str], None] | None,
+) -> tuple[dict[tuple[str, int], Candidate], str]:
+    """``predict_candidates`` for candidates that rehearse as they are (no hybrid): by (name, world size)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="transformer_engine module not found")
+        from thunderviz.thunder.rehearsal import block_container, cut_blocks, rehearsal_runs, rehearse_all
 
     names = list(dict.fromkeys(s.name for s in specs))
     by_name = {s.name: s.options for s in specs}
@@ -277,7 +359,7 @@ def predict_candidates(
     if found is None or found[1] <= WHOLE_UP_TO_BLOCKS:
         whole = run(template)
         out = [_whole(s, whole[s.name, s.world_size], budget, priced, "rehearsed") for s in specs]
-        return out, "rehearsed whole"
+        return {(s.name, s.world_size): c for s, c in zip(specs, out, strict=True)}, "rehearsed whole"
     path, n = found
     # the traces kept for the memory view are the larger cut's: capturing the other would cost time for nothing
     cuts = {k: cut_blocks(template, k) for k in CUT_BLOCKS}
@@ -298,8 +380,8 @@ def predict_candidates(
         groups = {k[2:]: v for k, v in at.items() if k.startswith("g:")}
         memory = MemoryEstimate(sum(breakdown.values()), breakdown, groups, phases.pop(), how)
         bundle = points[CUT_BLOCKS[-1]].bundle
-        out.append(_candidate(s, memory, at["comm"], at["collectives"], budget, priced, bundle))
-    return out, how
+        out.append(_candidate(s, memory, at["comm"], at["collectives"], budget, priced, bundle, at["rs"], at["rs_n"]))
+    return {(s.name, s.world_size): c for s, c in zip(specs, out, strict=True)}, how
 
 
 def _quantities(r: Any) -> dict[str, int]:
@@ -308,12 +390,14 @@ def _quantities(r: Any) -> dict[str, int]:
         **{f"g:{g}": v for g, v in r.memory.groups.items()},
         "comm": r.comm_bytes,
         "collectives": r.collectives,
+        "rs": r.reduced_bytes,
+        "rs_n": r.reductions,
     }
 
 
 def _whole(spec: CandidateSpec, r: Any, budget: int | None, link: LinkCost, how: str) -> Candidate:
     memory = MemoryEstimate(r.memory.peak_bytes, r.memory.breakdown, r.memory.groups, r.memory.phase, how)
-    return _candidate(spec, memory, r.comm_bytes, r.collectives, budget, link, r.bundle)
+    return _candidate(spec, memory, r.comm_bytes, r.collectives, budget, link, r.bundle, r.reduced_bytes, r.reductions)
 
 
 def _candidate(
@@ -324,11 +408,24 @@ def _candidate(
     budget: int | None,
     link: LinkCost,
     bundle: TraceBundle | None,
+    reduced_bytes: int = 0,
+    reductions: int = 0,
 ) -> Candidate:
     fits = budget is None or memory.peak_bytes <= budget
     seconds = link.seconds(comm, collectives)
     return Candidate(
-        spec.name, spec.world_size, spec.options, memory, comm, collectives, seconds, fits, spec.checkpointing, bundle
+        spec.name,
+        spec.world_size,
+        spec.options,
+        memory,
+        comm,
+        collectives,
+        seconds,
+        fits,
+        spec.checkpointing,
+        bundle,
+        reduced_bytes=reduced_bytes,
+        reductions=reductions,
     )
 
 
@@ -342,9 +439,10 @@ def plan(
     world_sizes: Iterable[int] = (2,),
     memory_per_rank: int | str | None = None,
     device: str | None = None,
-    candidates: Sequence[str] = PREFERENCE,
+    candidates: Sequence[str] | None = None,
     link: LinkCost | None = None,
     progress: bool | Callable[[int, int, str], None] | None = None,
+    ranks_per_host: int | None = None,
 ) -> Plan:
     """Predict, before running, every candidate strategy's per-rank peak memory and communication.
 
@@ -361,13 +459,17 @@ def plan(
         memory_per_rank: the budget per rank, in bytes or as ``"80GiB"``; default: the GPU's memory when planning
             for CUDA on a machine with one, otherwise no budget (every candidate fits).
         device: ``"cpu"`` or ``"cuda"``, the ranks' device; default CUDA where available.
-        candidates: which candidates (default all of ``parallel.plan.PREFERENCE``).
+        candidates: which candidates (default all of ``parallel.plan.PREFERENCE``, and ``HYBRID_PREFERENCE`` with
+            ``ranks_per_host``).
         link: what a collective costs on the ranks' link (``LinkCost(latency_s, bytes_per_s)``), which prices
             communication time and so decides between candidates that trade bytes for collectives; default
             ``parallel.plan.LINK_COSTS[device]`` (measured for gloo on CPU, assumed for NCCL).
         progress: a planning takes tens of seconds (thunder traces each candidate): a text progress bar on stderr
             with one tick per traced rehearsal, naming the candidates it covers (default: in a notebook or on a
             terminal); ``False`` for none; or a callable ``(done, total, what)`` called after each one.
+        ranks_per_host: how many ranks each host runs: world sizes beyond it span hosts, every candidate then says
+            what each host sends to the others per step, hybrid candidates (shard within each host, replicate
+            across) join, and the recommendation is the fitting candidate sending the least between hosts.
 
     Raises:
         PlanError: the model, input, loss, optimizer or precision cannot be planned (the message says why).
@@ -378,7 +480,7 @@ def plan(
         raise PlanError(f"plan(device={device!r}): plan for 'cpu' or 'cuda' ranks")
     try:
         budget = parse_memory(memory_per_rank) if memory_per_rank is not None else _device_budget(device)
-        specs = candidate_specs(world_sizes, candidates)
+        specs = candidate_specs(world_sizes, candidates, ranks_per_host)
     except ValueError as exc:
         raise PlanError(str(exc)) from None
     template = _template(model)
@@ -395,6 +497,7 @@ def plan(
                 budget=budget,
                 link=link,
                 on_run=tick,
+                ranks_per_host=ranks_per_host,
             )
         except PlanError:
             raise

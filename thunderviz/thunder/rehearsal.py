@@ -80,7 +80,8 @@ class Rehearsal:
 
     ``comm_bytes`` is what this rank sends per step with ring algorithms (``parallel.plan.ring_bytes``) over every
     bucket the communication pass laid out; ``collectives`` their number; ``blocks`` how many repeated blocks the
-    rehearsed model had (``None`` when it has none).
+    rehearsed model had (``None`` when it has none); ``reduced_bytes`` and ``reductions`` the input bytes and
+    number of the reduce_scatters (what a hybrid mesh all-reduces across hosts, ``parallel.plan``).
     """
 
     memory: MemoryEstimate
@@ -89,6 +90,8 @@ class Rehearsal:
     buckets: list[Bucket]
     bundle: TraceBundle | None
     blocks: int | None
+    reduced_bytes: int = 0
+    reductions: int = 0
 
 
 # -- the model on the meta device --------------------------------------------------------------------------------
@@ -532,6 +535,8 @@ def _results(
             buckets=buckets,
             bundle=bundle,
             blocks=found[1] if found else None,
+            reduced_bytes=sum(b.bytes for b in buckets if b.kind == "reduce_scatter"),
+            reductions=sum(1 for b in buckets if b.kind == "reduce_scatter"),
         )
     return result
 
