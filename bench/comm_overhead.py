@@ -1,6 +1,6 @@
 """Distributed overhead of our DDP / FSDP against torch's DistributedDataParallel / FSDP2, side by side in one run.
 
-Run: .venv/bin/python bench/comm_overhead.py [--rounds N] [--warmup N] [--profile]
+Run: .venv/bin/python bench/comm_overhead.py [--rounds N] [--warmup N] [--profile] [--hybrid]
 
 Tiny GPT (4 blocks, d=128), batch 8x64 per rank, 2 CPU ranks on gloo, one thread per rank. Every variant lives in
 the same two processes and their steps are interleaved round by round, so machine noise hits all alike:
@@ -16,6 +16,12 @@ executed forward + backward traces, and torch.profiler's ``c10d::`` calls in one
 (profiler). Also printed: what each of our variants saves for backward and thunder's peak-memory estimates of its
 executed traces (ZERO3 against ZERO2). ``--profile`` adds the ops that take the most time in one step of each
 thunder variant.
+
+``--hybrid`` (issue 31): 4 CPU ranks as 2 "hosts" of 2 (ranks 0-1 and 2-3), the same model and batch: ours hybrid
+(``sharding_strategy='_HYBRID_SHARD_ZERO2'`` / ``'HYBRID_SHARD'``, ``device_mesh=(2, 2)``, BLOCK) against torch's
+FSDP2 on a 2-D mesh (``fully_shard(mesh=init_device_mesh("cpu", (2, 2)))``, HSDP) and ours FSDP over all 4 ranks,
+with what each host sends to the other per step (``parallel.plan``'s ring accounting, from our executed traces'
+buckets).
 """
 
 from __future__ import annotations
@@ -212,6 +218,123 @@ def _bench(rank: int, world: int, warmup: int, rounds: int, profile_ops: bool) -
     return {"times": times, "calls": calls, "traced": traced, "memory": memory, "schedule": schedule, "top": top}
 
 
+HYBRID_VARIANTS = [("ZERO2", "_HYBRID_SHARD_ZERO2"), ("ZERO3", "HYBRID_SHARD")]
+HOSTS = 2
+
+
+def _across_hosts(jitted: Any, world: int) -> int:
+    """Bytes one host sends to the other per step: ``parallel.plan``'s ring accounting of the executed buckets (a
+    collective over every rank leaves each host once per ring step; hybrid's replica all_reduces leave it once per
+    rank of the host; shard-group collectives stay inside)."""
+    import thunder
+
+    from thunderviz.parallel.plan import ring_bytes
+    from thunderviz.thunder import hooks
+
+    per_host = world // HOSTS
+    total = 0
+    for trace in (thunder.last_traces(jitted)[-1], thunder.last_backward_traces(jitted)[-1]):
+        for b in hooks.trace_buckets(trace):
+            if b.mesh_group == "shard":
+                continue
+            if b.mesh_group == "replica":
+                total += per_host * ring_bytes(b.kind, b.bytes, HOSTS)
+            else:
+                total += ring_bytes(b.kind, b.bytes, world)
+    return total
+
+
+def _bench_hybrid(rank: int, world: int, warmup: int, rounds: int) -> dict[str, Any]:
+    import thunder
+    from _steps import batch_for, fresh_gpt, gpt_loss
+    from lightning.fabric import Fabric
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from thunderviz import ThunderFSDPStrategy
+
+    steps: dict[str, Any] = {}
+    jitted: dict[str, Any] = {}
+
+    def step_of(model: Any, opt: Any, backward: Any) -> Any:
+        def step(i: int) -> None:
+            x, y = batch_for(rank, i)
+            opt.zero_grad()
+            backward(gpt_loss(model(x), y))
+            opt.step()
+
+        return step
+
+    for level, hybrid in HYBRID_VARIANTS:
+        for name, options in (
+            (f"ours hybrid {level} BLOCK", {"sharding_strategy": hybrid, "device_mesh": (HOSTS, world // HOSTS)}),
+            (f"ours FSDP {level} BLOCK", {"sharding_strategy": level}),
+        ):
+            fabric = Fabric(accelerator="cpu", devices=world, strategy=ThunderFSDPStrategy(**options))
+            fabric.launch()
+            model = fabric.setup_module(fresh_gpt())
+            opt = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=1e-3))
+            steps[name] = step_of(model, opt, fabric.backward)
+            jitted[name] = model._forward_module
+    mesh = init_device_mesh("cpu", (HOSTS, world // HOSTS), mesh_dim_names=("replicate", "shard"))
+    for reshard in (False, True):
+        m = fresh_gpt()
+        for block in m.blocks:
+            fully_shard(block, mesh=mesh, reshard_after_forward=reshard)
+        fully_shard(m, mesh=mesh, reshard_after_forward=reshard)
+        steps[f"torch FSDP2 2-D reshard={reshard}"] = step_of(m, torch.optim.SGD(m.parameters(), lr=1e-3), _backward)
+    jit_model = thunder.jit(fresh_gpt())
+    steps["1-process thunder.jit"] = step_of(jit_model, torch.optim.SGD(jit_model.parameters(), lr=1e-3), _backward)
+    eager = fresh_gpt()
+    steps["1-process eager"] = step_of(eager, torch.optim.SGD(eager.parameters(), lr=1e-3), _backward)
+
+    times = interleave_timed(steps, warmup=warmup, rounds=rounds)
+    calls = {name: _c10d_calls(step, warmup + rounds) for name, step in steps.items() if "1-process" not in name}
+    across = {name: _across_hosts(j, world) for name, j in jitted.items()}
+    return {"times": times, "calls": calls, "across": across, "world": world}
+
+
+def _backward(loss: torch.Tensor) -> None:
+    loss.backward()
+
+
+def hybrid_table(result: dict[str, Any], load: str) -> str:
+    times = {
+        k: {kind: statistics.median(v[kind]) * 1e3 for kind in ("wall", "cpu")} for k, v in result["times"].items()
+    }
+    world = result["world"]
+    lines = [
+        f"load: {load}; {world} ranks as {HOSTS} hosts of {world // HOSTS}; medians of"
+        f" {len(next(iter(result['times'].values()))['wall'])} interleaved steps, rank 0",
+        (
+            f"| | {world}-rank step, wall / CPU | distributed overhead, wall / CPU | ours/torch overhead, wall / CPU |"
+            " sent by each host to the other per step | collectives per step |"
+        ),
+        "|---|---|---|---|---|---|",
+    ]
+    base_o, base_t = times["1-process thunder.jit"], times["1-process eager"]
+    for level, _ in HYBRID_VARIANTS:
+        theirs = f"torch FSDP2 2-D reshard={level == 'ZERO3'}"
+        t_over = {k: times[theirs][k] - base_t[k] for k in ("wall", "cpu")}
+        for ours in (f"ours hybrid {level} BLOCK", f"ours FSDP {level} BLOCK"):
+            o_over = {k: times[ours][k] - base_o[k] for k in ("wall", "cpu")}
+            ratio = " / ".join(f"{o_over[k] / t_over[k]:.2f}" if t_over[k] > 0 else "n/a" for k in ("wall", "cpu"))
+            lines.append(
+                f"| {ours} | {times[ours]['wall']:.1f} / {times[ours]['cpu']:.1f} ms |"
+                f" {o_over['wall']:.1f} / {o_over['cpu']:.1f} ms | {ratio} (vs {theirs}) |"
+                f" {result['across'][ours] / 1024:.1f} KiB | {_fmt_counts(result['calls'][ours])} |"
+            )
+        lines.append(
+            f"| {theirs} | {times[theirs]['wall']:.1f} / {times[theirs]['cpu']:.1f} ms |"
+            f" {t_over['wall']:.1f} / {t_over['cpu']:.1f} ms | | | {_fmt_counts(result['calls'][theirs])} |"
+        )
+    lines.append(
+        f"1-process: thunder.jit {base_o['wall']:.1f} / {base_o['cpu']:.1f} ms, eager {base_t['wall']:.1f} /"
+        f" {base_t['cpu']:.1f} ms"
+    )
+    return "\n".join(lines)
+
+
 def _fmt_counts(c: dict[str, int]) -> str:
     return ", ".join(f"{n} {k}" for k, n in sorted(c.items())) or "none"
 
@@ -277,12 +400,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--profile", action="store_true", help="also list the costliest ops of each thunder variant")
+    parser.add_argument("--hybrid", action="store_true", help="4 ranks as 2 hosts: hybrid sharding vs FSDP2 2-D")
     args = parser.parse_args()
     before = os.getloadavg()
-    result = run_ranks(_bench, args.warmup, args.rounds, args.profile, timeout=1800)[0]
+    if args.hybrid:
+        result = run_ranks(_bench_hybrid, args.warmup, args.rounds, nproc=2 * HOSTS, timeout=3600)[0]
+    else:
+        result = run_ranks(_bench, args.warmup, args.rounds, args.profile, timeout=1800)[0]
     after = os.getloadavg()
     load = f"1-min load average {before[0]:.2f} before, {after[0]:.2f} after, on {os.cpu_count()} CPUs"
-    print(table(result, load), flush=True)
+    print((hybrid_table if args.hybrid else table)(result, load), flush=True)
 
 
 if __name__ == "__main__":
