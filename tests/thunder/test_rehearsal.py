@@ -204,3 +204,8 @@ def test_a_plan_across_hosts_adds_hybrid_candidates_with_one_hosts_memory() -> N
     assert ddp.inter_host_bytes == ddp.comm_bytes > hybrid.inter_host_bytes
     assert plan.recommended_for(4) is hybrid
     assert "hybrid-zero2-block x4 (mesh 2x2)" in plan.table() and "per host across hosts" in plan.table()
+    # the "which strategy?" table carries it: hybrid's host sends fewer bytes to the other host than DDP's
+    rows = {r.name: r for r in thunderviz.compare_runs(plan=plan).rows}
+    assert rows["hybrid-zero2-block (plan)"].across_hosts == hybrid.inter_host_bytes
+    assert rows["ddp (plan)"].across_hosts == ddp.inter_host_bytes
+    assert "per host across hosts" in str(thunderviz.compare_runs(plan=plan))

@@ -27,7 +27,8 @@ class StrategyRow:
     why); ``parts`` splits it in the one memory account (``trace.memory.ACCOUNT``), measured for a run, predicted
     for a candidate; ``sent_bytes`` is
     what one rank sends per step with ring algorithms, the largest over the ranks; ``step_ms`` the median step of
-    the slowest rank (None without a timeline)."""
+    the slowest rank (None without a timeline); ``across_hosts`` what the busiest host sends to the others per step
+    (None on one host, or when the hosts are unknown: ``ranks.traffic``)."""
 
     name: str
     source: str  # "measured" or "planned"
@@ -40,6 +41,7 @@ class StrategyRow:
     fits: bool | None = None
     why: str = ""
     note: str = ""
+    across_hosts: int | None = None
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,10 @@ class StrategyTable:
             sent = format_bytes(r.sent_bytes, unknown="?")
             step = "" if r.step_ms is None else f", step {r.step_ms:.1f} ms"
             fits = "" if r.fits is None else (", fits" if r.fits else ", does not fit")
-            lines.append(f"- {r.name} ({r.source}, {r.ranks} ranks): peak {peak}, sends {sent}/step{step}{fits}")
+            across = "" if r.across_hosts is None else f" ({format_bytes(r.across_hosts)} per host across hosts)"
+            lines.append(
+                f"- {r.name} ({r.source}, {r.ranks} ranks): peak {peak}, sends {sent}/step{across}{step}{fits}"
+            )
             if r.why:
                 lines.append(f"    {r.why}")
         return "\n".join(lines)
@@ -123,7 +128,13 @@ def _run_row(report: Any, index: int, name: str | None) -> StrategyRow:
         sent_bytes=sent_per_step(report.ledgers),
         step_ms=_step_ms(report),
         note=note,
+        across_hosts=_across_hosts(report),
     )
+
+
+def _across_hosts(report: Any) -> int | None:
+    traffic = report.traffic() if hasattr(report, "traffic") else None
+    return traffic.across_hosts if traffic is not None and traffic.hosts > 1 else None
 
 
 def sent_per_step(ledgers: Mapping[str, Mapping[int, Any]]) -> int | None:
@@ -156,6 +167,7 @@ def _candidate_row(c: Any) -> StrategyRow:
         peak_bytes=c.peak_bytes,
         parts=c.memory.account,
         sent_bytes=c.comm_bytes,
+        across_hosts=c.inter_host_bytes if c.inter_host_bytes or c.options.hybrid else None,
     )
 
 
@@ -201,6 +213,10 @@ def _leanest(row: StrategyRow, peers: Sequence[StrategyRow]) -> str:
 
 
 def _traffic(row: StrategyRow, other: StrategyRow) -> str:
+    if row.across_hosts is not None and other.across_hosts and row.across_hosts != other.across_hosts:
+        # across hosts the slow link decides (issue 31): say what moved off it, or onto it
+        ratio = row.across_hosts / other.across_hosts
+        return f"; sends {ratio:.2f}x {other.name}'s bytes between hosts per step"
     if row.sent_bytes is None or other.sent_bytes is None or row.sent_bytes == other.sent_bytes:
         return ""
     if not other.sent_bytes:

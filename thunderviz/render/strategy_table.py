@@ -36,13 +36,25 @@ def strategy_table_html(t: Any) -> str:
             r.ranks,
             format_bytes(r.peak_bytes, unknown="not measured"),
             format_bytes(r.sent_bytes, unknown="-"),
+            format_bytes(r.across_hosts, unknown="-"),
             "-" if r.step_ms is None else f"{r.step_ms:.1f} ms",
             "-" if r.fits is None else ("yes" if r.fits else "no"),
             r.why,
         ]
         for r in t.rows
     ]
-    headers = ["run", "from", "strategy", "ranks", "peak per rank", "sent per step per rank", "step", "fits", "why"]
+    headers = [
+        "run",
+        "from",
+        "strategy",
+        "ranks",
+        "peak per rank",
+        "sent per step per rank",
+        "sent per step per host to other hosts",
+        "step",
+        "fits",
+        "why",
+    ]
     head = (
         "<h4>Which strategy?</h4><p>Per-rank step peak (measured on the ranks, or planned), bytes each rank sends"
         f" per step; budget per rank: {escape(format_bytes(budget) if budget else 'none')}.</p>"
