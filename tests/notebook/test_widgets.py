@@ -416,6 +416,9 @@ def test_trace_view_of_a_rank_engine_report(fsdp: list[TraceBundle], ddp: list[T
     report.step_memory = {r: StepMemory(9_900, "memtracker", {"parameters": 2500}, (2, 3), parts=parts) for r in (0, 1)}
     bars = TraceView(report, plan=plan).panels["memory_view"]["bars"]
     assert [b["kind"] for b in bars] == ["predicted", "predicted", "measured", "measured"], bars
+    report.plan = plan  # what --plan leaves on the report: the Memory tab draws it without plan=
+    assert TraceView(report).panels["memory_view"]["bars"] == bars
+    report.plan = None
     segments = [s for b in bars for s in b["segments"]]
     assert all(s["category"] in ACCOUNT and s["color"] == COLORS[s["category"]] for s in segments), segments
     assert [s["category"] for s in bars[2]["segments"]] == [

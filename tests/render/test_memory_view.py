@@ -9,7 +9,7 @@ import pytest
 
 from tests.helpers.plans import synthetic_plan
 from thunderviz.ranks.strategy_table import StrategyRow, StrategyTable
-from thunderviz.render.memory_view import MemoryBar, plan_bars, plan_html, run_bars, run_memory_html
+from thunderviz.render.memory_view import MemoryBar, plan_bars, plan_html, plan_run_bars, run_bars, run_memory_html
 from thunderviz.render.strategy_table import strategy_table_html
 from thunderviz.trace.memory import ACCOUNT, COLORS, StepMemory
 
@@ -130,3 +130,50 @@ def test_every_bar_of_every_view_is_drawn_in_one_account_with_one_colour_each() 
         MemoryBar("x", "measured", (("optimizer", 10),))  # MemTracker's group name: the second scheme
     with pytest.raises(ValueError, match="not categories of the memory account"):
         MemoryBar("x", "predicted", (("gathered parameters", 10),))  # a prediction's finer category
+
+
+def _value_labels(svg: str) -> list[tuple[float, str]]:
+    """(x, text) of every bar total an SVG writes (the labels that read as sizes)."""
+    return [
+        (float(x), text)
+        for x, text in re.findall(r"<text x='([0-9.]+)' y='[0-9.]+'>([^<]*)</text>", svg)
+        if re.fullmatch(r"[0-9.]+ (B|KiB|MiB|GiB)", text)
+    ]
+
+
+def test_the_budget_line_never_runs_through_a_bar_total() -> None:
+    """Issue 30: a bar ending a little short of the budget had its total written across the dashed line."""
+    plan = synthetic_plan({"ddp": 1_288_490, "fsdp-zero2-block": 1_050_000}, budget=1_100_000)
+    svg = plan_html(plan)
+    line = float(re.search(r"class='tv-budget' x1='([0-9.]+)'", svg).group(1))
+    labels = _value_labels(svg)
+    assert [t for _, t in labels] == ["1.2 MiB", "1.0 MiB"]
+    for x, text in labels:
+        assert not x - 2 < line < x + 6.4 * len(text) + 2, (text, x, line)
+    assert labels[1][0] > line  # moved right of the line, not dropped
+
+
+def test_a_run_with_its_plan_draws_every_candidate_against_the_budget_and_the_ranks_under_their_own() -> None:
+    """Issue 30: the report of a --plan run drew only its own prediction; why DDP was not run (over the budget)
+    never showed. Now the plan's candidates, each against the budget line, with the measured ranks under the
+    candidate the run ran as."""
+    plan = synthetic_plan({"ddp": 12_000, "fsdp-zero2-block": 10_000, "fsdp-zero3-layer": 8_000}, budget=11_000)
+    parts = {"parameters": 2500, "gradients": 2500, "saved for backward": 4000, "temporaries": 900}
+    measured = {
+        r: StepMemory(9_900 + 2_000 * r, "memtracker", {}, (2, 3), parts=parts | {"temporaries": 900 + 2_000 * r})
+        for r in (0, 1)
+    }
+    bars = plan_run_bars(plan, measured, "fsdp-zero2-block x2")
+    assert [(b.label, b.kind, b.fits) for b in bars] == [
+        ("ddp x2", "predicted", False),
+        ("fsdp-zero2-block x2", "predicted", True),
+        ("\u2514 rank 0, measured", "measured", True),
+        ("\u2514 rank 1, measured", "measured", False),  # 11.9 KB measured: over the budget too
+        ("fsdp-zero3-layer x2", "predicted", True),
+    ]
+    html = run_memory_html(measured, None, plan.candidates[1].memory, "fsdp-zero2-block x2", plan)
+    assert html.count("class='tv-budget'") == 1 and "budget 10.7 KiB" in html
+    assert "(ddp x2 over it)" in html and "recommended <b>fsdp-zero2-block x2</b>" in html
+    assert html.count("\u2717") == 2 and html.count("\u2713") == 3
+    # no candidate of that name (another world size): the ranks go last
+    assert [b.kind for b in plan_run_bars(plan, measured, "ddp x4")][-2:] == ["measured", "measured"]

@@ -437,6 +437,7 @@ def _attach_prediction(report: Any, plan: Any, plan_name: str, spec: StrategySpe
         return
     report.prediction = found[0].memory
     report.prediction_name = f"{name} x{report.world_size}"
+    report.plan = plan
 
 
 def _plan_html(plan: Any) -> str:

@@ -265,8 +265,8 @@ class TraceView(_GraphWidget):
         decisions: the strategy's decision log (``strategy.decisions``) when ``source`` does not carry it (saved
             trace files do not; the rank engine's report does).
         plan: a ``thunderviz.plan(...)`` result: the Memory tab draws each candidate's predicted peak as a stacked
-            bar against the budget, next to the ranks' measured peaks (a report run with ``--plan`` carries its
-            own prediction).
+            bar against the budget, with the ranks' measured peaks under the candidate they ran as (a report run
+            with ``--plan`` carries its plan: the default).
         saved_vs_eager: a ``thunderviz.thunder.saved_compare.compare_saved(module, batch)`` result: the Memory tab
             lists, line by line, what thunder saves for backward against eager PyTorch.
     """
@@ -285,6 +285,8 @@ class TraceView(_GraphWidget):
         self._subject = vd.subject_of(source, name)
         if decisions is not None:
             self._subject.decisions = list(decisions)
+        if plan is None:  # a report run with --plan carries its plan
+            plan = getattr(source, "plan", None)
         choices = vd.trace_choices(self._subject.primary)
         if trace not in choices:
             raise ValueError(f"TraceView(trace={trace!r}): {self._subject.title!r} has {choices!r}")
@@ -315,9 +317,16 @@ class TraceView(_GraphWidget):
         from thunderviz.render import memory_view as mv
 
         subject = self._subject
-        parts = [mv.plan_html(self._plan)] if self._plan is not None else []
-        if subject.step_memory:
-            parts.append(mv.run_memory_html(subject.step_memory, None, subject.prediction, subject.prediction_name))
+        plan = self._plan
+        # the run's prediction is one of the plan's candidates (--plan): one picture, the ranks under their candidate
+        planned = plan is not None and any(c.memory == subject.prediction for c in plan.candidates)
+        parts = [mv.plan_html(plan)] if plan is not None and not planned else []
+        if subject.step_memory or planned:
+            parts.append(
+                mv.run_memory_html(
+                    subject.step_memory, None, subject.prediction, subject.prediction_name, plan if planned else None
+                )
+            )
         parts.append(mv.saved_html(subject.primary.forward))
         if self._saved_vs_eager is not None:
             parts.append(mv.saved_comparison_html(self._saved_vs_eager))

@@ -41,6 +41,9 @@ class RunReport:
     compiles: dict[int, list[str]] = field(default_factory=dict)
     prediction: MemoryEstimate | None = None
     prediction_name: str = ""
+    #: with ``--plan``, the whole ``thunderviz.plan(...)`` the prediction came from: the report draws every candidate
+    #: against its budget with this run's ranks under its own (why the others were not run, e.g. DDP does not fit)
+    plan: Any = field(default=None, repr=False)
     outputs: dict[int, str] = field(default_factory=dict)
     problems: list[str] = field(default_factory=list)
     timeline_requested: bool = False

@@ -29,6 +29,7 @@ __all__ = [
     "bars_svg",
     "plan_bars",
     "plan_html",
+    "plan_run_bars",
     "run_bars",
     "run_memory_html",
     "saved_comparison_html",
@@ -94,6 +95,32 @@ def plan_bars(plan: Any) -> list[MemoryBar]:
     ]
 
 
+def plan_run_bars(plan: Any, measured: Mapping[int, StepMemory], ran_as: str = "") -> list[MemoryBar]:
+    """Every candidate of a ``Plan`` (predicted; fits its budget or not), and each rank's measured peak right under
+    the candidate called ``ran_as`` (``"fsdp-zero2-block x2"``, a run report's ``prediction_name``), on one scale:
+    the plan's "will it fit" and how the run it recommended came out, in one picture. A measured bar fits when it is
+    within the plan's budget. Ranks go last when no candidate is called ``ran_as``."""
+    budget = getattr(plan, "memory_per_rank", None)
+    ranks = [
+        MemoryBar(
+            f"\u2514 rank {rank}, measured",
+            "measured",
+            account_segments(m.account),
+            None if budget is None else m.peak_bytes <= budget,
+        )
+        for rank, m in sorted(measured.items())
+        if m.peak_bytes is not None
+    ]
+    bars = []
+    for c in plan.candidates:
+        label = f"{c.name} x{c.world_size}"
+        bars.append(MemoryBar(label, "predicted", account_segments(c.memory.account), c.fits))
+        if label == ran_as:
+            bars += ranks
+            ranks = []
+    return bars + ranks
+
+
 def run_bars(
     measured: Mapping[int, StepMemory], prediction: MemoryEstimate | None = None, name: str = "predicted"
 ) -> list[MemoryBar]:
@@ -118,6 +145,19 @@ def _text_px(text: str) -> float:
     return 6.4 * len(text)
 
 
+def _value_x(bar_end: float, text: str, budget_x: float | None) -> float:
+    """Where a bar's total starts: just right of the bar, or just right of the budget line when the line would
+    run through it (a bar ending a little short of the budget: issue 30 read "1.0 MiB" struck through)."""
+    x = bar_end + 4
+    if budget_x is not None and x - _LINE_CLEARANCE < budget_x < x + _text_px(text) + _LINE_CLEARANCE:
+        x = budget_x + _LINE_CLEARANCE + 1
+    return x
+
+
+#: pixels kept clear between the budget line (2 px wide) and a value label
+_LINE_CLEARANCE = 3
+
+
 def bars_svg(bars: Sequence[MemoryBar], budget: int | None = None, *, width: int = 640) -> str:
     """Horizontal stacked bars on one scale, the budget as a vertical line, a legend of the categories shown."""
     if not bars:
@@ -127,6 +167,7 @@ def bars_svg(bars: Sequence[MemoryBar], budget: int | None = None, *, width: int
     # room right of the longest bar for its total ("1023.9 MiB": ~62 px at 11 px): a 20 px margin cut "849.1 KiB"
     # to "849"
     plot_w = width - label_w - _VALUE_ROOM
+    bx = label_w + budget / scale_max * plot_w if budget else None
     height = top + len(bars) * (bar_h + gap) + 30
     parts = [
         f"<svg xmlns='http://www.w3.org/2000/svg' class='tv-memory-bars' width='{width}' height='{height}'"
@@ -145,10 +186,10 @@ def bars_svg(bars: Sequence[MemoryBar], budget: int | None = None, *, width: int
                 f" {escape(format_bytes(n))}</title></rect>"
             )
             x += w
-        parts.append(f"<text x='{x + 4:.1f}' y='{y + 13}'>{escape(format_bytes(bar.total))}</text>")
-    if budget:
+        value = format_bytes(bar.total)
+        parts.append(f"<text x='{_value_x(x, value, bx):.1f}' y='{y + 13}'>{escape(value)}</text>")
+    if budget and bx is not None:
         said = f"budget {format_bytes(budget)}"
-        bx = label_w + budget / scale_max * plot_w
         y1 = top + len(bars) * (bar_h + gap)
         parts.append(
             f"<line class='tv-budget' x1='{bx:.1f}' x2='{bx:.1f}' y1='{top - 6}' y2='{y1}' stroke='#b3261e'"
@@ -211,10 +252,14 @@ def run_memory_html(
     rss: Mapping[int, Mapping[str, Any]] | None = None,
     prediction: MemoryEstimate | None = None,
     prediction_name: str = "",
+    plan: Any = None,
 ) -> str:
     """A run report's memory section: each rank's measured step peak (torch's accounting), the prediction next to
-    it with the groups that differ by more than 10%, and the process RSS last (not tensor memory)."""
-    if not measured and not rss:
+    it with the groups that differ by more than 10%, and the process RSS last (not tensor memory).
+
+    With the ``plan`` the prediction came from (``--plan``), the bars are the plan's: every candidate against its
+    budget line, the ones that do not fit included, with this run's ranks under the candidate it ran as."""
+    if not measured and not rss and plan is None:
         return ""
     ranks = sorted(set(measured) | set(rss or {}))
     # why nothing was measured is usually the same sentence on every rank: said once under the table, not per row
@@ -246,9 +291,28 @@ def run_memory_html(
         "predicted vs measured",
         "process RSS (not tensor memory)",
     ]
-    bars = bars_svg(run_bars(measured, prediction, prediction_name or "predicted"))
+    if plan is not None:
+        bars = _plan_head(plan, prediction_name) + bars_svg(
+            plan_run_bars(plan, measured, prediction_name), plan.memory_per_rank
+        )
+    else:
+        bars = bars_svg(run_bars(measured, prediction, prediction_name or "predicted"))
     note = f"<p class='note'>Every rank: {escape(shared)}</p>" if shared else ""
     return f"<h4>Memory per rank{what}</h4>{bars}{table(headers, rows)}{note}<p class='note'>{escape(PEAK_NOTE)}</p>"
+
+
+def _plan_head(plan: Any, ran_as: str) -> str:
+    """What the plan's bars in a run report show, in one sentence."""
+    pick = plan.recommended
+    budget = plan.memory_per_rank
+    misfits = [f"{c.name} x{c.world_size}" for c in plan.candidates if not c.fits]
+    over = f" ({', '.join(misfits)} over it)" if misfits else ""
+    return (
+        f"<p>The plan for {escape(plan.model)}: each candidate's predicted peak per rank against the budget of"
+        f" {escape(format_bytes(budget) if budget else 'none')}{escape(over)}, recommended"
+        f" <b>{escape(f'{pick.name} x{pick.world_size}' if pick else 'none (nothing fits)')}</b>; this run's ranks,"
+        f" measured, under {escape(ran_as or 'the candidates')}.</p>"
+    )
 
 
 def saved_html(forward: TraceSnapshot, *, top: int = 12) -> str:

@@ -74,6 +74,7 @@ def _report_body(report: RunReportLike) -> str:
             report.memory,
             getattr(report, "prediction", None),
             getattr(report, "prediction_name", ""),
+            getattr(report, "plan", None),
         )
     )
     parts.append(traces or "")
@@ -106,7 +107,14 @@ def reports_page(
 def _toc_line(report: RunReportLike) -> str:
     """What a report's section holds, in a few words: the strategy and the number of ranks."""
     strategy = report.strategy.describe() if report.strategy is not None else "no strategy"
-    return f"{strategy} on {report.world_size} ranks"
+    plan = getattr(report, "plan", None)
+    if plan is None:
+        return f"{strategy} on {report.world_size} ranks"
+    over = sum(1 for c in plan.candidates if not c.fits)
+    return (
+        f"{strategy} on {report.world_size} ranks, with its plan: {len(plan.candidates)} candidates against the"
+        f" budget, {over} over it"
+    )
 
 
 def _timeline_html(timeline: Any) -> str:

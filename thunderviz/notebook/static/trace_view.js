@@ -136,9 +136,13 @@ function svgEl(tag, attrs, text) {
 }
 
 function memoryBars(bars, budget) {
-  // One stacked bar per candidate (predicted) or rank (measured), one scale, the budget as a dashed line.
-  const labelW = 190, barH = 18, gap = 8, top = 22, width = 640, plotW = width - labelW - 20;
+  // One stacked bar per candidate (predicted) or rank (measured), one scale, the budget as a dashed line; the
+  // layout of render/memory_view.py's bars_svg: room right of the longest bar for its total, a total that the
+  // budget line would cross moved right of the line, the budget's label left of the line near the right edge.
+  const labelW = 190, barH = 18, gap = 8, top = 22, width = 640, valueRoom = 76, plotW = width - labelW - valueRoom;
+  const textPx = (s) => 6.4 * s.length, clear = 3;
   const max = Math.max(1, budget || 0, ...bars.map((b) => b.total));
+  const bx = budget ? labelW + (budget / max) * plotW : null;
   const height = top + bars.length * (barH + gap) + 8;
   const svg = svgEl("svg", { class: "tv-memory-bars", width, height, viewBox: `0 0 ${width} ${height}`, "font-size": 11 });
   bars.forEach((bar, i) => {
@@ -154,13 +158,17 @@ function memoryBars(bars, budget) {
       g.append(r);
       x += w;
     }
-    g.append(svgEl("text", { x: (x + 4).toFixed(1), y: y + 13 }, fmtBytes(bar.total)));
+    const value = fmtBytes(bar.total);
+    let vx = x + 4;
+    if (bx !== null && vx - clear < bx && bx < vx + textPx(value) + clear) vx = bx + clear + 1;
+    g.append(svgEl("text", { class: "tv-memvalue", x: vx.toFixed(1), y: y + 13 }, value));
     svg.append(g);
   });
   if (budget) {
-    const bx = labelW + (budget / max) * plotW;
+    const said = `budget ${fmtBytes(budget)}`;
     svg.append(svgEl("line", { class: "tv-budget", "data-bytes": budget, x1: bx.toFixed(1), x2: bx.toFixed(1), y1: top - 6, y2: height - 8, stroke: "#b3261e", "stroke-width": 2, "stroke-dasharray": "4 3" }));
-    svg.append(svgEl("text", { x: (bx + 3).toFixed(1), y: top - 8, fill: "#b3261e" }, `budget ${fmtBytes(budget)}`));
+    const right = bx + 3 + textPx(said) <= width;
+    svg.append(svgEl("text", { x: (right ? bx + 3 : bx - 3).toFixed(1), y: top - 8, fill: "#b3261e", "text-anchor": right ? "start" : "end" }, said));
   }
   const legend = h("div", { class: "tv-mem-legend" });
   const seen = new Map();
