@@ -154,6 +154,8 @@ def test_pip_install_then_thunderviz_demo_runs_the_packaged_tutorial(tmp_path: P
     assert re.search(r"<td>zero3</td><td>measured</td><td>thunder_fsdp \(FSDP ZERO3", page)
     assert "TinyGPT" in page
     assert not re.search(r"""(src|href)=["']?https?://""", page)  # offline: nothing fetched from the network
+    _check_the_plan_is_drawn(executed["cells"], page)
+    _check_the_chips_and_the_header_agree(executed["cells"], page)
 
     # the terminal story: each cell's decisions and rank 0's collectives, then where everything is
     assert "running tutorial.ipynb headlessly on 2 CPU ranks" in story
@@ -174,3 +176,41 @@ def test_pip_install_then_thunderviz_demo_runs_the_packaged_tutorial(tmp_path: P
     assert f"work through the tutorial yourself: jupyter lab --ip=127.0.0.1 {out / 'tutorial.ipynb'}" in story
     assert (out / "tutorial.ipynb").read_text(encoding="utf-8") == "my edited copy"
     assert "thunderviz, further" in (out / "further.ipynb").read_text(encoding="utf-8")  # the sequel, clean
+
+
+def _check_the_plan_is_drawn(cells: list[dict], page: str) -> None:
+    """Issue 30: the tutorial printed the plan's table only; why DDP was not run never showed. Now the plan shows as
+    bars (each candidate against the budget line), the TraceView its markdown names is displayed, and the planned
+    run's section of the page draws the plan with its ranks measured under their own candidate; no bar's total
+    sits across the budget line."""
+    by_id = {c.get("id"): c for c in cells}
+    shown = next(o for o in by_id["plan-make"]["outputs"] if o["output_type"] == "execute_result")["data"]
+    assert "ddp x2 \u2717" in "".join(shown["text/html"]) and "class='tv-budget'" in "".join(shown["text/html"])
+    assert any(
+        "application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in by_id["plan-traceview"]["outputs"]
+    )
+    section = page[page.index("<h2>planned</h2>") :]
+    memory = section[section.index("<h4>Memory per rank") :]
+    svg = memory[: memory.index("</svg>")]
+    texts = re.findall(r"<text x='([0-9.]+)' y='[0-9]+'>([^<]*)</text>", svg)
+    sizes = [(float(x), t) for x, t in texts if re.fullmatch(r"[0-9.]+ (B|KiB|MiB)", t)]
+    labels = [t.rstrip(" \u2713\u2717") for x, t in texts if float(x) == 0]
+    assert labels == ["ddp x2", "fsdp-zero2-block x2", "\u2514 rank 0, measured", "\u2514 rank 1, measured"], labels
+    assert "<text x='0' y='35'>ddp x2 \u2717</text>" in svg and "(ddp x2 over it)" in memory
+    line = float(re.search(r"class='tv-budget' x1='([0-9.]+)'", svg).group(1))
+    assert len(sizes) == 4 and all(not x - 2 < line < x + 6.4 * len(t) + 2 for x, t in sizes), (line, sizes)
+    assert "with its plan: 2 candidates against the budget, 1 over it" in page  # the contents line says so
+
+
+def _check_the_chips_and_the_header_agree(cells: list[dict], page: str) -> None:
+    """Issue 30: the first cell's chips said 20.1 s and its header 13.61 s; both now say the same split."""
+    header = re.search(r"<h3>zero2: [^<]*, gloo: ([^<]*)</h3>", page).group(1)
+    assert header.endswith(" s starting the pool"), header  # the first cell started the pool
+    status = [
+        "".join(o["data"]["text/html"])
+        for c in cells
+        if "--name zero2" in "".join(c["source"])
+        for o in c.get("outputs", [])
+        if "thunderviz-status" in "".join(o.get("data", {}).get("text/html", ""))
+    ]
+    assert len(status) == 1 and f"the cell: {header}" in status[0], (header, status)

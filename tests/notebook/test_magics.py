@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import psutil
 import pytest
 from IPython.core.error import UsageError
@@ -120,6 +122,19 @@ def test_fsdp_cell_streams_output_and_returns_a_report(shell, capsys) -> None:
     assert last.data["text/plain"] == "ranks: 0:done  1:done"
     assert "rank 1: done" in last.data["text/html"] and "widget-view" not in str(last.data)
     assert "<script" not in last.data["text/html"]
+    # Issue 30: the chips said 20.1 s and the header 13.61 s for one cell. The chips count from the cell's start;
+    # the header and the chips' line split the same time into the ranks' part and starting the pool (this first
+    # cell started it)
+    from thunderviz.render.run_report import cell_seconds
+
+    said = cell_seconds(report)
+    assert "s on the ranks + " in said and said.endswith(" s starting the pool"), said
+    assert said in report.to_html() and f"the cell: {said}" in last.data["text/html"]
+    chips = [float(t) for t in re.findall(r"rank \d: done at ([0-9.]+) s", last.data["text/html"])]
+    assert (
+        len(chips) == 2
+        and report.start_seconds <= min(chips) <= max(chips) <= report.seconds + report.start_seconds + 0.1
+    )
     assert "[rank 0] loss" in out and "[rank 1] loss" in out
     assert isinstance(report, RunReport) and shell.user_ns["fsdp_report"] is report
     assert report.strategy == StrategySpec("thunder_fsdp", {"sharding_strategy": "ZERO3"})

@@ -50,6 +50,8 @@ class Script:
     dies_at: float | None = None
     stops_on_sigint: bool = True
     collecting_at: float | None = None
+    #: (when, phase) the rank publishes during the cell, e.g. compiling then running again
+    published: tuple[tuple[float, Phase], ...] = ()
     value: Any = "ok"
 
 
@@ -139,9 +141,11 @@ class FakeRequest:
 
     @property
     def metadata(self) -> dict[str, Any]:
-        collecting_at = self.ranks.scripts[self.rank].collecting_at
-        if collecting_at is not None and self.ranks.now >= collecting_at:
-            self._metadata["data"] = {PHASE_DATA_KEY: Phase.COLLECTING}
+        script = self.ranks.scripts[self.rank]
+        published = [*script.published, *([(script.collecting_at, Phase.COLLECTING)] if script.collecting_at else [])]
+        due = [(t, phase) for t, phase in published if self.ranks.now >= t]
+        if due:  # ipyparallel keeps the latest value a key was published with
+            self._metadata["data"] = {PHASE_DATA_KEY: max(due, key=lambda e: e[0])[1]}
         return self._metadata
 
     def ready(self) -> bool:
@@ -311,6 +315,17 @@ def test_the_collecting_phase_a_rank_publishes_is_shown_before_done() -> None:
     assert rank0[-1][1] is Phase.DONE and {phase for _, phase in rank0[:-1]} == {Phase.COLLECTING}
     assert rank0[0][0] >= 0.5  # not before the rank said so
     assert [phase for _, r, phase in ranks.phases if r == 1] == [Phase.DONE]
+
+
+def test_a_compile_the_rank_publishes_is_shown_while_it_lasts() -> None:
+    """Issue 30: a first compile showed as a bare "running" for 12 s; the rank now says when it compiles."""
+    published = ((0.3, Phase.COMPILING), (1.5, Phase.RUNNING), (1.8, Phase.COLLECTING))
+    ranks = FakeRanks({0: Script(published=published, finishes_at=2.0), 1: Script(finishes_at=0.2)})
+    _drive(ranks, done_phase=Phase.DONE)
+    seen = [(t, phase) for t, r, phase in ranks.phases if r == 0]
+    rank0 = [e for i, e in enumerate(seen) if i == 0 or seen[i - 1][1] != e[1]]  # changes (the engine keeps those)
+    assert [phase for _, phase in rank0] == [Phase.COMPILING, Phase.RUNNING, Phase.COLLECTING, Phase.DONE]
+    assert [_on_time(t, when) for (t, _), (when, _) in zip(rank0, published, strict=False)] == [True] * 3
 
 
 @pytest.mark.parametrize(("flush", "last"), [(True, [(0, "stdout", "partial\n")]), (False, [])])

@@ -183,10 +183,15 @@ class _LiveStatus:
         self.drawn_at = now
         self.widget.show(phases)
 
-    def close(self, phases: dict[int, Phase] | None) -> None:
+    def close(self, phases: dict[int, Phase] | None, report: Any = None) -> None:
+        """Leave the static picture; with the cell's report, the time it took in the words of its header."""
         try:
             if phases:
                 self.update(phases, final=True)
+            if report is not None:
+                from thunderviz.render.run_report import cell_seconds
+
+                self.widget.timing = f"the cell: {cell_seconds(report)}"
             if self.handle is not None:
                 self.handle.update(self.widget.static_bundle(), raw=True)
         finally:
@@ -279,10 +284,13 @@ class ThundervizMagics(Magics):
             raise UsageError(str(exc)) from None
         timeline = timeline_options(args)
         plan = self._plan(args.plan)
-        self._status = _LiveStatus(args.nproc or LOCAL_NPROC, label=f"%%{kind}")
+        self._status = status = _LiveStatus(args.nproc or LOCAL_NPROC, label=f"%%{kind}")
+        report = None
         try:
             engine = self._pool(args)
+            starting = status.widget.elapsed()  # the chips' clock: the header then says what they count
             report = engine.run(cell, strategy=spec, output=args.output, cell_label=self._cell_label(), **timeline)
+            report.start_seconds += starting
         except CellError as exc:
             if exc.partial_report is not None:  # --timeline: what the ranks that returned recorded
                 from IPython.display import display
@@ -290,8 +298,8 @@ class ThundervizMagics(Magics):
                 display(exc.partial_report)
             raise
         finally:
-            status, self._status = self._status, None
-            status.close(self.engine.phases if self.engine is not None else None)
+            self._status = None
+            status.close(self.engine.phases if self.engine is not None else None, report)
         if plan is not None:
             _attach_prediction(report, plan, args.plan, spec)
         if args.name:

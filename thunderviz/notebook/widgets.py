@@ -443,6 +443,12 @@ class RankStatus(anywidget.AnyWidget):
         super().__init__(_esm=_static("rank_status.js"), _css=_static("trace_view.css"), label=label, **kwargs)
         self._t0 = time.monotonic()
         self.ranks = [self._row(r, "waiting") for r in range(world_size)]
+        #: set when the cell ends: what its time was spent on, as its report's header says it (``cell_seconds``)
+        self.timing = ""
+
+    def elapsed(self) -> float:
+        """Seconds since the widget was made: the clock every chip's time is on."""
+        return time.monotonic() - self._t0
 
     def _row(self, rank: int, state: str, detail: str = "") -> dict[str, Any]:
         return {"rank": rank, "state": state, "detail": detail, "seconds": round(time.monotonic() - self._t0, 2)}
@@ -497,10 +503,12 @@ class RankStatus(anywidget.AnyWidget):
             chips.append(
                 f"<span data-state='{_e(r['state'])}' style='padding:2px 8px;border-radius:10px;"
                 f"border:1px solid #b8c4d0;background:{colours.get(r['state'], '#fff4cc')}'>"
-                f"rank {_e(r['rank'])}: {_e(r['state'])}{_e(detail)} ({float(r['seconds']):.1f} s)</span>"
+                f"rank {_e(r['rank'])}: {_e(r['state'])}{_e(detail)} at {float(r['seconds']):.1f} s</span>"
             )
         label = f"<span>{_e(self.label)}</span> " if self.label else ""
-        return f"<div class='thunderviz-status' style='display:flex;gap:6px'>{label}{' '.join(chips)}</div>"
+        # the chips count from the cell's start (pool start included); the report's header splits the same time
+        timing = f" <span class='timing'>{_e(self.timing)}</span>" if self.timing else ""
+        return f"<div class='thunderviz-status' style='display:flex;gap:6px'>{label}{' '.join(chips)}{timing}</div>"
 
     def static_bundle(self) -> dict[str, str]:
         """The status without the widget: what a notebook keeps after the cell (see ``to_text``/``to_html``)."""

@@ -43,6 +43,7 @@ def before_user_cell(_info: Any) -> None:
     just before the user's code."""
     memory_measure.cell_started(user_namespace)
     _forget_compiles()
+    _watch_phase()
     if not STATE.timeline_steps:
         return
     from thunderviz.ranks.timeline_rank import start_cell_recording
@@ -61,9 +62,24 @@ def _forget_compiles() -> None:
         sys.modules["thunderviz.thunder.compile_reuse"].take_events()
 
 
+def _watch_phase() -> None:
+    """Say "compiling" while thunder compiles during the cell (``cell_phase``); one watch per rank process."""
+    if STATE.phase_watch is None:
+        from thunderviz.ranks.cell_phase import CellPhaseWatch
+
+        STATE.phase_watch = CellPhaseWatch(publish)
+    STATE.phase_watch.start()
+
+
+def _stop_watching_phase() -> None:
+    if STATE.phase_watch is not None:
+        STATE.phase_watch.stop()
+
+
 def after_user_cell(result: Any) -> None:
     """The ``post_run_cell`` hook: stop the recording, gather the report data, publish it with the cell's output,
     and snapshot what ran for the next cell."""
+    _stop_watching_phase()
     ns = user_namespace()
     data: ReportData | None = None
     succeeded = bool(getattr(result, "success", False))

@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 from thunderviz.ranks.failures import FailureKind, RankFailure, classify_remote_error
 from thunderviz.ranks.protocol import PHASE_DATA_KEY
-from thunderviz.ranks.status import Phase
+from thunderviz.ranks.status import PUBLISHED, Phase
 
 __all__ = [
     "INTERRUPT_GRACE_S",
@@ -181,8 +181,9 @@ class _Driver:
         self.passes += 1
         for rank in self._pending():
             request = self.requests[rank]
-            if (request.metadata.get("data") or {}).get(PHASE_DATA_KEY) == Phase.COLLECTING:
-                self.controls.set_phase([rank], Phase.COLLECTING)  # shown even when the reply is already in
+            published = (request.metadata.get("data") or {}).get(PHASE_DATA_KEY)
+            if published in PUBLISHED:  # compiling, collecting: shown even when the reply is already in
+                self.controls.set_phase([rank], Phase(published))
             if request.ready():
                 try:
                     value = request.get(0)

@@ -422,10 +422,11 @@ class RankEngine:
             raise RankUsageError(f"source must be a string of Python code, got {type(source).__name__}")
         spec = strategy
         config = CellConfig(strategy=spec, collect=collect, timeline=bool(timeline), steps=steps)  # checks steps
+        restarting = time.monotonic()
         self._ensure_ready()
+        started = time.monotonic()  # the report's seconds count from here; a restart is its start_seconds
         self._shows_output = output_filter(output)
         captured: dict[int, list[str]] = {}
-        started = time.monotonic()
         self._prepare(config, captured)
         self._set_phase(self.ranks, Phase.RUNNING)
         cell = {rank: self._view(rank).execute(source, block=False, silent=False) for rank in self.ranks}
@@ -441,7 +442,7 @@ class RankEngine:
             raise error
         wanted = collect or timeline
         collected = {rank: self._report_data(rank, request) for rank, request in cell.items()} if wanted else {}
-        return RunReport.from_ranks(
+        report = RunReport.from_ranks(
             collected,
             outputs={r: "\n".join(lines) for r, lines in captured.items()},
             world_size=self.world_size,
@@ -450,6 +451,8 @@ class RankEngine:
             seconds=elapsed,
             timeline=timeline,
         )
+        report.start_seconds = started - restarting
+        return report
 
     def _number_cells(self, outcome: Outcome, cell_label: int | None) -> None:
         """Each rank counted this cell: remember as which notebook cell, and renumber its traceback."""

@@ -27,9 +27,9 @@ class RankState:
     ``setup``: what ``set_up`` received; ``fabric``/``fabric_spec``: the ``Fabric`` we built and the spec it was built
     for; ``collect``: whether the post-cell hook gathers report data; ``before``: what had run when the cell
     started (``cell_targets.snapshot``); ``hook``/``pre_hook``: the registered ``post_run_cell``/``pre_run_cell``
-    callbacks. With ``--timeline``: ``timeline_steps`` (0: off), the ``recorder`` running between the two hooks,
-    and the problems met starting it. ``rendezvous_socket``: rank 0's listening socket, from ``bind_rendezvous``
-    until the process group's store takes it over.
+    callbacks; ``phase_watch``: what says "compiling" during a cell. With ``--timeline``: ``timeline_steps`` (0:
+    off), the ``recorder`` running between the two hooks, and the problems met starting it. ``rendezvous_socket``:
+    rank 0's listening socket, from ``bind_rendezvous`` until the process group's store takes it over.
     """
 
     setup: RankSetup | None = None
@@ -43,6 +43,8 @@ class RankState:
     recorder: Any = None
     timeline_problems: list[str] = field(default_factory=list)
     rendezvous_socket: socket.socket | None = None
+    #: the ``cell_phase.CellPhaseWatch`` that says "compiling" while a cell's compile runs
+    phase_watch: Any = None
 
 
 STATE = RankState()

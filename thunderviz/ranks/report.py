@@ -29,6 +29,7 @@ class RunReport:
     world_size: int
     backend: str
     strategy: StrategySpec | None
+    #: from the moment the ranks were ready for the cell (configuring ``fabric``, the cell, the report's capture)
     seconds: float
     decisions: list[Decision] = field(default_factory=list)
     bundles: dict[str, Any] = field(default_factory=dict)
@@ -50,6 +51,10 @@ class RunReport:
     timeline_data: Any = field(default=None, repr=False)
     #: the cell's name (``--name zero2``), which every view of the report leads with ("" when unnamed)
     name: str = ""
+    #: what the cell spent before ``seconds`` began: starting (or restarting) the rank pool it runs on, importing
+    #: torch and thunder there, joining the process group. The header and the status chips say both (issue 30:
+    #: the chips said 20.1 s, the header 13.61 s, for one cell)
+    start_seconds: float = 0.0
 
     @property
     def timeline(self) -> Any:

@@ -2,7 +2,8 @@
 
 The phases print as their words (``str(Phase.RUNNING) == "running"``, and they compare equal to them), so status
 lines, the ``RankStatus`` widget's chips and the JSON a front end receives read as before. Plain Python: the rank
-side publishes ``Phase.COLLECTING`` and the kernel side reads it, so both import this cheaply.
+side publishes ``Phase.COMPILING`` and ``Phase.COLLECTING`` (``PUBLISHED``) and the kernel side reads them, so both
+import this cheaply.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 
 from thunderviz.parallel.options import TextEnum
 
-__all__ = ["PHASES", "Phase", "RankStatusInfo"]
+__all__ = ["PHASES", "PUBLISHED", "Phase", "RankStatusInfo"]
 
 
 class Phase(TextEnum):
@@ -27,6 +28,9 @@ class Phase(TextEnum):
     CONFIGURING = "configuring"
     #: running the user's cell
     RUNNING = "running"
+    #: inside the cell, thunder (or inductor) is compiling: a jitted function's first call, or one with new inputs
+    #: (the rank says so while it happens: ``cell_phase``)
+    COMPILING = "compiling"
     #: capturing traces (and the timeline) for the report, after the cell
     COLLECTING = "collecting"
     DONE = "done"
@@ -39,6 +43,9 @@ class Phase(TextEnum):
 
 #: The phases' words, in order (what the ``RankStatus`` widget accepts).
 PHASES: tuple[str, ...] = tuple(p.value for p in Phase)
+
+#: The phases a rank publishes while a cell runs (the kernel shows the latest until the reply).
+PUBLISHED: tuple[Phase, ...] = (Phase.RUNNING, Phase.COMPILING, Phase.COLLECTING)
 
 
 @dataclass(frozen=True)

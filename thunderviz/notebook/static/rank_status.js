@@ -3,7 +3,7 @@
 // A rank in a phase that takes time (starting, importing, configuring, running, collecting) shows how long it has
 // been in it, ticking, so a pool that takes seconds to start never reads as stuck at "starting (0.0 s)"; a rank that
 // finished shows when it got there.
-const LIVE = new Set(["starting", "importing", "configuring", "running", "collecting"]);
+const LIVE = new Set(["starting", "importing", "configuring", "running", "compiling", "collecting"]);
 
 function render({ model, el }) {
   const root = document.createElement("div");

@@ -1,0 +1,32 @@
+"""The rank's "compiling" sub-phase (issue 30: a first compile showed as a bare "running" for 12 s): the watch
+samples the main thread's stack during a real thunder compile, in this process, and says so."""
+
+from __future__ import annotations
+
+import time
+
+import thunder
+import torch
+
+from thunderviz.ranks.cell_phase import CellPhaseWatch
+from thunderviz.ranks.protocol import PHASE_DATA_KEY
+from thunderviz.ranks.status import Phase
+
+
+def test_the_watch_says_compiling_during_a_thunder_compile_and_running_after_it() -> None:
+    said: list[dict] = []
+    watch = CellPhaseWatch(said.append, sample_s=0.01)
+    model = thunder.jit(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU(), torch.nn.Linear(8, 4)))
+    x = torch.randn(2, 8, requires_grad=True)
+    watch.start()
+    model(x).sum().backward()  # the first call compiles forward and backward
+    watch.stop()
+    assert [d[PHASE_DATA_KEY] for d in said] == [Phase.COMPILING, Phase.RUNNING]
+    # the same call again runs from thunder's cache: nothing compiles, nothing is said
+    said.clear()
+    watch.start()
+    for _ in range(3):
+        model(x).sum().backward()
+    time.sleep(0.05)
+    watch.stop()
+    assert said == []
