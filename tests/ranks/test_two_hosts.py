@@ -54,6 +54,16 @@ losses = fabric.all_gather(loss.detach())
 grad_error = max((g - r.grad).abs().max().item() for g, r in zip(grads, reference.parameters()))
 loss_error = abs(losses.mean().item() - ref_loss.item())
 """
+# Hybrid sharding's groups as the ranks see them (after NUMERICS set the model up with --sharding hybrid).
+HYBRID_GROUPS = """
+from thunderviz.thunder import hooks
+mesh = [d.headline for d in fabric.strategy.decisions if str(d.action) == "choose the mesh"][-1]
+p0 = next(inner.parameters())
+groups = (
+    torch.distributed.get_process_group_ranks(hooks.param_group(p0)),
+    torch.distributed.get_process_group_ranks(hooks.replica_group(p0)),
+)
+"""
 RAISE_ON_HOST_B = """
 if rank == 3:
     raise ValueError("host b says no")
@@ -157,6 +167,27 @@ def _numerics_match_and_ranks_span_both_hosts(nb: Notebook, flags: str) -> None:
     assert max(_ok(nb.ask(pull="loss_error"))["values"]) < 1e-6
 
 
+def _hybrid_shards_within_each_host(nb: Notebook, flags: str) -> None:
+    """Issue 31: by default the shard group is each host's ranks, numerics still equal one process, and the report
+    splits the traffic: the shard group's collectives stay inside a host, only the replica all_reduce leaves it."""
+    answer = _ok(nb.cell(f"{flags} --sharding hybrid --output none", NUMERICS + HYBRID_GROUPS))
+    assert max(_ok(nb.ask(pull="grad_error"))["values"]) < 1e-6
+    assert max(_ok(nb.ask(pull="loss_error"))["values"]) < 1e-6
+    assert set(_ok(nb.ask(pull="mesh"))["values"]) == {
+        "mesh 2 x 2: shard within each host (2 ranks), replicate across 2 hosts"
+    }
+    assert _ok(nb.ask(pull="groups"))["values"] == [
+        [[0, 1], [0, 2]],
+        [[0, 1], [1, 3]],
+        [[2, 3], [0, 2]],
+        [[2, 3], [1, 3]],
+    ]
+    traffic = answer["traffic"]
+    assert traffic.startswith("each rank sends ") and " of it within its host; each host sends " in traffic, traffic
+    within, across = traffic.split(" of it within its host")[0], traffic.split("each host sends ")[1]
+    assert not within.endswith(" 0 B") and not across.startswith("0 B"), traffic
+
+
 def _rank_on_host_b_raises(nb: Notebook, flags: str) -> None:
     answer = nb.cell(f"{flags} --output none", RAISE_ON_HOST_B)
     print(f"\n[fault latency] two hosts: rank 3 on host b raised -> cell failed in {answer['seconds']:.2f} s")
@@ -196,6 +227,7 @@ def test_ipcluster_across_two_hosts(hosts: TwoHosts, tmp_path: Path) -> None:
     nb = Notebook(hosts, env, tmp_path / "notebook.log")
     try:
         _numerics_match_and_ranks_span_both_hosts(nb, flags)
+        _hybrid_shards_within_each_host(nb, flags)
         _nothing_listens_on_all_interfaces(hosts)
         before = _who(nb, flags)
         _rank_on_host_b_raises(nb, flags)

@@ -1,7 +1,8 @@
 """The notebook on host a of the two-host test: a real IPython shell with ``%load_ext thunderviz``, driven by JSON
 commands on stdin, answering one ``@@tv@@ {json}`` line per command on stdout (rank output may share stdout).
 
-Commands: ``{"cell": MAGIC_LINE_AND_SOURCE}`` runs a cell and reports ok/error/seconds; ``{"line": "thunder_ranks
+Commands: ``{"cell": MAGIC_LINE_AND_SOURCE}`` runs a cell and reports ok/error/seconds (and its report's traffic
+within and between hosts); ``{"line": "thunder_ranks
 restart"}`` runs a line magic; ``{"pull": NAME}`` returns NAME from every rank; ``{"engines": CONNECTION_FILE}``
 counts the engines a fresh client sees (to prove a cluster was not stopped); ``{"quit": true}``.
 """
@@ -35,8 +36,10 @@ def main() -> None:
                 start = time.monotonic()
                 result = shell.run_cell(command["cell"])
                 error = result.error_in_exec or result.error_before_exec
+                traffic = result.result.traffic() if hasattr(result.result, "traffic") else None
                 _answer(
                     ok=error is None,
+                    traffic=traffic.describe() if traffic is not None else None,
                     seconds=time.monotonic() - start,
                     error_type=type(error).__name__,
                     error=str(error) if error is not None else "",

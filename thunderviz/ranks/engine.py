@@ -452,6 +452,7 @@ class RankEngine:
             timeline=timeline,
         )
         report.start_seconds = started - restarting
+        report.rank_hosts = dict(self.rank_hosts)
         return report
 
     def _number_cells(self, outcome: Outcome, cell_label: int | None) -> None:

@@ -55,6 +55,8 @@ class RunReport:
     #: torch and thunder there, joining the process group. The header and the status chips say both (issue 30:
     #: the chips said 20.1 s, the header 13.61 s, for one cell)
     start_seconds: float = 0.0
+    #: the host each rank ran on (what the rank pool knows): ``traffic()`` splits communication by it
+    rank_hosts: dict[int, str] = field(default_factory=dict)
 
     @property
     def timeline(self) -> Any:
@@ -115,6 +117,13 @@ class RunReport:
         report.problems = sorted(set(report.problems), key=report.problems.index)
         report.mismatches = _mismatches(report.ledgers)
         return report
+
+    def traffic(self) -> Any:
+        """What the run sent per step within hosts and between them (``ranks.traffic.HostTraffic``; None without
+        ledgers or hosts): under hybrid sharding, how much stayed off the inter-host link."""
+        from thunderviz.ranks.traffic import host_traffic
+
+        return host_traffic(self.ledgers, self.rank_hosts)
 
     @property
     def compile_story(self) -> str:

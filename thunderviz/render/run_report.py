@@ -79,6 +79,9 @@ def _report_body(report: RunReportLike) -> str:
     story = getattr(report, "compile_story", "")
     if story:  # a re-run cell reuses thunder's interpreted trace: say so, and what it cost when it did not
         parts.append(f"<p class='compile'>compile: {escape(story)}</p>")
+    traffic = report.traffic() if hasattr(report, "traffic") else None
+    if traffic is not None and traffic.hosts > 1:  # the slow link's share: what hybrid sharding keeps off it
+        parts.append(f"<p class='traffic'>communication: {escape(traffic.describe())}</p>")
     traces = _traces_html(report.bundles_by_rank, report.ledgers, report.decisions)
     if traces is None or not report.bundles_by_rank:
         parts.append(_decisions_html(report.decisions))  # otherwise the trace report carries the decisions
