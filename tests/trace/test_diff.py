@@ -1,12 +1,20 @@
-"""Structural diff on real traces: DDP vs FSDP, one rank vs another, one thunder stage vs the next."""
+"""Structural diff on real traces: DDP vs FSDP, one rank vs another, one thunder stage vs the next, and ZERO2 vs
+ZERO3 of the tutorial's model group by group (what a comparison's outlines and verdict say)."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
 from tests.helpers import trace_fixtures as tf
+from tests.helpers.bucketed_traces import bucketed_trace_files
 from tests.helpers.trace_scenarios import two_rank_run
-from thunderviz.trace.diff import canonical_names, diff_traces
+from thunderviz.trace.attribution import top_group
+from thunderviz.trace.diff import bytes_per_step, canonical_names, diff_traces, group_changes, verdict
+from thunderviz.trace.file import load
+from thunderviz.trace.ledger import ledger_from_bundle
+from thunderviz.trace.units import format_bytes
 
 
 @pytest.fixture(scope="module")
@@ -64,3 +72,79 @@ def test_bookkeeping_can_be_included_and_bad_input_is_refused(ranks):
     assert diff_traces(a, a, include_bookkeeping=True).unchanged == len(a.ops)
     with pytest.raises(TypeError, match="two TraceSnapshot objects"):
         diff_traces(ranks[0].fsdp, ranks[0].ddp)
+
+
+# ---------------------------------------------------------------------------------------------- group by group
+
+
+@pytest.fixture(scope="module")
+def runs():
+    """Rank 0's bundle of the tutorial's model under ZERO2, ZERO3 and DDP (default buckets: one per block)."""
+    files = bucketed_trace_files()
+    return {run: load(files[run][0])[0] for run in ("zero2", "zero3", "ddp")}
+
+
+def test_a_block_both_runs_have_is_changed_not_added(runs):
+    """Issue 30: ZERO3's backward puts unsqueeze/expand ops into every block and ln_f that ZERO2's backward has too.
+    Op by op those are all '+' rows, which outlined the blocks as "only in the right run"; group by group they are
+    changed, and only the re-gathering buckets are new."""
+    a, b = runs["zero2"].backward, runs["zero3"].backward
+    d = diff_traces(a, b)
+    tags = {r.tag for r in d.rows if r.tag != "=" and r.b is not None and top_group(r.b.module) == "blocks.0"}
+    assert tags == {"+"}  # what misled the old outline
+    ch = group_changes(a, b, d)
+    blocks = sorted(n for n in ch if n.startswith("blocks."))
+    assert blocks == ["blocks.0", "blocks.1", "blocks.2", "blocks.3"]
+    for name in [*blocks, "ln_f"]:
+        c = ch[name]
+        assert (c.status, c.compute, c.communication) == ("changed", "changed", ""), c
+        assert set(c.ops_added) == {"unsqueeze", "expand"} and not c.ops_removed and not c.ops_changed, c
+    n = ch["blocks.0"].ops_added
+    assert ch["blocks.0"].describe("zero2", "zero3") == (
+        f"blocks.0 changed: ops +{n['unsqueeze']} unsqueeze, +{n['expand']} expand"
+    )
+    added = {k for k, c in ch.items() if c.status == "added"}
+    assert added == {"all_gather root", *(f"all_gather {x}" for x in blocks)}
+    for k in added:
+        c = ch[k]
+        assert c.communication == "added" and c.collectives_a == {} and c.collectives_b == {"all_gather": 1, "wait": 1}
+        assert c.bytes_a == 0 < c.bytes_b
+        assert c.describe("zero2", "zero3") == f"{k}: only in zero3"
+    assert not any(c.status == "removed" for c in ch.values())
+    same = {k for k, c in ch.items() if c.status == "same"}
+    assert {f"reduce_scatter {x}" for x in blocks} <= same
+    assert all(ch[k].communication == "same" and ch[k].bytes_a == ch[k].bytes_b > 0 for k in same if "scatter" in k)
+    # the other way round, what ZERO3 has alone is removed, and forward, which ZERO3 does not change, is the same
+    back = group_changes(b, a)
+    assert {k for k, c in back.items() if c.status == "removed"} == added
+    assert back["blocks.0"].ops_removed == n
+    assert {c.status for c in group_changes(runs["zero2"].forward, runs["zero3"].forward).values()} == {"same"}
+
+
+def test_verdict_says_bytes_per_step_why_and_memory(runs):
+    z2, z3, ddp = runs["zero2"], runs["zero3"], runs["ddp"]
+    for x in (z2, z3, ddp):
+        assert bytes_per_step(x) == ledger_from_bundle(x).total_bytes() > 0  # the ledger's bytes, per step
+    v = verdict(z2, z3, "zero2", "zero3")
+    m = re.fullmatch(
+        r"zero3 sends ([0-9.]+)x zero2's bytes per step \((.+) -> (.+)\): (.*); saved for backward (.*)", v
+    )
+    assert m, v
+    assert float(m[1]) == pytest.approx(bytes_per_step(z3) / bytes_per_step(z2), abs=0.006) and float(m[1]) > 1
+    assert (m[2], m[3]) == (format_bytes(bytes_per_step(z2)), format_bytes(bytes_per_step(z3)))
+    assert m[4] == "it gathers every block and root again in backward"
+    saved = z3.saved_for_backward["bytes"] - z2.saved_for_backward["bytes"]
+    assert saved < 0 and m[5] == f"\u2212{format_bytes(-saved)}"
+    assert verdict(z2, z3, "zero2", "zero3", ("step peak (measured)", 2048, 1024)).endswith(
+        "; step peak (measured) \u22121.0 KiB"
+    )
+    why = verdict(ddp, z2, "ddp", "zero2").split(": ", 1)[1]
+    assert why.startswith(
+        "it gathers every block and root in forward and reduce-scatters every block and root in backward "
+        "instead of all-reducing; "
+    )
+    assert "it no longer gathers every block and root in backward" in verdict(z3, z2, "zero3", "zero2")
+    same = verdict(z2, z2, "left", "right")
+    assert same.startswith("right sends the same bytes per step as left (") and ": the same collectives;" in same
+    with pytest.raises(TypeError, match="two TraceBundle objects"):
+        verdict(z2.forward, z3.forward, "a", "b")

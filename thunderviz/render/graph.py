@@ -24,7 +24,7 @@ from typing import Any
 from thunderviz.render.markup import counted
 from thunderviz.trace.attribution import top_group
 from thunderviz.trace.buckets import Bucket
-from thunderviz.trace.model import OpRecord, TensorRef, TraceSnapshot
+from thunderviz.trace.model import OpRecord, TensorRef, TraceSnapshot, short_op_name
 from thunderviz.trace.units import format_bytes
 
 __all__ = [
@@ -140,14 +140,6 @@ class GraphView:
     #: op index -> id of the node that draws it (its own, its group's, or its group's collectives node), so a
     #: front end can mark diff results or ledger rows without re-deriving the layout rules.
     node_of: dict[int, str] = field(default_factory=dict)
-
-
-def short_op_name(op: str) -> str:
-    """``torch_all_gather_prim_impl`` -> ``all_gather``; ``torch.ops.aten.embedding_backward`` ->
-    ``embedding_backward``."""
-    name = op.rsplit(".", 1)[-1] if op.startswith("torch.ops.") else op
-    name = re.sub(r"^torch_(prims_)?", "", name)
-    return re.sub(r"(_prim)?_impl$", "", name)
 
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")

@@ -12,11 +12,26 @@ import difflib
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
-from thunderviz.trace.model import COLLECTIVE_KINDS, OpRecord, TraceBundle, TraceSnapshot
+from thunderviz.trace.attribution import top_group
+from thunderviz.trace.buckets import Bucket, is_bucket_group
+from thunderviz.trace.model import COLLECTIVE_KINDS, OpRecord, TraceBundle, TraceSnapshot, short_op_name
 from thunderviz.trace.units import format_bytes
 
-__all__ = ["DiffRow", "TraceDiff", "canonical_names", "collective_changes", "diff_traces", "memory_changes"]
+__all__ = [
+    "DiffRow",
+    "GroupChange",
+    "TraceDiff",
+    "bytes_per_step",
+    "canonical_names",
+    "collective_changes",
+    "diff_traces",
+    "group_changes",
+    "memory_changes",
+    "sent_bytes",
+    "verdict",
+]
 
 
 @dataclass(frozen=True)
@@ -256,3 +271,264 @@ def _kept_for_accumulation(a: TraceBundle, b: TraceBundle) -> str:
     """``kept for accumulation 0 B -> 3.7 KiB`` when either run kept gradients between micro-batches, else ""."""
     kept_a, kept_b = a.accumulated_gradients["bytes"], b.accumulated_gradients["bytes"]
     return f"kept for accumulation {format_bytes(kept_a)} -> {format_bytes(kept_b)}" if kept_a or kept_b else ""
+
+
+# -- per group: what a comparison's outlines and click details say ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GroupChange:
+    """How one collapsed group (``blocks.0``, a bucket's ``all_gather blocks.0``) differs from run a to run b.
+
+        ``status``: ``added`` / ``removed`` when only one run has the group at all, ``changed`` when both have it and
+        its ops differ, ``same`` otherwise. A block both runs have is never ``added`` because ops were added to it:
+        ZERO3's backward puts a few unsqueeze/expand ops into every block that ZERO2's backward has too (issue 30
+        outlined them as "only in the right run"). ``communication`` says the same of the group's collectives and waits
+        alone (its collectives node in the graph; ``""`` when neither run has any), ``compute`` of its other ops (the
+    block's own node). Op counts are by short op name
+        (``unsqueeze``, ``all_gather``); ``ops_changed`` counts ops at the same place with other output shapes or dtypes
+        (a sharded gradient's wait); ``bytes_a``/``bytes_b`` what the group's collectives send on this rank
+        (``sent_bytes``).
+    """
+
+    name: str
+    status: str
+    communication: str
+    compute: str
+    ops_added: dict[str, int]
+    ops_removed: dict[str, int]
+    ops_changed: dict[str, int]
+    collectives_a: dict[str, int]
+    collectives_b: dict[str, int]
+    bytes_a: int
+    bytes_b: int
+
+    def describe(self, a_label: str = "a", b_label: str = "b") -> str:
+        """One line: ``blocks.0 changed: ops +4 unsqueeze, +2 expand``; ``all_gather blocks.0: only in zero3``."""
+        if self.status == "added":
+            return f"{self.name}: only in {b_label}"
+        if self.status == "removed":
+            return f"{self.name}: only in {a_label}"
+        if self.status == "same":
+            return f"{self.name}: the same in both"
+        parts = []
+        ops = [f"+{n} {k}" for k, n in self.ops_added.items()] + [f"\u2212{n} {k}" for k, n in self.ops_removed.items()]
+        ops += [f"~{n} {k}" for k, n in self.ops_changed.items()]
+        if ops:
+            parts.append("ops " + ", ".join(ops))
+        if self.bytes_a != self.bytes_b:
+            parts.append(f"bytes sent {format_bytes(self.bytes_a)} -> {format_bytes(self.bytes_b)}")
+        return f"{self.name} changed: " + "; ".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "communication": self.communication,
+            "compute": self.compute,
+            "ops_added": dict(self.ops_added),
+            "ops_removed": dict(self.ops_removed),
+            "ops_changed": dict(self.ops_changed),
+            "collectives_a": dict(self.collectives_a),
+            "collectives_b": dict(self.collectives_b),
+            "bytes_a": self.bytes_a,
+            "bytes_b": self.bytes_b,
+        }
+
+
+def sent_bytes(op: OpRecord, buckets: dict[int, Bucket]) -> int:
+    """What collective ``op`` puts on the wire on this rank: its bucket's bytes, else its first shaped input's (a
+    wait sends nothing). The ledger's rule (``Ledger.total_bytes`` sums the same numbers)."""
+    if not op.is_collective:
+        return 0
+    bucket = buckets.get(op.index)
+    if bucket is not None:
+        return bucket.bytes
+    inp = next((t for t in op.inputs if t.shape is not None), None)
+    return (inp.bytes or 0) if inp is not None else 0
+
+
+def _group(op: OpRecord) -> str:
+    return top_group(op.module)
+
+
+def _by_kind(ops: Iterable[OpRecord]) -> dict[str, int]:
+    counts = Counter(op.collective for op in ops if op.collective)
+    return {k: counts[k] for k in COLLECTIVE_KINDS if counts.get(k)}
+
+
+def _part_status(in_a: bool, in_b: bool, same: bool) -> str:
+    """One part of a group (its compute, its communication): ``""`` in neither run, else as ``GroupChange.status``."""
+    if not in_a and not in_b:
+        return ""
+    if not in_a or not in_b:
+        return "added" if in_b else "removed"
+    return "same" if same else "changed"
+
+
+def group_changes(a: TraceSnapshot, b: TraceSnapshot, diff: TraceDiff | None = None) -> dict[str, GroupChange]:
+    """Every group of ``a`` and ``b`` (as the graph collapses them: ``trace.attribution.top_group``) -> its
+    ``GroupChange``, in ``b``'s order, then the groups only ``a`` has.
+
+    An aligned op that moved to another group counts as removed from the one and added to the other.
+    """
+    diff = diff if diff is not None else diff_traces(a, b)
+    ops_a, ops_b = _ops(a, False), _ops(b, False)
+    members_a: dict[str, list[OpRecord]] = {}
+    members_b: dict[str, list[OpRecord]] = {}
+    for op in ops_a:
+        members_a.setdefault(_group(op), []).append(op)
+    for op in ops_b:
+        members_b.setdefault(_group(op), []).append(op)
+    added: dict[str, Counter[str]] = {}
+    removed: dict[str, Counter[str]] = {}
+    changed: dict[str, Counter[str]] = {}
+    comm_differs: set[str] = set()
+    compute_differs: set[str] = set()
+
+    def touched(group: str, op: OpRecord) -> None:
+        (comm_differs if op.collective else compute_differs).add(group)
+
+    for r in diff.rows:
+        ga = _group(r.a) if r.a is not None else None
+        gb = _group(r.b) if r.b is not None else None
+        if r.tag == "=" and ga == gb:
+            continue
+        if r.tag == "~" and ga == gb and r.a is not None and r.b is not None:
+            changed.setdefault(ga, Counter())[short_op_name(r.b.op)] += 1
+            touched(ga, r.a)
+            touched(ga, r.b)
+            continue
+        if r.a is not None and ga is not None:
+            removed.setdefault(ga, Counter())[short_op_name(r.a.op)] += 1
+            touched(ga, r.a)
+        if r.b is not None and gb is not None:
+            added.setdefault(gb, Counter())[short_op_name(r.b.op)] += 1
+            touched(gb, r.b)
+    buckets_a = {x.issue_index: x for x in a.buckets}
+    buckets_b = {x.issue_index: x for x in b.buckets}
+    out: dict[str, GroupChange] = {}
+    for name in [*members_b, *(n for n in members_a if n not in members_b)]:
+        in_a, in_b = members_a.get(name, []), members_b.get(name, [])
+        coll_a, coll_b = _by_kind(in_a), _by_kind(in_b)
+        bytes_a = sum(sent_bytes(op, buckets_a) for op in in_a)
+        bytes_b = sum(sent_bytes(op, buckets_b) for op in in_b)
+        differs = name in added or name in removed or name in changed
+        status = "added" if not in_a else "removed" if not in_b else "changed" if differs else "same"
+        communication = _part_status(
+            bool(coll_a), bool(coll_b), coll_a == coll_b and bytes_a == bytes_b and name not in comm_differs
+        )
+        compute = _part_status(
+            any(op.collective is None for op in in_a),
+            any(op.collective is None for op in in_b),
+            name not in compute_differs,
+        )
+        out[name] = GroupChange(
+            name=name,
+            status=status,
+            communication=communication,
+            compute=compute,
+            ops_added=dict(added.get(name, Counter()).most_common()),
+            ops_removed=dict(removed.get(name, Counter()).most_common()),
+            ops_changed=dict(changed.get(name, Counter()).most_common()),
+            collectives_a=coll_a,
+            collectives_b=coll_b,
+            bytes_a=bytes_a,
+            bytes_b=bytes_b,
+        )
+    return out
+
+
+# -- the comparison's verdict: one sentence on what the second run sends and why -----------------------------------
+
+_VERBS = {"all_gather": "gathers", "reduce_scatter": "reduce-scatters", "all_reduce": "all-reduces"}
+_GERUNDS = {"all_gather": "gathering", "reduce_scatter": "reduce-scattering", "all_reduce": "all-reducing"}
+
+
+def bytes_per_step(bundle: TraceBundle) -> int:
+    """What one rank sends in one step (its forward and backward trace): ``sent_bytes`` summed, which is the
+    collectives ledger's ``total_bytes`` for the same bundle."""
+    total = 0
+    for snap in bundle.traces().values():
+        buckets = {x.issue_index: x for x in snap.buckets}
+        total += sum(sent_bytes(op, buckets) for op in snap.ops)
+    return total
+
+
+def _where(ops: list[OpRecord], snap: TraceSnapshot) -> str:
+    """``every block``, ``every block and root``, ``blocks.0 and blocks.1``: the groups ``ops`` belong to (a
+    bucket's collective by its bucket's title), the model's numbered blocks named together when all of them are."""
+    buckets = {x.issue_index: x for x in snap.buckets}
+    names = list(
+        dict.fromkeys(
+            buckets[op.index].title if op.index in buckets and is_bucket_group(_group(op)) else _group(op) for op in ops
+        )
+    )
+    groups = {_group(op) for op in snap.ops if not op.is_bookkeeping}
+    blocks = {g for g in groups if not is_bucket_group(g) and g.rsplit(".", 1)[-1].isdigit()}
+    if len(blocks) >= 2 and blocks <= set(names):
+        rest = [n for n in names if n not in blocks]
+        names = ["every block", *rest]
+    if len(names) > 3:
+        keep = 1 if names[0] == "every block" else 2
+        names = [*names[:keep], f"{len(names) - keep} more groups"]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def _trace_clauses(label: str, sa: TraceSnapshot, sb: TraceSnapshot, b: TraceBundle) -> list[str]:
+    d = diff_traces(sa, sb)
+    delta = {k: v for k, v in d.collective_delta().items() if k != "wait"}
+    gained = [k for k, v in delta.items() if v > 0]
+    lost = [k for k, v in delta.items() if v < 0]
+    out = []
+    for i, kind in enumerate(gained):
+        where = _where([op for op in d.added if op.collective == kind], sb)
+        earlier = label == "backward" and any(op.collective == kind for op in b.forward.ops)
+        clause = f"{_VERBS.get(kind, kind)} {where}{' again' if earlier else ''} in {label}"
+        if i < len(lost):
+            clause += f" instead of {_GERUNDS.get(lost[i], lost[i])}"
+        out.append(clause)
+    for kind in lost[len(gained) :]:
+        where = _where([op for op in d.removed if op.collective == kind], sa)
+        out.append(f"no longer {_VERBS.get(kind, kind)} {where} in {label}")
+    return out
+
+
+def _signed(n: int) -> str:
+    sign = "+" if n > 0 else "\u2212"
+    return "the same" if n == 0 else f"{sign}{format_bytes(abs(n))}"
+
+
+def verdict(
+    a: TraceBundle, b: TraceBundle, a_name: str, b_name: str, memory: tuple[str, int, int] | None = None
+) -> str:
+    """One sentence for a comparison's header: how many bytes ``b`` sends per step against ``a``, why (the
+    collectives each trace gained or lost, and for which groups), and one memory difference.
+
+    ``zero3 sends 1.33x zero2's bytes per step (197.9 KiB -> 263.9 KiB): it gathers every block and root again in
+    backward; saved for backward −135.4 KiB``. ``memory`` is ``(what, bytes_a, bytes_b)`` (a measured step peak,
+    say); without it, what forward saves for backward when either run recorded it.
+    """
+    if not isinstance(a, TraceBundle) or not isinstance(b, TraceBundle):
+        raise TypeError(f"verdict(a, b) compares two TraceBundle objects; got {type(a).__name__}, {type(b).__name__}")
+    sa, sb = bytes_per_step(a), bytes_per_step(b)
+    if not sa and not sb:
+        head = f"neither {a_name} nor {b_name} sends anything"
+    elif not sa:
+        head = f"{b_name} sends {format_bytes(sb)} per step, {a_name} nothing"
+    elif abs(sb / sa - 1) < 0.005:
+        head = f"{b_name} sends the same bytes per step as {a_name} ({format_bytes(sa)})"
+    else:
+        ratio = f"{sb / sa:.2f}".rstrip("0").rstrip(".")
+        head = f"{b_name} sends {ratio}x {a_name}'s bytes per step ({format_bytes(sa)} -> {format_bytes(sb)})"
+    clauses = []
+    for label in ("forward", "backward"):
+        ta, tb = a.traces().get(label), b.traces().get(label)
+        if ta is not None and tb is not None:
+            clauses += _trace_clauses(label, ta, tb, b)
+    sentence = head + (": it " + " and ".join(clauses) if clauses else ": the same collectives")
+    if memory is None and (a.saved_for_backward["tensors"] or b.saved_for_backward["tensors"]):
+        memory = ("saved for backward", a.saved_for_backward["bytes"], b.saved_for_backward["bytes"])
+    if memory is not None:
+        sentence += f"; {memory[0]} {_signed(memory[2] - memory[1])}"
+    return sentence

@@ -28,6 +28,7 @@ __all__ = [
     "TraceBundle",
     "TraceSnapshot",
     "short_dtype",
+    "short_op_name",
 ]
 
 #: Ops that manage Python objects rather than compute: hidden by default in graphs and ignored by the diff,
@@ -292,3 +293,12 @@ class TraceBundle:
         if self.backward is not None:
             out["backward"] = self.backward
         return out
+
+
+def short_op_name(op: str) -> str:
+    """``torch_all_gather_prim_impl`` -> ``all_gather``; ``torch.ops.aten.embedding_backward`` ->
+    ``embedding_backward``: how graphs, search and diffs name an op (the trace model's, so a diff can count ops
+    by the names a view shows without importing the renderer)."""
+    name = op.rsplit(".", 1)[-1] if op.startswith("torch.ops.") else op
+    name = re.sub(r"^torch_(prims_)?", "", name)
+    return re.sub(r"(_prim)?_impl$", "", name)
