@@ -16,6 +16,7 @@ import pytest
 import traitlets
 
 from tests.helpers import trace_fixtures as tf
+from tests.helpers.bucketed_traces import bucketed_trace_files, run_report
 from tests.helpers.trace_scenarios import two_rank_run
 from thunderviz.notebook import viewdata as vd
 from thunderviz.notebook.compare import compare
@@ -268,6 +269,58 @@ def test_compare_saved_files_by_name(ranks: list[Any]) -> None:
         compare(path, path, name="nope")
     with pytest.raises(TypeError, match="thunderviz widgets show traces"):
         compare(object(), path)
+
+
+def _statuses(pane: dict[str, Any]) -> dict[str, str]:
+    """Drawn node -> its outline, nodes named by their group (a collectives node as ``<group> collectives``)."""
+    out = {}
+    for nid, mark in pane["marks"].items():
+        meta = pane["nodes"][nid]
+        name = meta.get("name") or (f"{meta['group']} collectives" if nid.endswith("c") else meta.get("group"))
+        out[name if meta["kind"] != "op" else f"op{meta['index']}"] = mark["status"]
+    return out
+
+
+def test_compare_zero2_zero3_outlines_what_changed_and_says_a_verdict() -> None:
+    """Issue 30: both runs have blocks.0-3 and ln_f (ZERO3 adds unsqueeze/expand ops to them): outlined as changed,
+    on both sides, with what changed on click; only ZERO3's re-gathering buckets are added; a verdict on top."""
+    files = bucketed_trace_files()
+    z2, z3 = run_report("zero2", files["zero2"]), run_report("zero3", files["zero3"])
+    c = compare(z2, z3, trace="backward")
+    assert c.runs == ["zero2", "zero3"]
+    left, right = (_statuses(p) for p in c.panes)
+    blocks = {f"blocks.{i}" for i in range(4)} | {"ln_f"}
+    gathers = {f"all_gather blocks.{i}" for i in range(4)} | {"all_gather root"}
+    assert left == dict.fromkeys(blocks, "changed")
+    assert right == {**dict.fromkeys(blocks, "changed"), **dict.fromkeys(gathers, "added")}
+    # clicking a changed block says what changed, by op name and count
+    node = next(g["id"] for g in c.panes[1]["groups"] if g["name"] == "blocks.0")
+    change = c.select(node, pane=1)["change"]
+    assert change["status"] == "changed" and change["runs"] == ["zero2", "zero3"]
+    assert change["ops_added"] == c.changes["blocks.0"].ops_added
+    assert set(change["ops_added"]) == {"unsqueeze", "expand"}
+    bucket = next(g["id"] for g in c.panes[1]["groups"] if g["name"] == "all_gather blocks.0")
+    sent = c.select(bucket, pane=1)["change"]
+    assert sent["status"] == "added" and sent["bytes_a"] == 0 < sent["bytes_b"]
+    # the verdict: bytes per step, why, memory; in the static picture too
+    assert c.verdict == vd.compare_verdict(c._a, c._b)
+    assert c.verdict.startswith("zero3 sends ") and ": it gathers every block and root again in backward; " in c.verdict
+    from thunderviz.render.markup import escape
+
+    assert f"<p class='tv-verdict'>{escape(c.verdict)}</p>" in c.to_html()
+    # an open block: its new ops added, its frame changed; zero2's side has nothing added
+    c.expand("blocks.0")
+    left, right = (_statuses(p) for p in c.panes)
+    assert right["blocks.0"] == left["blocks.0"] == "changed"
+    new_ops = {k for k, v in right.items() if k.startswith("op")}
+    assert new_ops and {right[k] for k in new_ops} == {"added"}
+    assert "added" not in left.values()
+    # a measured step peak on both sides is the verdict's memory clause
+    from thunderviz.trace.memory import StepMemory
+
+    z2.step_memory = {0: StepMemory(3 * 2**20, "memtracker")}
+    z3.step_memory = {0: StepMemory(2 * 2**20, "memtracker")}
+    assert compare(z2, z3).verdict.endswith("; step peak (measured) \u22121.0 MiB")
 
 
 # ---------------------------------------------------------------------------------------------- static view, safety

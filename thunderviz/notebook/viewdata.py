@@ -20,7 +20,7 @@ from typing import Any, TypedDict
 from thunderviz.parallel.decisions import Decision
 from thunderviz.render.graph import graph_view, op_summary, short_op_name
 from thunderviz.render.memory_view import PEAK_NOTE, plan_bars, plan_run_bars, run_bars
-from thunderviz.trace.diff import TraceDiff, diff_traces, memory_changes
+from thunderviz.trace.diff import GroupChange, TraceDiff, diff_traces, group_changes, memory_changes, verdict
 from thunderviz.trace.file import bundle_from_dict, load
 from thunderviz.trace.ledger import Ledger, find_mismatches, ledger_from_bundle
 from thunderviz.trace.memory import MemoryEstimate, StepMemory, compare
@@ -34,15 +34,19 @@ __all__ = [
     "MemoryColumn",
     "MemoryPanel",
     "MemoryView",
+    "NodeMark",
     "PaneData",
     "Panels",
     "SearchHit",
     "Subject",
+    "changes_for",
+    "compare_verdict",
     "diff_marks",
     "memory_panel",
     "memory_rows",
     "memory_view",
     "pane_data",
+    "run_names",
     "search_ops",
     "subject_of",
     "trace_choices",
@@ -63,6 +67,11 @@ class GroupRow(TypedDict):
     expanded: bool
 
 
+#: A node's outline in a comparison: ``status`` (``added``: only the right run has what it draws, ``removed``: only
+#: the left, ``changed``: both, with other ops) and how many of its ops the diff tagged ``+``, ``-`` and ``~``.
+NodeMark = TypedDict("NodeMark", {"status": str, "+": int, "-": int, "~": int})
+
+
 class PaneData(TypedDict):
     """One graph pane (``pane_data``): the DOT, per-node details, groups and diff marks."""
 
@@ -71,7 +80,7 @@ class PaneData(TypedDict):
     dot: str
     nodes: dict[str, dict[str, Any]]
     groups: list[GroupRow]
-    marks: dict[str, dict[str, int]]
+    marks: dict[str, NodeMark]
     n_ops: int
     n_collectives: int
     n_waits: int
@@ -369,11 +378,16 @@ def pane_data(
     title: str = "",
     id_prefix: str = "",
     marks: Mapping[int, str] | None = None,
+    changes: Mapping[str, GroupChange] | None = None,
+    runs: tuple[str, str] = ("", ""),
 ) -> PaneData:
     """Everything one graph pane needs, as JSON: DOT, per-node details (with ledger rows), groups, diff marks.
 
     ``expanded`` holds group *names* (not ids) so one list can open the same block in both panes of a
-    comparison; names this trace lacks are ignored. ``marks`` maps op index -> diff tag (``+``, ``-``, ``~``).
+    comparison; names this trace lacks are ignored. In a comparison, ``marks`` maps op index -> diff tag (``+``,
+    ``-``, ``~``) and ``changes`` group name -> ``trace.diff.GroupChange``: a node is outlined by what it draws (an op
+    by its tag, a block, bucket or open block's frame by its group's status, a collectives node by its group's
+    communication), and its details carry the group's change with ``runs`` (the two runs' names) to say it in.
     """
     gv0 = graph_view(snapshot, title=title or snapshot.label, id_prefix=id_prefix)
     names = {g.name for g in gv0.groups}
@@ -392,20 +406,35 @@ def pane_data(
             }
     for meta in nodes.values():
         _attach_ledger(meta, rows)
-    node_of = gv.node_of
-    node_marks: dict[str, dict[str, int]] = {}
+    node_marks: dict[str, NodeMark] = {}
+    tags = {"+": "added", "-": "removed", "~": "changed"}
     for idx, tag in (marks or {}).items():
-        nid = node_of.get(idx)
+        nid = gv.node_of.get(idx)
         if nid is not None:
-            counts = node_marks.setdefault(nid, {"+": 0, "-": 0, "~": 0})
-            counts[tag] += 1
+            mark = node_marks.setdefault(nid, NodeMark(status="", **{"+": 0, "-": 0, "~": 0}))
+            mark[tag] += 1  # type: ignore[literal-required]
+            if nid.startswith("op"):
+                mark["status"] = tags[tag]
+    for g in gv.groups:
+        ch = (changes or {}).get(g.name)
+        if ch is None:
+            continue
+        change = {**ch.to_dict(), "runs": list(runs)}
+        parts = [(g.id, ch.status)] if g.id in gv.expanded or g.bucket is not None else [(g.id, ch.compute)]
+        if g.id not in gv.expanded and g.bucket is None and f"{g.id}c" in nodes:
+            parts.append((f"{g.id}c", ch.communication))
+        for nid, status in parts:
+            if nid in nodes:
+                nodes[nid] = {**nodes[nid], "change": change}
+            if status in ("added", "removed", "changed"):
+                node_marks.setdefault(nid, NodeMark(status="", **{"+": 0, "-": 0, "~": 0}))["status"] = status
     return PaneData(
         title=title or snapshot.label,
         prefix=id_prefix,
         dot=gv.dot,
         nodes=nodes,
         groups=[GroupRow(id=g.id, name=g.name, n_ops=len(g.ops), expanded=g.id in gv.expanded) for g in gv.groups],
-        marks=node_marks,
+        marks={k: m for k, m in node_marks.items() if m["status"]},
         n_ops=len(snapshot.ops),
         n_collectives=sum(1 for op in snapshot.ops if op.is_collective),
         n_waits=sum(1 for op in snapshot.ops if op.is_wait),
@@ -495,6 +524,31 @@ def compare_header(a: Subject, b: Subject, label: str, diff: TraceDiff) -> str:
 
 def diff_for(a: Subject, b: Subject, label: str) -> TraceDiff:
     return diff_traces(snapshot_of(a.primary, label), snapshot_of(b.primary, label))
+
+
+def changes_for(a: Subject, b: Subject, label: str, diff: TraceDiff | None = None) -> dict[str, GroupChange]:
+    """Group name -> ``GroupChange`` between the two sides' trace ``label`` (what the outlines and clicks say)."""
+    return group_changes(snapshot_of(a.primary, label), snapshot_of(b.primary, label), diff)
+
+
+def run_names(a: Subject, b: Subject) -> tuple[str, str]:
+    """Short names for the two runs, for a sentence: the cell's ``--name`` (``zero3``), else the label; told apart
+    by ``(left)``/``(right)`` when they read the same."""
+    na, nb = a.run or a.label, b.run or b.label
+    return (f"{na} (left)", f"{nb} (right)") if na == nb else (na, nb)
+
+
+def compare_verdict(a: Subject, b: Subject) -> str:
+    """The comparison's one sentence (``trace.diff.verdict``): bytes sent per step, why, and the measured step peak
+    of the lowest rank when both runs measured one (else the predicted one, else what forward saves for backward)."""
+    na, nb = run_names(a, b)
+    memory = None
+    ma, mb = a.step_memory.get(a.primary.rank), b.step_memory.get(b.primary.rank)
+    if ma is not None and mb is not None and ma.peak_bytes is not None and mb.peak_bytes is not None:
+        memory = ("step peak (measured)", ma.peak_bytes, mb.peak_bytes)
+    elif a.prediction is not None and b.prediction is not None:
+        memory = ("step peak (predicted)", a.prediction.peak_bytes, b.prediction.peak_bytes)
+    return verdict(a.primary, b.primary, na, nb, memory)
 
 
 def ledger_table(subject: Subject) -> LedgerPanel:

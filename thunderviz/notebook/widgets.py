@@ -53,6 +53,10 @@ class _GraphWidget(anywidget.AnyWidget):
     mode = t.Unicode("trace").tag(sync=True)
     title = t.Unicode("").tag(sync=True)
     summary = t.Unicode("").tag(sync=True)
+    #: a comparison's one-sentence verdict (``viewdata.compare_verdict``): bytes per step, why, one memory change
+    verdict = t.Unicode("").tag(sync=True)
+    #: a comparison's two run names, for its legend and the details of a changed block
+    runs = t.List(t.Unicode()).tag(sync=True)
     traces = t.List(t.Unicode()).tag(sync=True)
     #: label -> what the trace menu says (``viewdata.trace_names``)
     trace_names = t.Dict().tag(sync=True)
@@ -87,6 +91,10 @@ class _GraphWidget(anywidget.AnyWidget):
     def _pane_heading(self, index: int, subject: vd.Subject) -> str:
         """What a pane's title says it shows (run, configuration, object)."""
         return subject.heading
+
+    def _pane_compare(self, index: int) -> dict[str, Any]:
+        """A comparison's extra ``viewdata.pane_data`` arguments for pane ``index`` (group changes, run names)."""
+        return {}
 
     # ------------------------------------------------------------------ state
 
@@ -126,6 +134,7 @@ class _GraphWidget(anywidget.AnyWidget):
                     title=f"{self._pane_heading(i, subject)} \u00b7 {self.trace}",
                     id_prefix=prefix,
                     marks=marks,
+                    **self._pane_compare(i),
                 )
             )
         self.panes = panes
@@ -189,6 +198,8 @@ class _GraphWidget(anywidget.AnyWidget):
     def to_html(self) -> str:
         """The static picture: title, summary, each pane's graph (SVG, or DOT without Graphviz) and the panels."""
         parts = [f"<div class='thunderviz-static'><h4>{_e(self.title)}</h4>"]
+        if self.verdict:
+            parts.append(f"<p class='tv-verdict'>{_e(self.verdict)}</p>")
         if self.summary:
             parts.append(f"<p><b>{_e(self.summary)}</b></p>")
         use_svg = dot_available()
@@ -344,10 +355,13 @@ class TraceView(_GraphWidget):
 
 
 class CompareView(_GraphWidget):
-    """Two traces side by side over the same label, synced zoom, the structural diff marked on both graphs.
+    """Two traces over the same label on one scale, synced zoom, the structural diff outlined on both graphs.
 
-    Marks: on the left, nodes holding ops that are gone or changed in the right; on the right, nodes holding
-    added or changed ops. The one-line summary (``TraceDiff.summary``) is on top. Build it with
+    Outlines (``viewdata.pane_data``): ``added`` only on what the left run has nothing of (a bucket ZERO3 adds),
+    ``removed`` the reverse, ``changed`` on a block both runs have whose ops differ (clicking it says which ops,
+    collectives and bytes sent: ``changes``). On top, the verdict (``viewdata.compare_verdict``: bytes sent per step,
+    why, one memory difference), then the summary (``TraceDiff.summary``). The panes sit side by side when both
+    graphs fit their half with readable text, else one above the other. Build it with
     ``thunderviz.notebook.compare.compare``.
     """
 
@@ -361,10 +375,13 @@ class CompareView(_GraphWidget):
             raise ValueError(f"compare(trace={trace!r}): both sides have {shared!r}")
         self._diffs: dict[str, Any] = {}
         self._marks: tuple[dict[int, str], dict[int, str]] = ({}, {})
+        self._changes: dict[str, Any] = {}
         super().__init__(mode="compare", **kwargs)
         with self.hold_trait_notifications():
             la, lb = vd.distinct_labels(a, b)
             self.title = f"{la} vs {lb}"
+            self.runs = list(vd.run_names(a, b))
+            self.verdict = vd.compare_verdict(a, b)
             self.traces = shared
             self.trace_names = {k: v for k, v in vd.trace_names(a.primary).items() if k in shared}
         self.trace = trace
@@ -384,6 +401,7 @@ class CompareView(_GraphWidget):
     def _on_trace_changed(self) -> None:
         d = self._diff_for(self.trace)
         self._marks = vd.diff_marks(d)
+        self._changes = vd.changes_for(self._a, self._b, self.trace, d)
         self.summary = vd.compare_header(self._a, self._b, self.trace, d)
         rows = [
             {
@@ -408,6 +426,14 @@ class CompareView(_GraphWidget):
 
     def _pane_specs(self) -> list[tuple[vd.Subject, dict[int, str] | None]]:
         return [(self._a, self._marks[0]), (self._b, self._marks[1])]
+
+    def _pane_compare(self, index: int) -> dict[str, Any]:
+        return {"changes": self._changes, "runs": tuple(self.runs)}
+
+    @property
+    def changes(self) -> dict[str, Any]:
+        """Group name -> ``trace.diff.GroupChange`` for the current trace: what each outline and click says."""
+        return dict(self._changes)
 
     def _pane_heading(self, index: int, subject: vd.Subject) -> str:
         label = vd.distinct_labels(self._a, self._b)[index]
