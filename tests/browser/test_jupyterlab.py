@@ -52,6 +52,23 @@ _MIN_TEXT_JS = """
 }
 """
 
+# Each outlined node of a pane and its outline (``viewdata.pane_data``'s marks).
+_DIFF_MARKS_JS = "els => els.map(e => [e.dataset.node, e.dataset.diff])"
+# Per graph pane: its scale on screen (px per graph unit), and its nodes not wholly inside the pane's box.
+_PANE_GEOMETRY_JS = """
+(root) => [...root.querySelectorAll('.tv-graph')].map((box) => {
+  const b = box.getBoundingClientRect();
+  const svg = box.querySelector('svg');
+  const ctm = svg.getScreenCTM();
+  const nodes = [...svg.querySelectorAll('g.node')];
+  const cut = nodes.filter((n) => {
+    const r = n.getBoundingClientRect();
+    return r.left < b.left - 0.5 || r.right > b.right + 0.5 || r.top < b.top - 0.5 || r.bottom > b.bottom + 0.5;
+  }).map((n) => n.dataset.node || n.id);
+  return { scale: Math.hypot(ctm.a, ctm.b), nodes: nodes.length, cut, box: [b.left, b.top, b.width, b.height] };
+})
+"""
+
 pytestmark = [
     pytest.mark.skipif(chromium_missing(), reason=MISSING_REASON),
     pytest.mark.timeout(420),
@@ -133,11 +150,24 @@ def _expected(
     plan, saved_vs_eager = memory_view_inputs()
     memory = TraceView(files["fsdp"], trace="forward", plan=plan, saved_vs_eager=saved_vs_eager).panels["memory_view"]
     assert memory["budget"] and any(not b["fits"] for b in memory["bars"]) and any(b["fits"] for b in memory["bars"])
+    block = next(g["id"] for g in zero.panes[1]["groups"] if g["name"] == "blocks.0")
     return {
         "memory": memory,
         "compares": [
-            {"title": c.title, "summary": c.summary, "panes": [p["title"] for p in c.panes]} for c in (zero, fsdp_ddp)
+            {
+                "title": c.title,
+                "summary": c.summary,
+                "verdict": c.verdict,
+                "runs": c.runs,
+                "panes": [p["title"] for p in c.panes],
+            }
+            for c in (zero, fsdp_ddp)
         ],
+        "zero_compare": {
+            "marks": [{nid: m["status"] for nid, m in p["marks"].items()} for p in zero.panes],
+            "block": {"node": block, "ops_added": zero.changes["blocks.0"].ops_added},
+        },
+        "first_compare_marks": [{nid: m["status"] for nid, m in p["marks"].items()} for p in cmp.panes],
         "tutorial_view": {
             "title": tutorial_view.title,
             "headlines": [d["headline"] for d in tutorial_view.panels["decisions"]],
@@ -423,7 +453,11 @@ def test_compare_summary_and_diff_marks(lab: Lab) -> None:
     assert "+53 reduce_scatter" in summary and "\u221253 all_reduce" in summary
     panes = root.locator(".tv-graph")
     assert panes.count() == 2
-    assert panes.nth(1).locator("g.tv-diff-add").count() > 0
+    # every outline as the model computed it (viewdata.pane_data), on both sides
+    for i, marks in enumerate(lab.expected["first_compare_marks"]):
+        drawn = panes.nth(i).locator("g[data-diff]").evaluate_all(_DIFF_MARKS_JS)
+        assert dict(drawn) == marks and marks, (i, drawn, marks)
+    assert panes.nth(1).locator("g.tv-diff-add, g.tv-diff-chg").count() > 0
     assert panes.nth(0).locator("g.tv-diff-rem, g.tv-diff-chg").count() > 0
     # Synced zoom: zooming once changes both panes' view by the same factor.
     vb = lambda: [p.locator("svg").get_attribute("viewBox") for p in panes.all()]  # noqa: E731
@@ -602,13 +636,54 @@ def test_comparisons_name_the_runs_and_their_configuration_with_a_legend(lab: La
         assert root.locator(".tv-summary").inner_text() == exp["summary"]
         titles = root.locator(".tv-pane-title").evaluate_all("els => els.map(e => e.textContent)")
         assert [t.split(" \u2014 ")[0] for t in titles] == exp["panes"]
+        assert root.locator(".tv-verdict").inner_text() == exp["verdict"]
         legend = root.locator(".tv-legend").inner_text()
-        assert "only in the right run (added)" in legend and "only in the left run (removed)" in legend
+        a, b = exp["runs"]
+        assert f"added: only in {b}" in legend and f"removed: only in {a}" in legend and "changed: in both" in legend
         assert "\u22120" not in exp["summary"] and "~0" not in exp["summary"]
         lab.shot(f"{13 + i:02d}-compare-{'zero2-vs-zero3' if i == 1 else 'ddp-vs-fsdp'}", root)
     first = lab.expected["compares"][0]
     assert first["title"] == "zero2: FSDP ZERO2 BLOCK vs zero3: FSDP ZERO3 BLOCK"
     assert "saved for backward" in first["summary"]
+    assert first["verdict"].startswith("zero3 sends ") and "bytes per step" in first["verdict"]
+
+
+def test_compare_zero2_zero3_one_scale_whole_at_fit_and_says_what_changed(lab: Lab) -> None:
+    """Issue 30 item 7: both panes on one scale; at "fit" every node whole inside its pane; outlines only on what was
+    added or changed (ZERO2's and ZERO3's blocks are changed, not "only in the right run"), and clicking a changed
+    block lists the ops added to it."""
+    exp = lab.expected["zero_compare"]
+    root = lab.page.locator(".tv-root[data-mode=compare]").nth(1)
+    root.scroll_into_view_if_needed()
+    root.locator("button[title='zoom in']").click()
+    root.locator("button.tv-btn", has_text="fit").click()
+    panes = root.evaluate(_PANE_GEOMETRY_JS)
+    print(f"\nZERO2 vs ZERO3 at fit ({root.get_attribute('data-arrangement')}):", panes)
+    assert len(panes) == 2 and all(p["nodes"] > 5 for p in panes)
+    assert panes[1]["scale"] == pytest.approx(panes[0]["scale"], rel=1e-3), panes  # one scale
+    assert [p["cut"] for p in panes] == [[], []], panes  # no node cut at a pane's edge
+    assert _min_text(root) >= MIN_TEXT_PX - 0.05  # and still readable
+    graphs = root.locator(".tv-graph")
+    for i, marks in enumerate(exp["marks"]):
+        drawn = graphs.nth(i).locator("g[data-diff]").evaluate_all(_DIFF_MARKS_JS)
+        assert dict(drawn) == marks, (i, drawn, marks)
+    blocks = (
+        graphs.nth(1)
+        .locator("g.node.tv-kind-group", has_text="blocks.")
+        .evaluate_all("els => els.map(e => e.dataset.diff)")
+    )
+    assert blocks == ["changed"] * 4, blocks
+    assert graphs.nth(0).locator("g.tv-diff-add").count() == 0
+    added = graphs.nth(1).locator("g.tv-diff-add").evaluate_all("els => els.map(e => e.textContent)")
+    assert added and all("all_gather" in t for t in added), added
+    lab.shot("21-compare-zero2-vs-zero3-at-fit", root)
+    root.locator(f".tv-graph[data-pane='1'] g.node[data-node='{exp['block']['node']}']").click()
+    box = root.locator(".tv-details .tv-change[data-status=changed]")
+    box.wait_for(timeout=10_000)
+    assert box.locator(".tv-change-head").inner_text() == "blocks.0: in both runs, changed from zero2 to zero3"
+    rows = box.locator("tr.tv-change-op").evaluate_all("els => els.map(e => [...e.cells].map(c => c.textContent))")
+    assert {r[1]: int(r[2]) for r in rows} == exp["block"]["ops_added"] and {r[0] for r in rows} == {"added in zero3"}
+    lab.shot("22-compare-changed-block-details", root.locator(".tv-details"))
 
 
 def test_tutorial_trace_view_reads_at_a_glance(lab: Lab) -> None:

@@ -9,6 +9,8 @@
 const GV_KEY = "__thunderviz_graphviz_wasm_1_29_2";
 // No text is drawn smaller than this, at the default view, at "fit" or after zooming out.
 const MIN_TEXT_PX = 11;
+// "fit" leaves this much room (px) between the graph and the pane's edges: nodes are never cut by the edge.
+const FIT_MARGIN_PX = 12;
 
 // Layout runs in a Web Worker so a big expanded block (hundreds of ops, ~0.5 s of Graphviz) never blocks the
 // page; if a worker cannot be made (very old browser, strict CSP), it runs on the main thread instead.
@@ -218,20 +220,26 @@ class Pane {
     return this._minFont;
   }
 
-  fitScale() {
-    const r = this.box.getBoundingClientRect();
-    return Math.min(Math.max(r.width, 1) / this.base.w, Math.max(r.height, 1) / this.base.h);
+  // The drawing area inside the pane's border: what the SVG fills (the border would make two panes' scales differ).
+  size() {
+    return { width: this.box.clientWidth, height: this.box.clientHeight };
   }
 
-  // The least zoom (1 = the whole graph in the pane) at which its text is still MIN_TEXT_PX.
-  minZoom() {
-    if (!this.svg || !this.base || this.box.getBoundingClientRect().width < 2) return 0.2; // not laid out yet
-    return Math.max(0.2, MIN_TEXT_PX / (this.minFont() * this.fitScale()));
+  // Pixels per graph unit that show the whole graph in a pane of this size with FIT_MARGIN_PX all round.
+  fitScale(width, height) {
+    const r = this.size();
+    const w = (width ?? r.width) - 2 * FIT_MARGIN_PX, hh = (height ?? r.height) - 2 * FIT_MARGIN_PX;
+    return Math.min(Math.max(w, 1) / this.base.w, Math.max(hh, 1) / this.base.h);
+  }
+
+  // The least scale (px per graph unit) at which this graph's smallest text is still MIN_TEXT_PX.
+  readableScale() {
+    return MIN_TEXT_PX / this.minFont();
   }
 
   textPx() {
-    if (!this.svg || !this.base) return null;
-    return this.minFont() * this.fitScale() * this.view.viewport.k;
+    if (!this.svg || !this.base || !this.view.viewport.s) return null;
+    return this.minFont() * this.view.viewport.s;
   }
 
   async draw(data, gv) {
@@ -275,29 +283,29 @@ class Pane {
       el.classList.remove("tv-diff-add", "tv-diff-rem", "tv-diff-chg");
       delete el.dataset.diff;
     }
+    // The kernel says what each node is in the comparison (viewdata.pane_data): added and removed only where the
+    // other run has nothing of what the node draws; a block both runs have, with other ops, is changed.
+    const cls = { added: "tv-diff-add", removed: "tv-diff-rem", changed: "tv-diff-chg" };
     for (const [id, m] of Object.entries(this.data.marks || {})) {
       const el = this.nodeEl(id);
-      if (!el) continue;
-      const cls = m["+"] >= Math.max(m["-"], m["~"]) ? "tv-diff-add" : m["-"] >= m["~"] ? "tv-diff-rem" : "tv-diff-chg";
-      el.classList.add(cls);
-      el.dataset.diff = `+${m["+"]} -${m["-"]} ~${m["~"]}`;
+      if (!el || !cls[m.status]) continue;
+      el.classList.add(cls[m.status]);
+      el.dataset.diff = m.status;
+      el.dataset.diffOps = `+${m["+"]} -${m["-"]} ~${m["~"]}`;
     }
   }
 
+  // Every pane draws at the one scale s (px per graph unit), so a block is as big in both runs of a comparison;
+  // (tx, ty) place each graph's top centre the same number of pixels from its pane's top centre, so panning and
+  // zooming move both graphs alike.
   applyView() {
-    if (!this.svg || !this.base) return;
-    const { k, cx, cy } = this.view.viewport;
-    const w = this.base.w / k;
-    const hh = this.base.h / k;
-    const x = this.base.x + cx * this.base.w - w / 2;
-    const y = this.base.y + cy * this.base.h - hh / 2;
+    if (!this.svg || !this.base || !this.view.viewport.s) return;
+    const { s, tx, ty } = this.view.viewport;
+    const r = this.size();
+    const w = Math.max(r.width, 1) / s, hh = Math.max(r.height, 1) / s;
+    const x = this.base.x + this.base.w / 2 - (r.width / 2 + tx) / s;
+    const y = this.base.y - ty / s;
     this.svg.setAttribute("viewBox", `${x} ${y} ${w} ${hh}`);
-  }
-
-  unitsPerPixel() {
-    const r = this.box.getBoundingClientRect();
-    const { k } = this.view.viewport;
-    return Math.max(this.base.w / k / Math.max(r.width, 1), this.base.h / k / Math.max(r.height, 1));
   }
 }
 
@@ -306,7 +314,7 @@ function render({ model, el }) {
   const tRender = performance.timeOrigin + performance.now();
   root.dataset.tRender = String(tRender);
   el.append(root);
-  const state = { generation: 0, lastExpanded: [...model.get("expanded")], viewport: { k: 1, cx: 0.5, cy: 0.5 }, panes: [], selected: null, selectedIndex: null, tab: "details" };
+  const state = { generation: 0, lastExpanded: [...model.get("expanded")], viewport: { s: 0, tx: 0, ty: 0, auto: true }, panes: [], selected: null, selectedIndex: null, tab: "details" };
 
   // ---------------------------------------------------------------- toolbar and layout
   const traceSel = h("select", { class: "tv-trace", title: "trace" });
@@ -320,17 +328,23 @@ function render({ model, el }) {
     btn("collapse all", "collapse every block", () => { model.set("expanded", []); model.save_changes(); }),
     status);
   const summary = h("div", { class: "tv-summary" });
-  // What the comparison's outlines mean (the diff marks of viewdata.diff_marks), in the outlines' own colours.
-  const legend = model.get("mode") === "compare" ? h("div", { class: "tv-legend" },
-    "outlines: ",
-    h("span", { class: "tv-swatch tv-swatch-add" }), " only in the right run (added)  ",
-    h("span", { class: "tv-swatch tv-swatch-rem" }), " only in the left run (removed)  ",
-    h("span", { class: "tv-swatch tv-swatch-chg" }), " in both, shapes changed") : null;
+  // A comparison's verdict: bytes sent per step, why, one memory difference (viewdata.compare_verdict).
+  const verdictLine = model.get("mode") === "compare" ? h("div", { class: "tv-verdict" }) : null;
+  // What the comparison's outlines mean (viewdata.pane_data's marks), in the outlines' own colours, by run name.
+  const legend = model.get("mode") === "compare" ? h("div", { class: "tv-legend" }) : null;
+  function drawLegend() {
+    if (!legend) return;
+    const [a, b] = model.get("runs").length === 2 ? model.get("runs") : ["the left run", "the right run"];
+    legend.replaceChildren("outlines: ",
+      h("span", { class: "tv-swatch tv-swatch-add" }), ` added: only in ${b}  `,
+      h("span", { class: "tv-swatch tv-swatch-rem" }), ` removed: only in ${a}  `,
+      h("span", { class: "tv-swatch tv-swatch-chg" }), " changed: in both, other ops (click it for what changed)");
+  }
   const matchesBox = h("div", { class: "tv-matches" });
   const panesBox = h("div", { class: "tv-panes" });
   const tabs = h("div", { class: "tv-tabs" });
   const panel = h("div", { class: "tv-panel" });
-  root.append(...[toolbar, summary, legend, matchesBox, panesBox, tabs, panel].filter((x) => x));
+  root.append(...[toolbar, verdictLine, summary, legend, matchesBox, panesBox, tabs, panel].filter((x) => x));
 
   const setStatus = (text, isError) => {
     status.textContent = text;
@@ -343,42 +357,59 @@ function render({ model, el }) {
     if (px.length) root.dataset.minTextPx = Math.min(...px).toFixed(2);
   }
 
-  const minZoom = () => Math.max(0.2, ...state.panes.map((p) => p.minZoom()));
+  const drawn = () => state.panes.filter((p) => p.base && p.svg);
+  // The one scale that shows every graph whole, each in its own pane.
+  const fitAll = () => Math.min(...drawn().map((p) => p.fitScale()));
+  // The least scale at which every graph's text stays readable (and no less than a fifth of the whole view).
+  const minScale = () => Math.max(0.2 * fitAll(), ...drawn().map((p) => p.readableScale()));
 
-  // The pane grows (up to 1.6x its height) when the graph needs it to be readable, then pans.
+  // Pane sizes, and in a comparison whether the panes sit side by side or one above the other: side by side when
+  // both graphs fit their half at one readable scale, else one above the other when that shows them larger (a
+  // person compares the same block at the same size, not a half cut off at the pane's edge). A pane grows (up to
+  // 1.6x the height) when its graph needs it, then pans.
   function sizePanes() {
     const h = model.get("height");
-    for (const p of state.panes) {
-      if (!p.base) { p.box.style.height = `${h}px`; continue; }
-      const r = p.box.getBoundingClientRect();
-      const scale = Math.max(Math.min(r.width / p.base.w, 10), MIN_TEXT_PX / p.minFont());
-      p.box.style.height = `${Math.round(Math.min(1.6 * h, Math.max(h * 0.6, p.base.h * scale + 8)))}px`;
+    const ps = drawn();
+    if (!ps.length) { for (const p of state.panes) p.box.style.height = `${h}px`; return; }
+    const total = panesBox.getBoundingClientRect().width;
+    const gap = 8, tallest = 1.6 * h;
+    const readable = Math.max(...ps.map((p) => p.readableScale()));
+    const scaleAt = (width) => Math.min(2, ...ps.map((p) => p.fitScale(width - 2, tallest))); // a 1px border each side
+    const two = state.panes.length > 1;
+    const stacked = two && scaleAt((total - gap) / 2) < readable && scaleAt(total) > scaleAt((total - gap) / 2);
+    panesBox.classList.toggle("tv-two", two && !stacked);
+    panesBox.classList.toggle("tv-stacked", stacked);
+    root.dataset.arrangement = !two ? "single" : stacked ? "stacked" : "side-by-side";
+    const s = Math.max(scaleAt(two && !stacked ? (total - gap) / 2 : total), readable);
+    const need = (p) => Math.round(Math.min(tallest, p.base.h * s + 2 * FIT_MARGIN_PX));
+    if (stacked) {
+      for (const p of state.panes) p.box.style.height = `${p.base ? Math.max(need(p), 0.35 * h) : h}px`;
+    } else {
+      const hh = Math.max(0.6 * h, ...ps.map(need));
+      for (const p of state.panes) p.box.style.height = `${hh}px`;
     }
-    const tallest = Math.max(...state.panes.map((p) => parseFloat(p.box.style.height) || h));
-    for (const p of state.panes) p.box.style.height = `${tallest}px`;
   }
 
-  // Fit: the whole graph when its text stays readable; otherwise readable, from the top (where data enters).
+  // Fit: every graph whole, on one scale, FIT_MARGIN_PX clear of its pane's edges, when its text stays readable;
+  // otherwise readable, from the top (where data enters).
   function fitView() {
-    const k = Math.max(1, minZoom());
-    const p = state.panes.find((q) => q.base);
-    let cy = 0.5;
-    if (p && k > 1) {
-      const r = p.box.getBoundingClientRect();
-      const visible = r.height / (p.fitScale() * k); // graph units in view, vertically
-      cy = Math.min(0.5, visible / 2 / p.base.h);
-    }
-    state.viewport = { k, cx: 0.5, cy };
+    if (!drawn().length) return;
+    state.viewport = { s: Math.max(fitAll(), minScale()), tx: 0, ty: FIT_MARGIN_PX, auto: true };
     applyViews();
   }
 
-  function zoom(f, fx = 0.5, fy = 0.5) {
+  // Zoom by f keeping the point at (fx, fy) (fractions of the pane) where it is, in every pane alike.
+  function zoom(f, fx = 0.5, fy = 0.5, pane = null) {
     const v = state.viewport;
-    const k2 = Math.min(60, Math.max(minZoom(), v.k * f));
-    // Keep the point under (fx, fy) (fractions of the visible window) where it is.
-    v.cx += (fx - 0.5) * (1 / v.k - 1 / k2);
-    v.cy += (fy - 0.5) * (1 / v.k - 1 / k2);
-    v.k = k2;
+    const p = pane || drawn()[0];
+    if (!v.s || !p) return;
+    const s2 = Math.min(60 * fitAll(), Math.max(minScale(), v.s * f));
+    const r = p.size();
+    const px = fx * r.width - r.width / 2, py = fy * r.height;
+    v.tx = px - ((px - v.tx) * s2) / v.s;
+    v.ty = py - ((py - v.ty) * s2) / v.s;
+    v.s = s2;
+    v.auto = false;
     applyViews();
   }
 
@@ -417,7 +448,7 @@ function render({ model, el }) {
     sizePanes();
     if (opened.length) focusGroup(opened[opened.length - 1]);
     // a collapse redraws a smaller graph: the zoom that showed the open block would blow one node up to fill the pane
-    else if (closed.length || (times.length && state.viewport.k < minZoom())) fitView();
+    else if (closed.length || (times.length && (state.viewport.auto || state.viewport.s < minScale()))) fitView();
     else applyViews();
     root.dataset.drawn = String(Number(root.dataset.drawn || 0) + 1);
     markMatches();
@@ -429,19 +460,17 @@ function render({ model, el }) {
     p.box.addEventListener("wheel", (ev) => {
       ev.preventDefault();
       const r = p.box.getBoundingClientRect();
-      zoom(Math.exp(-ev.deltaY * 0.0015), (ev.clientX - r.left) / r.width, (ev.clientY - r.top) / r.height);
+      zoom(Math.exp(-ev.deltaY * 0.0015), (ev.clientX - r.left) / r.width, (ev.clientY - r.top) / r.height, p);
     }, { passive: false });
     p.box.addEventListener("pointerdown", (ev) => {
-      down = { x: ev.clientX, y: ev.clientY, cx: state.viewport.cx, cy: state.viewport.cy, moved: false };
+      down = { x: ev.clientX, y: ev.clientY, tx: state.viewport.tx, ty: state.viewport.ty, moved: false };
     });
     p.box.addEventListener("pointermove", (ev) => {
       if (!down || !p.base) return;
       const dx = ev.clientX - down.x, dy = ev.clientY - down.y;
       if (Math.abs(dx) + Math.abs(dy) > 4) down.moved = true;
       if (!down.moved) return;
-      const upp = p.unitsPerPixel();
-      state.viewport.cx = down.cx - (dx * upp) / p.base.w;
-      state.viewport.cy = down.cy - (dy * upp) / p.base.h;
+      Object.assign(state.viewport, { tx: down.tx + dx, ty: down.ty + dy, auto: false });
       applyViews();
     });
     p.box.addEventListener("pointerup", () => { setTimeout(() => { down = null; }, 0); });
@@ -477,15 +506,16 @@ function render({ model, el }) {
       const bb = el.getBBox();
       const m = p.svg.getScreenCTM().inverse().multiply(el.getScreenCTM());
       const x0 = m.a * bb.x + m.e, y0 = m.d * bb.y + m.f, bw = m.a * bb.width, bh = m.d * bb.height;
-      const r = p.box.getBoundingClientRect();
-      const fit = p.fitScale();
-      const whole = Math.min(r.width / (1.06 * bw * fit), r.height / (1.06 * bh * fit));
-      const most = Math.max(minZoom(), 18 / (p.minFont() * fit)); // never more than ~18 px text either
-      const k = Math.min(most, Math.max(minZoom(), whole));
-      const s = k * fit;
-      const fitsTall = bh * s <= r.height;
-      const cy = fitsTall ? (y0 + bh / 2 - p.base.y) / p.base.h : (y0 - 10 + r.height / s / 2 - p.base.y) / p.base.h;
-      state.viewport = { k, cx: (x0 + bw / 2 - p.base.x) / p.base.w, cy };
+      const r = p.size();
+      const room = (n) => Math.max(n - 2 * FIT_MARGIN_PX, 1);
+      const whole = Math.min(room(r.width) / bw, room(r.height) / bh);
+      const least = minScale();
+      const most = Math.max(least, 18 / p.minFont()); // never more than ~18 px text either
+      const s = Math.min(most, Math.max(least, whole));
+      const fitsTall = bh * s <= room(r.height);
+      const tx = -(x0 + bw / 2 - (p.base.x + p.base.w / 2)) * s;
+      const ty = fitsTall ? r.height / 2 - (y0 + bh / 2 - p.base.y) * s : FIT_MARGIN_PX - (y0 - p.base.y) * s;
+      state.viewport = { s, tx, ty, auto: false };
       applyViews();
       return;
     }
@@ -520,7 +550,7 @@ function render({ model, el }) {
     }
     const el = p.nodeEl(sel.node);
     if (el) el.classList.add("tv-selected");
-    if (state.tab === "details") panel.replaceChildren(details(meta, p));
+    if (state.tab === "details") panel.replaceChildren(details(meta, p, sel.node));
   }
 
   function ledgerRow(led) {
@@ -549,9 +579,42 @@ function render({ model, el }) {
     return box;
   }
 
-  function details(meta, p) {
+  // What changed in a group from the left run to the right (trace.diff.GroupChange), said with the runs' names.
+  function changeBox(c) {
+    const [a, b] = c.runs;
+    const head = {
+      added: `only in ${b} (${a} has no ${c.name})`, removed: `only in ${a} (${b} has no ${c.name})`,
+      changed: `in both runs, changed from ${a} to ${b}`, same: `the same in ${a} and ${b}`,
+    }[c.status];
+    const box = h("div", { class: "tv-change", "data-status": c.status }, h("div", { class: "tv-change-head" }, h("b", { text: c.name }), `: ${head}`));
+    if (c.status === "changed") {
+      const rows = [
+        ...Object.entries(c.ops_added).map(([k, n]) => [`added in ${b}`, k, n]),
+        ...Object.entries(c.ops_removed).map(([k, n]) => [`removed (only in ${a})`, k, n]),
+        ...Object.entries(c.ops_changed).map(([k, n]) => ["other shapes or dtypes", k, n]),
+      ];
+      if (rows.length) box.append(table(["", "op", "count"], rows, (i) => ({ class: "tv-change-op" })));
+    }
+    const kinds = [...new Set([...Object.keys(c.collectives_a), ...Object.keys(c.collectives_b)])];
+    if (kinds.length) box.append(table(["collective", a, b], kinds.map((k) => [k, c.collectives_a[k] || 0, c.collectives_b[k] || 0]), () => ({ class: "tv-change-coll" })));
+    if (c.bytes_a || c.bytes_b) {
+      const d = c.bytes_b - c.bytes_a;
+      const delta = d ? ` (${d > 0 ? "+" : "\u2212"}${fmtBytes(Math.abs(d))})` : " (the same)";
+      box.append(h("div", { class: "tv-change-bytes", text: `bytes sent on this rank: ${fmtBytes(c.bytes_a)} in ${a}, ${fmtBytes(c.bytes_b)} in ${b}${delta}` }));
+    }
+    return box;
+  }
+
+  function details(meta, p, node) {
     if (!meta) return h("p", { class: "tv-hint", text: "(no details)" });
     const out = h("div", { class: "tv-details", "data-kind": meta.kind });
+    if (meta.change && meta.change.status !== "same") out.append(changeBox(meta.change));
+    const mark = p && p.data.marks ? p.data.marks[node] : null;
+    if (mark && !meta.change && model.get("runs").length === 2) {
+      const [a, b] = model.get("runs");
+      const said = { added: `only in ${b} (added)`, removed: `only in ${a} (removed)`, changed: `in both runs, other shapes or dtypes in ${b}` }[mark.status];
+      if (said) out.append(h("div", { class: "tv-change", "data-status": mark.status }, h("div", { class: "tv-change-head", text: `this op: ${said}` })));
+    }
     if (meta.kind === "cluster") {
       out.append(h("div", { class: "tv-op-head" }, h("b", { text: meta.name }), ` \u00b7 open: ${meta.n_compute} compute ops `,
         h("button", { class: "tv-btn", text: "collapse block", onclick: () => toggleGroup(meta.name) })));
@@ -695,10 +758,14 @@ function render({ model, el }) {
     traceSel.replaceChildren(...model.get("traces").map((x) => { const o = h("option", { value: x, text: names[x] || x }); o.selected = x === cur; return o; }));
   }
   traceSel.addEventListener("change", () => { model.set("trace", traceSel.value); model.save_changes(); });
-  const drawSummary = () => { summary.textContent = model.get("summary"); summary.hidden = !model.get("summary"); };
+  const drawSummary = () => {
+    summary.textContent = model.get("summary");
+    summary.hidden = !model.get("summary");
+    if (verdictLine) { verdictLine.textContent = model.get("verdict"); verdictLine.hidden = !model.get("verdict"); }
+  };
 
   const redraw = () => drawPanes().catch((err) => { setStatus(`layout failed: ${err}`, true); console.error("thunderviz: layout failed", err); });
-  const onTrace = () => { drawTraces(); state.selected = null; state.viewport = { k: 1, cx: 0.5, cy: 0.5 }; };
+  const onTrace = () => { drawTraces(); state.selected = null; state.viewport = { s: 0, tx: 0, ty: 0, auto: true }; };
   model.on("change:panes", redraw);
   model.on("change:matches", markMatches);
   model.on("change:match_total", markMatches);
@@ -707,6 +774,8 @@ function render({ model, el }) {
   model.on("change:traces", drawTraces);
   model.on("change:trace_names", drawTraces);
   model.on("change:summary", drawSummary);
+  model.on("change:verdict", drawSummary);
+  model.on("change:runs", drawLegend);
   model.on("change:panels", () => showTab(state.tab));
   model.on("change:selected", () => {
     const s = model.get("selected");
@@ -715,6 +784,7 @@ function render({ model, el }) {
   });
   drawTraces();
   drawSummary();
+  drawLegend();
   drawTabs();
   search.value = model.get("search");
   redraw();
