@@ -120,9 +120,9 @@ def _capture(model: Any) -> Any:
 # -- activation checkpointing -------------------------------------------------------------------------------------
 
 
-def checkpointing(rank: int, world: int, kind: str, case: str) -> dict[str, Any]:
+def checkpointing(rank: int, world: int, kind: str, case: str, **options: Any) -> dict[str, Any]:
     """One step with ``activation_checkpointing_policy={Block}``: loss and gradients equal eager without it."""
-    fabric = _fabric(kind, jit=case != "function", activation_checkpointing_policy={Block})
+    fabric = _fabric(kind, "32-true", world, jit=case != "function", activation_checkpointing_policy={Block}, **options)
     torch.manual_seed(0)
     model, step = _setup(fabric, case, Tower(), ran_with=batch(99))
     x = batch(rank)

@@ -1,7 +1,8 @@
 """Hybrid sharding scenarios on 4 real gloo ranks as a 2 x 2 mesh (2 replicas of 2-rank shard groups).
 
 Everything runs in one set of 4 rank processes (``suite``): the communication scenarios of ``comm_scenarios`` under
-both hybrid levels and cases 1, 2 and 3; gradient accumulation under ``no_backward_sync``; clipping against one
+both hybrid levels and cases 1, 2 and 3; gradient accumulation under ``no_backward_sync``; a model built on the meta
+device (``fabric.init_module(empty_init=True)``); activation checkpointing; clipping against one
 process's ``clip_grad_norm_``; a sharded checkpoint saved on the 2 x 2 mesh and loaded on a 4 x 1 mesh. The saved
 checkpoint is then loaded again by the test at 2 ranks (plain FSDP) and 1 rank (``load_elsewhere``).
 """
@@ -12,11 +13,11 @@ from typing import Any
 
 import torch
 
-from tests.strategies import common
+from tests.strategies import common, scenarios
 from tests.strategies.checkpoint_scenarios import CkptNet, batch, full_optimizer_state, make_optimizer
 from tests.strategies.comm_scenarios import train
 from tests.strategies.common import full_params, loss_fn
-from tests.strategies.features_scenarios import accumulation
+from tests.strategies.features_scenarios import accumulation, checkpointing
 
 MESH = (2, 2)
 LEVELS = ("HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
@@ -78,5 +79,7 @@ def suite(rank: int, world: int, path: str) -> dict[str, Any]:
         for case, variant in CASES:
             out[f"{level}-{case}"] = train(rank, world, "fsdp", level, "BLOCK", case, variant, mesh=MESH)
     out["accumulation"] = accumulation(rank, world, "fsdp-hybrid_shard", "BLOCK", mesh=MESH)
+    out["meta_init"] = scenarios.train(rank, world, "fsdp", "raw", "mlp", "HYBRID_SHARD", meta=True, mesh=MESH)
+    out["activation_checkpointing"] = checkpointing(rank, world, "fsdp-hybrid_shard", "raw", device_mesh=MESH)
     out["checkpoint"] = clip_and_save(rank, world, path)
     return out

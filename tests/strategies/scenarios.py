@@ -138,6 +138,7 @@ def train(
     clip: str | None = None,
     meta: bool = False,
     executors: tuple[str, ...] | None = None,
+    mesh: tuple[int, int] | None = None,
 ) -> dict[str, Any]:
     """One scenario. ``case``: 'raw' (case 1), 'function' (case 2), 'jitted' or 'jitted_ran' (case 3).
 
@@ -148,7 +149,9 @@ def train(
     import thunder
 
     jit = case != "function"
-    options = {"sharding_strategy": sharding} if strategy_kind == "fsdp" else {}
+    options: dict[str, Any] = {"sharding_strategy": sharding} if strategy_kind == "fsdp" else {}
+    if mesh is not None:  # hybrid sharding's (replicas, shard_size)
+        options["device_mesh"] = mesh
     user_jit: dict[str, Any] = {}
     if executors is not None and case == "raw":
         options["executors"] = list(executors)

@@ -81,6 +81,18 @@ def test_no_backward_sync_accumulates_like_one_process(four):
         assert acc["refusals"]["step"] != "no error" and acc["refusals"]["clip"] != "no error"
 
 
+def test_meta_init_and_activation_checkpointing_train_like_one_process(four):
+    for rank, out in enumerate(four):
+        meta = out["meta_init"]
+        assert meta["on_meta_before_setup"]
+        torch.testing.assert_close(torch.tensor(meta["losses"]), torch.tensor(meta["ref"]["losses"]))
+        _close_all(meta["params"], meta["ref"]["params"], f"rank {rank} meta-init params after training")
+        ckpt = out["activation_checkpointing"]
+        assert ckpt["checkpointed"] == ["blocks.0", "blocks.1"]
+        assert ckpt["loss"] == pytest.approx(ckpt["ref_loss"], rel=1e-5)
+        _close_all(ckpt["grads"], ckpt["ref_grads"], f"rank {rank} checkpointed grads")
+
+
 def test_clipping_uses_the_norm_over_both_groups(four):
     for out in four:
         c = out["checkpoint"]
