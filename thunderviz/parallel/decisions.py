@@ -539,6 +539,13 @@ def _fusion_defaults(facts: ExecutorFacts, options: StrategyOptions, row: Callab
     )
 
 
+def _choice_row(
+    action: Action, target: str, case: Case, options: StrategyOptions, headline: str, reason: str, **kw: Any
+) -> Decision:
+    """A row for one of the choices made beside the case's own row (executors, mesh)."""
+    return Decision(target=target, case=case, action=action, options=options, headline=headline, reason=reason, **kw)
+
+
 def decide_executors(facts: ExecutorFacts, options: StrategyOptions, case: Case, target: str) -> Decision:
     """How thunder.jit compiles the model: which executors, in which order, and why.
 
@@ -550,15 +557,7 @@ def decide_executors(facts: ExecutorFacts, options: StrategyOptions, case: Case,
     """
 
     def row(headline: str, reason: str, **kw: Any) -> Decision:
-        return Decision(
-            target=target,
-            case=case,
-            action=Action.CHOOSE_EXECUTORS,
-            options=options,
-            headline=headline,
-            reason=reason,
-            **kw,
-        )
+        return _choice_row(Action.CHOOSE_EXECUTORS, target, case, options, headline, reason, **kw)
 
     if case is Case.FUNCTION_JIT:
         return row(
@@ -646,16 +645,7 @@ def decide_mesh(facts: MeshFacts, options: StrategyOptions, target: str, case: C
     """
 
     def row(headline: str, reason: str, mesh: tuple[int, int], warning: str = "") -> Decision:
-        return Decision(
-            target=target,
-            case=case,
-            action=Action.CHOOSE_MESH,
-            options=options,
-            headline=headline,
-            reason=reason,
-            mesh=mesh,
-            warning=warning,
-        )
+        return _choice_row(Action.CHOOSE_MESH, target, case, options, headline, reason, mesh=mesh, warning=warning)
 
     world = facts.world
     blocks = facts.host_blocks()
