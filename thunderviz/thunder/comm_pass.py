@@ -19,6 +19,11 @@ What the pass does (``CommTransform``):
 - backward ``reduce_scatter`` (FSDP) / ``all_reduce`` (DDP): the gradients of one bucket are packed — and divided by
   the world size once, instead of once per gradient — as soon as the last of them exists, reduced in one collective,
   and waited for just before the backward returns. The results are views of the reduced buffer.
+- hybrid sharding (a parameter with a replica group, ``ParamRecord.replica_group``): the gathers and
+  reduce_scatters run in the shard group as above, the pack divides by the whole world (shard x replicas), and each
+  reduced shard is all-reduced in place across the replica group, issued when the next gradient bucket is issued
+  (so the reduce_scatter overlaps the compute before it) and waited for with the others before the return; it is
+  a bucket of its own (``mesh_group="replica"``).
 - ZERO3 is not this pass's work: ``thunder_hooks`` tags the gathered parameter as *recomputed in backward* before
   autodiff, so thunder's own rematerialization puts a second ``all_gather`` of the shard in the backward trace and
   saves the shard, not the unsharded weight, for backward; this pass then buckets and schedules those gathers too.
