@@ -36,6 +36,15 @@ def fabric(kind: str, world: int = 2, **options: Any) -> Any:
     return launched
 
 
+def fabric_with(strategy: Any, world: int = 2) -> Any:
+    """A launched CPU ``Fabric`` on ``world`` ranks with this strategy object (``ThunderAutoStrategy``, say)."""
+    from lightning.fabric import Fabric
+
+    launched = Fabric(accelerator="cpu", devices=world, strategy=strategy)
+    launched.launch()
+    return launched
+
+
 def inner(model: Any) -> nn.Module:
     """The user's module under Fabric's wrapper and the ThunderModule: its parameters are the distributed ones."""
     from thunderviz.thunder.modules import user_module

@@ -73,8 +73,30 @@ def load_on(rank: int, world: int, path: str) -> dict[str, Any]:
     return {"params": full_params(model), "optimizer": full_optimizer_state(model, optimizer)}
 
 
-def suite(rank: int, world: int, path: str) -> dict[str, Any]:
+def auto_across_hosts(rank: int, world: int, plan: Any) -> dict[str, Any]:
+    """``thunder_auto`` given a plan of 4 ranks on 2 hosts of 2: it becomes the hybrid candidate (the least sent
+    between hosts of those that fit) and trains a step."""
+    from thunderviz import ThunderAutoStrategy, ThunderFSDPStrategy
+    from thunderviz.demos.models import ResidualMLP
+
+    strategy = ThunderAutoStrategy("1GiB", plan=plan)
+    fabric = common.fabric_with(strategy, world)
+    torch.manual_seed(0)
+    model = fabric.setup_module(ResidualMLP(n_layer=2))
+    fabric.backward(loss_fn(model(torch.randn(8, 16, generator=torch.Generator().manual_seed(rank)))))
+    return {
+        "chosen": strategy.chosen.name,
+        "is_fsdp": isinstance(strategy, ThunderFSDPStrategy),
+        "summary": strategy.options.summary(),
+        "why": next(d.reason for d in strategy.decisions if "thunder_auto chose" in d.reason),
+        "mesh": next(d.headline for d in strategy.decisions if str(d.action) == "choose the mesh"),
+    }
+
+
+def suite(rank: int, world: int, path: str, plan: Any = None) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    if plan is not None:
+        out["auto"] = auto_across_hosts(rank, world, plan)
     for level in LEVELS:
         for case, variant in CASES:
             out[f"{level}-{case}"] = train(rank, world, "fsdp", level, "BLOCK", case, variant, mesh=MESH)

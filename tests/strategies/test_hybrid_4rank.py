@@ -20,9 +20,24 @@ def ckpt_path(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def four(ckpt_path):
-    """Why one 4-rank run of ~60 s: it is the only world size where both groups of a 2 x 2 mesh exist."""
-    return run_ranks(suite, ckpt_path, nproc=4, timeout=900)
+def plan():
+    """A plan for 4 ranks on 2 hosts of 2 (made here, on the meta device; its traces are not sent to the ranks)."""
+    import dataclasses
+
+    import thunderviz
+    from thunderviz.demos.models import ResidualMLP
+
+    made = thunderviz.plan(
+        ResidualMLP(n_layer=2), torch.empty(8, 16), world_sizes=(4,), ranks_per_host=2, device="cpu", progress=False
+    )
+    return dataclasses.replace(made, candidates=[dataclasses.replace(c, bundle=None) for c in made.candidates])
+
+
+@pytest.fixture(scope="module")
+def four(ckpt_path, plan):
+    """Why one 4-rank run of ~90 s: it is the only world size where both groups of a 2 x 2 mesh exist, so every
+    hybrid scenario shares these 4 processes."""
+    return run_ranks(suite, ckpt_path, plan, nproc=4, timeout=900)
 
 
 def _close_all(got: dict, expected: dict, what: str) -> None:
@@ -55,6 +70,17 @@ def test_trains_like_one_process_with_collectives_on_their_groups(four, level, c
         assert r["backward_collectives"]["all_reduce"] == len(relayed) == r["backward_collectives"]["reduce_scatter"]
         gathers_in_backward = r["backward_collectives"].get("all_gather", 0)
         assert (gathers_in_backward > 0) == (level == "HYBRID_SHARD")  # ZERO3 within the group gathers again
+
+
+def test_the_auto_strategy_across_hosts_becomes_hybrid_and_trains(four, plan):
+    pick = plan.recommended_for(4)
+    assert pick.name == "hybrid-zero2-block"  # the least sent between hosts among those that fit
+    for out in four:
+        auto = out["auto"]
+        assert (auto["chosen"], auto["is_fsdp"]) == ("hybrid-zero2-block", True)
+        assert auto["summary"].startswith("FSDP _HYBRID_SHARD_ZERO2 mesh 2x2 BLOCK")
+        assert "per host across hosts, the least of those that fit" in auto["why"]
+        assert auto["mesh"].startswith("mesh 2 x 2: shard over 2 rank(s), replicate 2x")
 
 
 def test_the_mesh_is_a_logged_decision(four):

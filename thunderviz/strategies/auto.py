@@ -108,9 +108,11 @@ class ThunderAutoStrategy(ThunderParallelStrategy):
     @override
     def _setup_module(self, module: nn.Module) -> tuple[nn.Module, dict[int, torch.Tensor]]:
         done = super()._setup_module(module)
-        if self.chosen is not None and self.decisions:
-            last = self.decisions[-1]
-            self.decisions[-1] = dataclasses.replace(last, reason=f"{self._why}; {last.reason}")
+        # the case's own row says why this strategy (the rows after it are choices it made: the mesh)
+        rows = [i for i, d in enumerate(self.decisions) if not str(d.action).startswith("choose")]
+        if self.chosen is not None and rows:
+            case = self.decisions[rows[-1]]
+            self.decisions[rows[-1]] = dataclasses.replace(case, reason=f"{self._why}; {case.reason}")
         return done
 
     @override
