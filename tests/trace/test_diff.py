@@ -148,3 +148,24 @@ def test_verdict_says_bytes_per_step_why_and_memory(runs):
     assert same.startswith("right sends the same bytes per step as left (") and ": the same collectives;" in same
     with pytest.raises(TypeError, match="two TraceBundle objects"):
         verdict(z2.forward, z3.forward, "a", "b")
+
+
+def test_the_demo_page_compares_consecutive_runs_in_words(runs):
+    """The offline page's "Runs compared": the compare view's verdict and the groups that differ, names escaped."""
+    from types import SimpleNamespace
+
+    from thunderviz.render.runs_compared import runs_compared_html
+
+    reports = {
+        name: SimpleNamespace(bundles={"TinyGPT": runs[key]})
+        for name, key in (("zero2", "zero2"), ("<b>z3</b>", "zero3"), ("nothing", None))
+        if key is not None
+    }
+    reports["untraced"] = SimpleNamespace(bundles={})
+    html = runs_compared_html(reports)
+    assert html.count("<section class='compare'>") == 1
+    assert "<h3>zero2 against &lt;b&gt;z3&lt;/b&gt; (TinyGPT)</h3>" in html and "<b>z3</b>" not in html
+    assert "&lt;b&gt;z3&lt;/b&gt; sends " in html and "x zero2&#x27;s bytes per step" in html
+    assert "<td>backward</td><td>blocks.0 changed: ops +" in html
+    assert "all_gather root: only in &lt;b&gt;z3&lt;/b&gt;" in html
+    assert runs_compared_html({"a": reports["zero2"]}) == ""

@@ -45,17 +45,20 @@ _write_reports(_reports, {path!r})
 
 def write_reports(reports: dict[str, Any], path: str) -> str:
     """One self-contained page (no script, no network): contents, the "which strategy?" table of the cells that
-    trained, then each named report as a section; and its terminal summary beside it."""
+    trained and what each changed against the one before, then each named report as a section; and its terminal
+    summary beside it."""
     unique: dict[str, Any] = {}
     for name, report in reports.items():
         if all(report is not r for r in unique.values()):  # a loop variable holding a report already named
             unique[name] = report
     from thunderviz.ranks.strategy_table import compare_runs
     from thunderviz.render.run_report import reports_page
+    from thunderviz.render.runs_compared import runs_compared_html
 
-    # the "which strategy?" table over the cells that trained under a strategy, at the top of the page
+    # the "which strategy?" table over the cells that trained under a strategy, at the top of the page, then what
+    # each run changed against the one before it (the compare view's verdict and groups, as static text)
     trained = {n: r for n, r in unique.items() if r.strategy is not None and (r.step_memory or r.ledgers)}
-    summary = compare_runs(trained)._repr_html_() if trained else ""
+    summary = (compare_runs(trained)._repr_html_() + runs_compared_html(trained)) if trained else ""
     page = reports_page(
         unique, title="thunderviz demo", heading="thunderviz demo: the tutorial on 2 CPU ranks", summary=summary
     )
