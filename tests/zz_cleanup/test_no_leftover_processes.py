@@ -70,15 +70,37 @@ def test_the_scan_sees_a_process_of_this_session() -> None:
         canary.wait()
 
 
-def test_no_ipyparallel_or_rank_process_is_left() -> None:
-    session = _session()
-    # The shared pair of rank processes the scenario files ran on (tests/helpers/rank_pool.py) is the one thing
-    # kept on purpose until the end: end it the way the session would, then nothing at all may be left.
-    rank_pool.shutdown()
-    # a watchdog exits at most one poll (0.5 s) after its work is done; allow a little more
+def leftovers_after_grace(session: str) -> list[str]:
+    """The session's processes still alive after a short grace (a watchdog exits at most one poll, 0.5 s, after its
+    work is done; allow a little more)."""
     deadline = time.monotonic() + 10
     left = _leftovers(session)
     while left and time.monotonic() < deadline:
         time.sleep(0.2)
         left = _leftovers(session)
+    return left
+
+
+def test_no_ipyparallel_or_rank_process_is_left() -> None:
+    session = _session()
+    # The shared pair of rank processes the scenario files ran on (tests/helpers/rank_pool.py) is the one thing
+    # kept on purpose until the end: end it the way the session would, then nothing at all may be left.
+    rank_pool.shutdown()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # the other worker may still be running a cluster of this session: the controller checks once both are done
+        # (tests/conftest.py, pytest_sessionfinish); this worker's pool ends here and its own processes must be gone
+        mine = [line for line in leftovers_after_grace(session) if _started_by_me(int(line.split(":", 1)[0]))]
+        assert mine == [], "processes left behind by this worker's tests:\n" + "\n".join(mine)
+        return
+    left = leftovers_after_grace(session)
     assert left == [], "processes left behind by the tests:\n" + "\n".join(left)
+
+
+def _started_by_me(pid: int) -> bool:
+    """``pid`` descends from this process (this worker's tests started it)."""
+    me = os.getpid()
+    try:
+        proc = psutil.Process(pid)
+        return any(p.pid == me for p in proc.parents())
+    except psutil.Error:
+        return False
