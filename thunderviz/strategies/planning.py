@@ -272,31 +272,20 @@ def predict_candidates(
 
     bases = {(s.name, s.world_size): _hybrid_base(s) for s in specs if s.mesh is not None}
     unique = {(s.name, s.world_size): s for s in [*(s for s in specs if s.mesh is None), *bases.values()]}
-    rehearsed = list(unique.values())
-    done = _predict_rehearsed(
-        template,
-        rehearsed,
-        example_input,
-        budget=budget,
-        link=link,
-        on_run=on_run,
-        loss_fn=loss_fn,
-        optimizer=optimizer,
-        precision=precision,
-        device=device,
-    )
     priced = link or link_cost(device)
+    rehearsal = {"loss_fn": loss_fn, "optimizer": optimizer, "precision": precision, "device": device}
+    done, how = _predict_rehearsed(template, list(unique.values()), example_input, rehearsal, budget, priced, on_run)
     out = []
     for s in specs:
         if s.mesh is None:
-            c = done[0][s.name, s.world_size]
+            c = done[s.name, s.world_size]
             if ranks_per_host:
                 c = dataclasses.replace(
                     c, inter_host_bytes=inter_host_bytes(c.comm_bytes, s.world_size, ranks_per_host)
                 )
             out.append(c)
             continue
-        base = done[0][bases[s.name, s.world_size].name, s.mesh[1]]
+        base = done[bases[s.name, s.world_size].name, s.mesh[1]]
         comm, collectives, across = hybrid_communication(
             base.comm_bytes, base.collectives, base.reduced_bytes, base.reductions, *s.mesh
         )
@@ -304,7 +293,7 @@ def predict_candidates(
             s, base.memory, comm, collectives, budget, priced, base.bundle, base.reduced_bytes, base.reductions
         )
         out.append(dataclasses.replace(c, inter_host_bytes=across))
-    return out, done[1]
+    return out, how
 
 
 def _hybrid_base(spec: CandidateSpec) -> CandidateSpec:
@@ -318,16 +307,13 @@ def _predict_rehearsed(
     template: Any,
     specs: Sequence[CandidateSpec],
     example_input: Any,
-    *,
-    loss_fn: Callable[[Any], Any] | None,
-    optimizer: Any,
-    precision: str,
-    device: str,
+    rehearsal: dict[str, Any],
     budget: int | None,
-    link: LinkCost | None,
+    priced: LinkCost,
     on_run: Callable[[int, int, str], None] | None,
 ) -> tuple[dict[tuple[str, int], Candidate], str]:
-    """``predict_candidates`` for candidates that rehearse as they are (no hybrid): by (name, world size)."""
+    """``predict_candidates`` for candidates that rehearse as they are (no hybrid): by (name, world size).
+    ``rehearsal``: ``rehearse_all``'s loss_fn, optimizer, precision and device."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="transformer_engine module not found")
         from thunderviz.thunder.rehearsal import block_container, cut_blocks, rehearsal_runs, rehearse_all
@@ -335,8 +321,6 @@ def _predict_rehearsed(
     names = list(dict.fromkeys(s.name for s in specs))
     by_name = {s.name: s.options for s in specs}
     sizes = sorted({s.world_size for s in specs})
-    kwargs = {"loss_fn": loss_fn, "optimizer": optimizer, "precision": precision, "device": device}
-    priced = link or link_cost(device)
 
     options = [by_name[n] for n in names]
     count = {"done": 0, "total": 0}
@@ -351,7 +335,7 @@ def _predict_rehearsed(
         if not counted:
             count["total"] += len(rehearsal_runs(model, options, sizes))
         got = rehearse_all(
-            model, example_input, options=options, world_sizes=sizes, capture_traces=capture, progress=tick, **kwargs
+            model, example_input, options=options, world_sizes=sizes, capture_traces=capture, progress=tick, **rehearsal
         )
         return {(n, w): r for n, per_world in zip(names, got, strict=True) for w, r in per_world.items()}
 
