@@ -1,4 +1,4 @@
-"""A real 2-rank gloo FSDP run recorded with ``record_timeline``, shared by the timeline tests (once per session).
+"""A real 2-rank gloo FSDP run recorded with ``record_timeline``, shared by the timeline tests (once per test run).
 
 Each rank builds a 1-block GPT under ``ThunderFSDPStrategy`` through Fabric, runs STEPS + 2 training steps inside
 ``record_timeline(steps=STEPS)`` (rank 1 sleeps SLEEP_S before every backward, the straggler the analysis must
@@ -11,19 +11,23 @@ Run it by hand to refresh the files: ``python -m tests.helpers.timeline_runs DIR
 
 from __future__ import annotations
 
-import functools
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests.helpers.rank_pool import run_on_pool
+from tests.helpers.run_once import once_per_run
 from thunderviz.ranks.spawn import run_ranks
 
 STEPS = 4
 # Well above what two ranks sharing 2 busy CPU cores lose to each other (tens of ms; see STRAGGLER_RULE).
 SLEEP_S = 0.1
 QUIET_REPEATS = 2
+# Unslowed recordings are longer: scheduling is correlated over tens of ms, so on a machine busy with other work (CI's
+# second pytest worker) one rank can lose every one of 4 consecutive ~12 ms steps (a CI run: rank 0 last in 4 of 4,
+# the other waiting 37-66% of each step). Over 12 steps the turns even out; the sleeping run keeps STEPS.
+QUIET_STEPS = 12
 MODEL_KW = {"vocab_size": 64, "block_size": 16, "d_model": 32, "n_layer": 1, "n_head": 2}
 
 
@@ -90,15 +94,15 @@ def record_fsdp(rank: int, world_size: int, out_dir: str, kind: str = "fsdp", sl
 
 
 def _record_quiet(rank: int, out_dir: str, kind: str, fabric, model, opt, x, y) -> list[tuple[str, str]]:
-    """QUIET_REPEATS recordings of STEPS steps in which no rank sleeps."""
+    """QUIET_REPEATS recordings of QUIET_STEPS steps in which no rank sleeps."""
     import torch
 
     from thunderviz.timeline.record import record_timeline
 
     out = []
     for i in range(QUIET_REPEATS):
-        with record_timeline(steps=STEPS, fabric=fabric, name=f"quiet-{kind}-{i}") as rec:
-            for _ in range(STEPS + 1):
+        with record_timeline(steps=QUIET_STEPS, fabric=fabric, name=f"quiet-{kind}-{i}") as rec:
+            for _ in range(QUIET_STEPS + 1):
                 loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
                 fabric.backward(loss)
                 opt.step()
@@ -110,11 +114,12 @@ def _record_quiet(rank: int, out_dir: str, kind: str, fabric, model, opt, x, y) 
 
 
 def recorded(kind: str = "fsdp") -> list[RankRun]:
-    """The run for ``kind``, recorded once per session (``recorded()`` and ``recorded("fsdp")`` are one run)."""
+    """The run for ``kind``, recorded once per test run, shared by the xdist workers (``recorded()`` and
+    ``recorded("fsdp")`` are one run)."""
     return _recorded(kind)
 
 
-@functools.cache
+@once_per_run
 def _recorded(kind: str) -> list[RankRun]:
     out_dir = tempfile.mkdtemp(prefix=f"thunderviz-timeline-{kind}-")
     return run_on_pool(record_fsdp, out_dir, kind, timeout=400)

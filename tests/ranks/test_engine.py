@@ -287,7 +287,11 @@ def test_compare_runs_tables_two_real_runs_with_their_peaks_and_ring_bytes(engin
     for m in ddp.step_memory.values():
         assert m.account["gradients"] == param_bytes, m  # the all-reduced buckets the .grad are views of
     for row in table.rows:
-        assert row.parts == report_of[row.name].step_memory[0].account
+        # the split of the rank whose peak is the row's: the ranks' peaks differ from run to run (a CI run had DDP's
+        # rank 1 at 14 KiB above rank 0, more temporaries at its peak); on a tie the lowest rank
+        memory = report_of[row.name].step_memory
+        largest = max(sorted(memory), key=lambda r: memory[r].peak_bytes)
+        assert row.parts == memory[largest].account, (row.parts, memory)
     html = table._repr_html_()
     drawn = re.findall(r"class='tv-memseg' data-category='([^']*)'", html)
     assert {"parameters", "gradients", "optimizer state"} <= set(drawn) and set(drawn) <= set(ACCOUNT), drawn

@@ -9,7 +9,7 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from tests.helpers.timeline_runs import QUIET_REPEATS, SLEEP_S, STEPS, recorded
+from tests.helpers.timeline_runs import QUIET_REPEATS, QUIET_STEPS, SLEEP_S, STEPS, recorded
 from thunderviz.timeline import load
 
 pytestmark = pytest.mark.timeout(600)
@@ -103,6 +103,7 @@ def test_unslowed_repeats_name_no_straggler(runs, kind):
     assert all(len(p) == QUIET_REPEATS for p in paths)
     for files in zip(*paths, strict=True):
         tl = load(*files)
+        assert len(tl.steps) == QUIET_STEPS
         a = tl.analysis()
         assert a.straggler() is None, a.summary()[0]
         assert a.summary()[0].startswith("No straggler: no rank"), a.summary()[0]

@@ -181,10 +181,13 @@ class _Driver:
         self.passes += 1
         for rank in self._pending():
             request = self.requests[rank]
+            ready = request.ready()
+            if ready:  # what the rank published travels on iopub, which can trail the reply (a missed "collecting")
+                request.wait_for_output(timeout=OUTPUT_TAIL_S)
             published = (request.metadata.get("data") or {}).get(PHASE_DATA_KEY)
             if published in PUBLISHED:  # compiling, collecting: shown even when the reply is already in
                 self.controls.set_phase([rank], Phase(published))
-            if request.ready():
+            if ready:
                 try:
                     value = request.get(0)
                 except RemoteError as exc:

@@ -113,7 +113,7 @@ def _run_row(report: Any, index: int, name: str | None) -> StrategyRow:
     name = name or report.name or f"run {index + 1}"
     measured = {r: m for r, m in report.step_memory.items() if m.peak_bytes is not None}
     if measured:
-        rank = max(measured, key=lambda r: measured[r].peak_bytes)
+        rank = max(sorted(measured), key=lambda r: measured[r].peak_bytes)  # ties: the lowest rank, every time
         peak, parts, note = measured[rank].peak_bytes, measured[rank].account, ""
     else:
         notes = {m.note for m in report.step_memory.values() if m.note}
