@@ -23,6 +23,12 @@ os.environ.setdefault(SESSION_VARIABLE, uuid.uuid4().hex)
 # %load_ext unless a test asks for one (tests/notebook/test_prestart.py does, in its own kernel).
 os.environ.setdefault("THUNDERVIZ_PRESTART", "0")
 
+# Inductor (thunder's torchcompile executor) probes each vector ISA the CPU reports by compiling a test program and
+# loading it in a fresh `python -c "import torch ..."`, in every process that first compiles a region: a warm-cache
+# MLP's first call took 11.3 s with the probe and 7.1 s without, here. Torch's own switch skips the probe and trusts
+# the CPU's flags (the same ISA, avx512 amx_tile, was picked either way); users' rank processes keep the probe.
+os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
+
 
 def _xdist_controller(config: object) -> bool:
     """This process runs the workers of an xdist session (and no tests itself)."""
@@ -32,6 +38,11 @@ def _xdist_controller(config: object) -> bool:
 def pytest_sessionfinish(session: object, exitstatus: int) -> None:
     if not _xdist_controller(session.config):  # type: ignore[attr-defined]
         return
+    import shutil
+
+    from tests.helpers.run_once import shared_folder
+
+    shutil.rmtree(shared_folder(os.environ[SESSION_VARIABLE]), ignore_errors=True)
     from tests.zz_cleanup.test_no_leftover_processes import leftovers_after_grace
 
     left = leftovers_after_grace(os.environ[SESSION_VARIABLE])

@@ -9,11 +9,11 @@ one file per rank and its decision log, as a torchrun job would.
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 from typing import Any
 
+from tests.helpers.run_once import once_per_run
 from tests.helpers.trace_folder import trace_files
 from thunderviz.parallel.decisions import Decision
 
@@ -118,9 +118,9 @@ def run_report(run: str, files: list[str]) -> Any:
     return report
 
 
-@functools.lru_cache(maxsize=1)
+@once_per_run
 def bucketed_trace_files() -> dict[str, list[str]]:
-    """``write_bucketed_traces`` once per process, into a fresh temporary folder.
+    """``write_bucketed_traces`` once per test run (shared by the xdist workers), into a fresh temporary folder.
 
     ``THUNDERVIZ_BUCKETED_TRACES=<folder>`` reuses files an earlier ``python -m tests.helpers.bucketed_traces
     <folder>`` wrote (while working on the views; CI never sets it, so it always tests fresh traces).

@@ -12,7 +12,6 @@ returns the bundles pickled. The trace-model, ledger, diff, render and widget te
 
 from __future__ import annotations
 
-import functools
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +21,7 @@ from torch import nn
 
 from tests.helpers.rank_pool import run_on_pool
 from tests.helpers.ranks import run_ranks
+from tests.helpers.run_once import once_per_run
 
 MODEL_KW = {"vocab_size": 64, "block_size": 16, "d_model": 32, "n_layer": 1, "n_head": 2}
 
@@ -64,7 +64,7 @@ def capture_fsdp_and_ddp(rank: int, world_size: int, out_dir: str) -> RankResult
     return RankResult(rank, bundles["fsdp"], bundles["ddp"], names, shapes, path)
 
 
-@functools.lru_cache(maxsize=1)
+@once_per_run
 def two_rank_run() -> list[RankResult]:
     out_dir = tempfile.mkdtemp(prefix="thunderviz-traces-")
     return run_on_pool(capture_fsdp_and_ddp, out_dir, timeout=240)
@@ -145,9 +145,10 @@ def _capture_cases(rank: int, world_size: int, kind: str) -> dict:
     return out
 
 
-@functools.lru_cache(maxsize=1)
+@once_per_run
 def setup_captures() -> list[dict]:
-    """``capture_what_setup_returned`` for FSDP and DDP on 2 real gloo ranks, once per session."""
+    """``capture_what_setup_returned`` for FSDP and DDP on 2 real gloo ranks, once per test run (shared by the
+    xdist workers)."""
     return run_on_pool(capture_what_setup_returned, ("fsdp", "ddp"), timeout=500)
 
 
