@@ -3,6 +3,9 @@
 No GPU is lent to this project's test runs, so the GPU run itself happens by hand on a GPU machine; what can be
 checked here is that the script refuses clearly without CUDA and that every step it takes works (``--cpu-rehearsal``
 runs the same strategies, checks and real-kernel cell with gloo on CPU).
+
+Over a minute (about 70 s beside the other pytest worker): the rehearsal is the script itself, end to end (fresh rank
+processes, a real Jupyter kernel, a memory plan), which is what it guards.
 """
 
 from __future__ import annotations

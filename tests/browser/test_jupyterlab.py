@@ -8,6 +8,10 @@ computed in this process from the same trace files with the widget classes, so t
 model, not against numbers typed into the test. Every run saves a screenshot of each view to the artifacts folder,
 ``test-output/browser/`` (``THUNDERVIZ_BROWSER_ARTIFACTS`` names another; not committed), for anyone to look at.
 
+Over a minute (about 170 s beside the other pytest worker), in the module fixture: the real 2-rank runs whose traces
+and timeline the views draw (shared with other files through ``once_per_run``), a memory plan's rehearsals,
+JupyterLab's start and a run of every cell in Chromium.
+
 Needs Debian's ``chromium`` at /usr/bin/chromium (never a downloaded browser); skipped with that reason otherwise.
 """
 

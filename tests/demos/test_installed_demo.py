@@ -11,6 +11,9 @@ builds and installs only thunderviz, offline. A ``.pth`` line adds a directory t
 the ``.pth`` files inside it, so an editable thunderviz installed here stays invisible to the fresh venv. The build
 runs on a copy of the files a wheel is made from (no ``build/`` or ``*.egg-info`` left in the checkout), and the
 demo runs from a temporary directory without ``PYTHONPATH``, so only the installed package can be imported.
+
+Over a minute (about 80 s beside the other pytest worker): it is ``./run demo``'s whole tutorial, every cell on two
+ranks, which the issue that made it the demo bounds at 2 minutes on its own.
 """
 
 from __future__ import annotations

@@ -22,7 +22,9 @@ def train(n, fail_at=None):
     for i in range(n):
         loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
         if rank == 1:
-            time.sleep(0.3)  # well above what ranks sharing busy CPUs lose to each other (0.1 s missed 1 run in 10)
+            # well above what ranks sharing busy CPUs lose to each other: 0.1 s missed 1 run in 10, and 0.3 s went
+            # unnamed in 2 of 4 full suite runs under the pytest workers' load (further.ipynb's straggler sleeps 1 s)
+            time.sleep(1.0)
         if i == fail_at:
             raise ValueError(f"bad batch on rank {rank}")
         fabric.backward(loss)
@@ -68,7 +70,10 @@ def test_a_timeline_cell_returns_a_report_with_the_straggler_named(shell) -> Non
     )
     assert isinstance(report, RunReport) and shell.user_ns["timed"] is report
     assert report.timeline.steps == [2, 3, 4] and report.timeline.rank_ids == [0, 1]
-    assert report.timeline.analysis().straggler().rank == 1
+    analysis = report.timeline.analysis()
+    if analysis.straggler() is None or analysis.straggler().rank != 1:  # everything the verdict rests on
+        clocks = {r: t.clock for r, t in report.timeline.ranks.items()}
+        pytest.fail("\n".join([*analysis.summary(), *map(str, analysis.stragglers()), str(clocks)]))
     assert "Straggler: rank 1 arrived last" in report._repr_html_()
 
 

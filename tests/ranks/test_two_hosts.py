@@ -6,6 +6,10 @@ never rely on the hostname. Covered: ranks spread over both hosts with numerics 
 a rank on the second host raising; a restart of the attached pool followed by a working cell; set-up that cannot
 connect reported as such; ``ss`` in each namespace shows nothing listening on all interfaces; a cluster we attached
 to still runs after we detach. Skipped, with the reason, where namespaces cannot be created.
+
+Over a minute each (76 s and 137 s beside the other pytest worker): four engines importing torch and thunder and
+compiling on two cores; the hand-started test starts eleven engines one at a time (ids follow registration order,
+which fixes the ranks' hosts), and its unreachable set-up waits out its 10 s rendezvous timeout.
 """
 
 from __future__ import annotations

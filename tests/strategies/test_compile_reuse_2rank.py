@@ -6,6 +6,9 @@ Case 1 (the strategy jits) and case 3 (the user jitted, the strategy distributes
 user jitted) is tests/strategies/test_compile_reuse_case2.py, on one rank. The staleness cases (a changed class,
 helper, attribute, parameter, input, submodule, forward, executor) are tests/thunder/test_compile_reuse.py, one
 process; here what only ranks have: process groups, shards, plans.
+
+Over a minute (about 70 s beside the other pytest worker), in the module fixture: the fresh compiles that the reused
+ones are compared with are the point of the test, and each is a full thunder interpretation.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ ones without a fusion executor (test_training_2rank.py asserts the same counts t
 ``nvfuser`` to the strategy, which leaves it out (not installed here) with a warning; cases 2 and 3 pass it to the
 user's own ``thunder.jit`` less nvFuser, which thunder.jit itself would refuse. Tolerance: torch.testing's float32
 default (rtol 1.3e-6, atol 1e-5) held for inductor's fused C++ kernels on these models.
+
+Over a minute (about 80 s beside the other pytest worker), in the module fixture: ten set-ups through thunder and
+inductor, whose C++ compiles of the fusion regions start from a cold cache on a fresh machine.
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 
 Shard groups are ranks {0, 1} and {2, 3}, replica groups {0, 2} and {1, 3}. Each reduced gradient bucket must be
 all-reduced across the replicas after its reduce_scatter, and every all_gather must stay inside the shard group.
+
+Over a minute (about 90 s beside the other pytest worker), in the module fixture: four fresh rank processes on two
+cores, each compiling both hybrid levels in cases 1, 2 and 3 and the features, then DCP loads on other meshes.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ whose ``forward`` returns the loss (AdamW; issue 28 reported +18% for DDP there,
 left out of the tracker). The predictions are made here,
 on the meta device (``thunderviz.plan``). The full table (4 models x both optimizers x every candidate x 2 and 4
 ranks) is ``bench/memory_plan.py``.
+
+Over a minute (about 120 s beside the other pytest worker), in the first test: seven set-ups, each compiled by
+thunder and measured by the memory tracker over its steps, plus the timed CNN rounds, in one pair of fresh ranks.
 """
 
 from __future__ import annotations

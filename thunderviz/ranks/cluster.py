@@ -38,6 +38,8 @@ ATTACH_WAIT_S = 60.0
 RESTART_WAIT_S = 10.0
 #: How many of its last log lines a rank that died brings into the cell's error.
 LAST_WORDS_LINES = 30
+#: How long a dead rank's log may take to be filed by ipyparallel (see ``LocalCluster.last_words``).
+LAST_WORDS_WAIT_S = 2.0
 UNREGISTER_WAIT_S = 10.0
 #: Raise ipyparallel's log level (INFO, DEBUG) to see what its controller, engines and Cluster object do.
 IPP_LOG_VARIABLE = "THUNDERVIZ_IPP_LOG_LEVEL"
@@ -288,14 +290,22 @@ class LocalCluster(RankCluster):
                 seen.append(_EngineProcess(data.get("pid"), data.get("exit_code"), _text_tail_reader(output)))
         return seen
 
-    def last_words(self, pid: int, lines: int = LAST_WORDS_LINES) -> str:
+    def last_words(self, pid: int, lines: int = LAST_WORDS_LINES, wait_s: float = LAST_WORDS_WAIT_S) -> str:
         """The end of what engine process ``pid`` wrote (ipyparallel sends an engine's stdout and stderr to a log
         file): faulthandler's stacks after a fatal signal, a traceback, or ipyparallel's reason for shutting the
-        engine down. Empty when it wrote nothing, as after a SIGKILL."""
-        for process in self._engine_processes_seen():
-            if process.pid == pid:
-                return process.tail(lines)
-        return ""
+        engine down. Empty when it wrote nothing, as after a SIGKILL.
+
+        Waits up to ``wait_s`` for the process to be listed: when an engine exits, ipyparallel's own thread takes its
+        launcher out of the running ones before it files the output under the stopped ones, and a death noticed in
+        between found no process and said "no fatal error in its log" of a segfault (once, under load)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            for process in self._engine_processes_seen():
+                if process.pid == pid:
+                    return process.tail(lines)
+            if time.monotonic() >= deadline:
+                return ""
+            time.sleep(0.05)
 
     def _engine_processes(self) -> str:
         """One sentence per engine process that is gone, with its last words: why a start did not complete."""
