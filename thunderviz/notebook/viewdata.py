@@ -19,7 +19,7 @@ from typing import Any, TypedDict
 
 from thunderviz.parallel.decisions import Decision
 from thunderviz.render.graph import graph_view, op_summary, short_op_name
-from thunderviz.render.memory_view import PEAK_NOTE, plan_bars, plan_run_bars, run_bars
+from thunderviz.render.memory_view import PEAK_NOTE, plan_bars, plan_predicted, plan_run_bars, run_bars
 from thunderviz.trace.diff import GroupChange, TraceDiff, diff_traces, group_changes, memory_changes, verdict
 from thunderviz.trace.file import bundle_from_dict, load
 from thunderviz.trace.ledger import Ledger, find_mismatches, ledger_from_bundle
@@ -637,10 +637,7 @@ def memory_view(subject: Subject, plan: Any = None, saved_vs_eager: SavedCompari
     ``plan`` is a ``thunderviz.plan(...)`` result (read by attribute); ``saved_vs_eager`` a
     ``thunder.saved_compare.compare_saved(...)`` result.
     """
-    # the run's prediction is one of the plan's candidates when the cell ran with --plan: drawn once, as the plan's,
-    # with the measured ranks right under it
-    planned = plan is not None and any(c.memory == subject.prediction for c in plan.candidates)
-    if planned:
+    if plan_predicted(plan, subject.prediction):
         bars = [b.to_dict() for b in plan_run_bars(plan, subject.step_memory, subject.prediction_name)]
     else:
         bars = [b.to_dict() for b in plan_bars(plan)] if plan is not None else []

@@ -330,7 +330,7 @@ class TraceView(_GraphWidget):
         subject = self._subject
         plan = self._plan
         # the run's prediction is one of the plan's candidates (--plan): one picture, the ranks under their candidate
-        planned = plan is not None and any(c.memory == subject.prediction for c in plan.candidates)
+        planned = mv.plan_predicted(plan, subject.prediction)
         parts = [mv.plan_html(plan)] if plan is not None and not planned else []
         if subject.step_memory or planned:
             parts.append(

@@ -24,6 +24,7 @@ from typing import Any
 from thunderviz.render.markup import counted
 from thunderviz.trace.attribution import top_group
 from thunderviz.trace.buckets import Bucket
+from thunderviz.trace.diff import sent_bytes
 from thunderviz.trace.model import OpRecord, TensorRef, TraceSnapshot, short_op_name
 from thunderviz.trace.units import format_bytes
 
@@ -245,11 +246,7 @@ def _op_tooltip(op: OpRecord) -> str:
 
 def _coll_summary(g: Group, buckets: dict[int, Bucket]) -> tuple[str, int]:
     kinds = Counter(short_op_name(op.collective or "") for op in g.collectives)
-    nbytes = sum(
-        b.bytes if (b := buckets.get(op.index)) is not None else (op.inputs[0].bytes or 0)
-        for op in g.collectives
-        if op.inputs
-    )
+    nbytes = sum(sent_bytes(op, buckets) for op in g.collectives)
     parts = [f"{n}\u00d7 {k}" for k, n in kinds.items()]
     if g.waits:
         parts.append(f"{len(g.waits)}\u00d7 wait")
@@ -367,7 +364,7 @@ class _Drawing:
         self.snapshot = snapshot
         self.prefix = id_prefix
         self.pn = snapshot.param_names
-        self.buckets = {b.issue_index: b for b in snapshot.buckets}
+        self.buckets = snapshot.buckets_by_issue()
         self.nodes: dict[str, dict[str, Any]] = {}
 
     def input_node(self, inputs: dict[int, TensorRef]) -> str:

@@ -29,6 +29,7 @@ __all__ = [
     "bars_svg",
     "plan_bars",
     "plan_html",
+    "plan_predicted",
     "plan_run_bars",
     "run_bars",
     "run_memory_html",
@@ -93,6 +94,12 @@ def plan_bars(plan: Any) -> list[MemoryBar]:
         MemoryBar(f"{c.name} x{c.world_size}", "predicted", account_segments(c.memory.account), c.fits)
         for c in plan.candidates
     ]
+
+
+def plan_predicted(plan: Any, prediction: Any) -> bool:
+    """Whether a run's ``prediction`` is one of ``plan``'s candidates (the cell ran with ``--plan``): then its bars
+    are drawn once, as the plan's, with the measured ranks under that candidate (``plan_run_bars``)."""
+    return plan is not None and prediction is not None and any(c.memory == prediction for c in plan.candidates)
 
 
 def plan_run_bars(plan: Any, measured: Mapping[int, StepMemory], ran_as: str = "") -> list[MemoryBar]:

@@ -280,15 +280,14 @@ def _kept_for_accumulation(a: TraceBundle, b: TraceBundle) -> str:
 class GroupChange:
     """How one collapsed group (``blocks.0``, a bucket's ``all_gather blocks.0``) differs from run a to run b.
 
-        ``status``: ``added`` / ``removed`` when only one run has the group at all, ``changed`` when both have it and
-        its ops differ, ``same`` otherwise. A block both runs have is never ``added`` because ops were added to it:
-        ZERO3's backward puts a few unsqueeze/expand ops into every block that ZERO2's backward has too (issue 30
-        outlined them as "only in the right run"). ``communication`` says the same of the group's collectives and waits
-        alone (its collectives node in the graph; ``""`` when neither run has any), ``compute`` of its other ops (the
-    block's own node). Op counts are by short op name
-        (``unsqueeze``, ``all_gather``); ``ops_changed`` counts ops at the same place with other output shapes or dtypes
-        (a sharded gradient's wait); ``bytes_a``/``bytes_b`` what the group's collectives send on this rank
-        (``sent_bytes``).
+    ``status``: ``added`` / ``removed`` when only one run has the group at all, ``changed`` when both have it and
+    its ops differ, ``same`` otherwise. A block both runs have is never ``added`` because ops were added to it:
+    ZERO3's backward puts a few unsqueeze/expand ops into every block that ZERO2's backward has too (issue 30
+    outlined them as "only in the right run"). ``communication`` says the same of the group's collectives and waits
+    alone (its collectives node in the graph; ``""`` when neither run has any), ``compute`` of its other ops (the
+    block's own node). Op counts are by short op name (``unsqueeze``, ``all_gather``); ``ops_changed`` counts ops
+    at the same place with other output shapes or dtypes (a sharded gradient's wait); ``bytes_a``/``bytes_b`` what
+    the group's collectives send on this rank (``sent_bytes``).
     """
 
     name: str
@@ -405,8 +404,7 @@ def group_changes(a: TraceSnapshot, b: TraceSnapshot, diff: TraceDiff | None = N
         if r.b is not None and gb is not None:
             added.setdefault(gb, Counter())[short_op_name(r.b.op)] += 1
             touched(gb, r.b)
-    buckets_a = {x.issue_index: x for x in a.buckets}
-    buckets_b = {x.issue_index: x for x in b.buckets}
+    buckets_a, buckets_b = a.buckets_by_issue(), b.buckets_by_issue()
     out: dict[str, GroupChange] = {}
     for name in [*members_b, *(n for n in members_a if n not in members_b)]:
         in_a, in_b = members_a.get(name, []), members_b.get(name, [])
@@ -450,7 +448,7 @@ def bytes_per_step(bundle: TraceBundle) -> int:
     collectives ledger's ``total_bytes`` for the same bundle."""
     total = 0
     for snap in bundle.traces().values():
-        buckets = {x.issue_index: x for x in snap.buckets}
+        buckets = snap.buckets_by_issue()
         total += sum(sent_bytes(op, buckets) for op in snap.ops)
     return total
 
@@ -458,7 +456,7 @@ def bytes_per_step(bundle: TraceBundle) -> int:
 def _where(ops: list[OpRecord], snap: TraceSnapshot) -> str:
     """``every block``, ``every block and root``, ``blocks.0 and blocks.1``: the groups ``ops`` belong to (a
     bucket's collective by its bucket's title), the model's numbered blocks named together when all of them are."""
-    buckets = {x.issue_index: x for x in snap.buckets}
+    buckets = snap.buckets_by_issue()
     names = list(
         dict.fromkeys(
             buckets[op.index].title if op.index in buckets and is_bucket_group(_group(op)) else _group(op) for op in ops

@@ -194,7 +194,7 @@ def _append_snapshot(ledger: Ledger, snap: TraceSnapshot, grads: Mapping[str, st
         work_pos[op.index] = n
     future_owner: dict[str, int] = {}  # future tensor name -> ledger position of the collective
     pending: dict[int, OpRecord] = {}
-    buckets = {b.issue_index: b for b in snap.buckets}
+    buckets = snap.buckets_by_issue()
     for op in snap.ops:
         if op.collective is None:
             continue

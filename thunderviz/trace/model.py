@@ -217,6 +217,10 @@ class TraceSnapshot:
         """How many ops of this (backward) trace recompute forward ops instead of reading saved tensors."""
         return sum(1 for op in self.ops if op.recomputed)
 
+    def buckets_by_issue(self) -> dict[int, Bucket]:
+        """Op index of each bucket's collective -> the bucket (what it sends, whose parameters)."""
+        return {b.issue_index: b for b in self.buckets}
+
     def bucket_of(self, op_index: int) -> Bucket | None:
         """The bucket whose collective or wait is the op at ``op_index`` (None for anything else)."""
         for b in self.buckets:
