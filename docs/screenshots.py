@@ -41,7 +41,7 @@ class Shot:
     """One picture: which widget output (by the tutorial cell that shows it) and what to click before shooting."""
 
     name: str
-    cell: str  # the start of the tutorial cell's source whose output is pictured
+    cell: str  # a piece of source that names the tutorial cell whose output is pictured (exactly one cell has it)
     selector: str  # the widget's root element inside that cell's output
     alt: str  # what the picture shows, for the docs' alt text
     tab: str | None = None  # a tab of the trace view to open first (e.g. "memory")
@@ -58,13 +58,13 @@ SHOTS: tuple[Shot, ...] = (
     ),
     Shot(
         "compare-zero2-zero3",
-        "import thunderviz\n\nthunderviz.compare(zero2, zero3",
+        "thunderviz.compare(zero2, zero3",
         ".tv-root[data-mode=compare]",
         "thunderviz.compare(zero2, zero3): both backward traces on one scale, ZERO3's added all_gathers outlined",
     ),
     Shot(
         "timeline",
-        "from thunderviz.notebook.timeline_widget import TimelineView",
+        "TimelineView(ddp_timed.timeline)",
         ".tl-root",
         "TimelineView: one lane per rank, compute by module, collectives and the time each rank waited",
         fit=False,
@@ -81,11 +81,11 @@ SHOTS: tuple[Shot, ...] = (
 )
 
 
-def cell_index(notebook: dict[str, Any], start: str) -> int:
-    """The index of the one cell whose source starts with ``start`` (a shot must name its cell unambiguously)."""
-    found = [i for i, c in enumerate(notebook["cells"]) if "".join(c["source"]).startswith(start)]
+def cell_index(notebook: dict[str, Any], piece: str) -> int:
+    """The index of the one code cell whose source holds ``piece`` (a shot must name its cell unambiguously)."""
+    found = [i for i, c in enumerate(notebook["cells"]) if c["cell_type"] == "code" and piece in "".join(c["source"])]
     if len(found) != 1:
-        raise SystemExit(f"screenshots: {len(found)} cells of the tutorial start with {start!r}; expected exactly 1")
+        raise SystemExit(f"screenshots: {len(found)} code cells of the tutorial hold {piece!r}; expected exactly 1")
     return found[0]
 
 
@@ -119,11 +119,18 @@ def shoot(lab: Any, shot: Shot, cell: int, out: Path) -> Path:
     if shot.fit:
         root.locator("button.tv-btn", has_text="fit").click()
     target = root.locator(shot.part).first if shot.part else root
+    box = target.bounding_box()
+    width, height = page.viewport_size["width"], page.viewport_size["height"]
+    if box is not None and box["height"] > height - 120:
+        # JupyterLab scrolls the notebook inside the window: an element taller than the window comes out cut, so the
+        # window grows to hold it (the notebook keeps its width, so the widget's layout does not change)
+        page.set_viewport_size({"width": width, "height": int(box["height"]) + 240})
     target.scroll_into_view_if_needed()
     time.sleep(0.3)  # the fit and tab switches animate nothing, but layout settles a frame later
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{shot.name}.png"
     target.screenshot(path=str(path))
+    page.set_viewport_size({"width": width, "height": height})
     size = path.stat().st_size
     if size > MAX_BYTES:
         raise RuntimeError(f"{path.name} is {size / 1000:.0f} KB, over the {MAX_BYTES // 1000} KB the docs allow")
