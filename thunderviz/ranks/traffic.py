@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from thunderviz.parallel.plan import ring_bytes
 from thunderviz.trace.units import format_bytes
+from thunderviz.trace.wire import ring_bytes
 
 __all__ = ["HostTraffic", "host_traffic"]
 
