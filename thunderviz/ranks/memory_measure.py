@@ -8,10 +8,11 @@ left running by a cell whose report was never collected (it raised) is stopped w
 The modules the meter registers when a window opens are the ones the cell's strategy set up (read when the window
 opens, so a model set up in the same cell counts); the optimizer is the one whose ``step()`` opened it.
 
-Observation must not change what it observes: in a ``--timeline`` cell the profiler times steps 2 to N + 1, and the
-meter measures the steps after those (MemTracker's dispatch mode made the timeline's first two steps 10 to 20 times
-the steady state when both ran on them). Each view says which steps it measured (``StepMemory.steps``, the
-timeline's step numbers).
+Observation must not change what it observes: in a ``--timeline`` cell the profiler records steps 2 to N + 1 and the
+recorder times the next steps with its clock alone (``timeline.record.observed_steps``); the meter measures the steps
+after those (MemTracker's dispatch mode made the timeline's first two steps 7 to 15 times the steady state when both ran
+on them: ``bench/observed_steps.py``). Each view says which steps it measured (``StepMemory.steps``, the timeline's
+step numbers).
 """
 
 from __future__ import annotations
@@ -49,10 +50,12 @@ def cell_started(namespace: Callable[[], dict[str, Any]], timeline_steps: int = 
     if not timeline_steps:
         _meter = StepMemoryMeter(modules).start()
         return
-    last = timeline_steps + 1
+    from thunderviz.timeline.record import observed_steps
+
+    last = observed_steps(timeline_steps)
     skipped = (
-        f"the timeline records steps 1-{last} (step 1 compiles), which memory is not measured on: torch's MemTracker"
-        " would slow the steps the profiler times"
+        f"the timeline records and times steps 1-{last} (step 1 compiles), which memory is not measured on: torch's"
+        " MemTracker would slow the steps the timeline times"
     )
     _meter = StepMemoryMeter(modules, skip=last, skipped=skipped).start()
 

@@ -138,13 +138,15 @@ class RunReport:
         measured one. The run's peak wherever one number stands for the run."""
         return largest_peak(self.step_memory)
 
-    def step_time(self) -> tuple[float, tuple[int, ...]] | None:
-        """The run's step time from its timeline, ``(milliseconds, step numbers)``: the median over the steps every
-        rank recorded of the slowest rank's step (``TimelineAnalysis.step_time``); None without a timeline."""
+    def step_time(self) -> tuple[float, tuple[int, ...], bool] | None:
+        """The run's step time from its timeline, ``(milliseconds, step numbers, unprofiled)``: the median over
+        those steps of the slowest rank's step, timed with the profiler stopped when ``unprofiled``
+        (``TimelineAnalysis.step_time``); None without a timeline."""
         if self.timeline_data is None:
             return None
-        us = self.timeline_data.analysis().step_time()
-        return None if us is None else (us / 1000.0, tuple(self.timeline_data.steps))
+        analysis = self.timeline_data.analysis()
+        us = analysis.step_time()
+        return None if us is None else (us / 1000.0, *analysis.timed_steps())
 
     def traffic(self) -> Any:
         """What the run sent per step within hosts and between them (``ranks.traffic.HostTraffic``; None without

@@ -32,8 +32,9 @@ class StrategyRow:
     why); ``parts`` splits it in the one memory account (``trace.memory.ACCOUNT``), measured for a run, predicted
     for a candidate; ``sent_bytes`` is what the busiest rank puts on the wire per step (``trace.wire``); ``step_ms``
     the median step of the slowest rank (None without a timeline); ``peak_steps`` / ``timed_steps`` the step
-    numbers the peak and the step time were measured on; ``across_hosts`` what the busiest host sends to the others
-    per step (None on one host, or when the hosts are unknown: ``ranks.traffic``)."""
+    numbers the peak and the step time were measured on (``timed_unprofiled``: with the profiler stopped);
+    ``across_hosts`` what the busiest host sends to the others per step (None on one host, or when the hosts are
+    unknown: ``ranks.traffic``)."""
 
     name: str
     source: str  # "measured" or "planned"
@@ -49,16 +50,20 @@ class StrategyRow:
     across_hosts: int | None = None
     peak_steps: tuple[int, ...] = ()
     timed_steps: tuple[int, ...] = ()
+    timed_unprofiled: bool = False
 
 
 @dataclass(frozen=True)
 class StrategyGroup:
     """The rows of one workload, leanest peak first among those that fit. ``workload`` is None for runs whose
-    workload is unknown (no module was traced); ``alone`` says why a single run is compared with nothing."""
+    workload is unknown (no module was traced); ``alone`` says why a single run is compared with nothing;
+    ``recommended`` what the plan in the group recommends (the leanest row need not be it: the plan picks, among
+    what fits, DDP, else the least communication)."""
 
     workload: Workload | None
     rows: tuple[StrategyRow, ...]
     alone: str = ""
+    recommended: str = ""
 
     @property
     def title(self) -> str:
@@ -80,11 +85,13 @@ class StrategyTable:
     def __str__(self) -> str:
         lines = [f"which strategy? (budget per rank: {format_bytes(self.budget) if self.budget else 'none'})"]
         for g in self.groups:
-            lines.append(f"{g.title}:" + (f" {g.alone}" if g.alone else ""))
+            said = "; ".join(x for x in (g.alone, g.recommended and f"the plan recommends {g.recommended}") if x)
+            lines.append(f"{g.title}:" + (f" {said}" if said else ""))
             for r in g.rows:
                 peak = format_bytes(r.peak_bytes, unknown="not measured")
                 sent = format_bytes(r.sent_bytes, unknown="?")
-                step = "" if r.step_ms is None else f", step {r.step_ms:.1f} ms ({steps_text(r.timed_steps)})"
+                how = "unprofiled" if r.timed_unprofiled else "profiled"
+                step = "" if r.step_ms is None else f", step {r.step_ms:.1f} ms ({steps_text(r.timed_steps)}, {how})"
                 fits = "" if r.fits is None else (", fits" if r.fits else ", does not fit")
                 across = "" if r.across_hosts is None else f" ({format_bytes(r.across_hosts)} per host across hosts)"
                 lines.append(
@@ -128,6 +135,7 @@ def compare_runs(*runs: Any, plan: Any = None, budget: int | None = None) -> Str
     if budget is None and plan is not None:
         budget = getattr(plan, "memory_per_rank", None)
     grouped: dict[Any, list[StrategyRow]] = {}
+    picks: dict[Any, str] = {}
     for i, (report, name) in enumerate(zip(runs, names, strict=True)):
         workload = getattr(report, "workload", None)
         key = workload if workload is not None else ("unknown", i)  # an unknown workload is compared with nothing
@@ -136,7 +144,11 @@ def compare_runs(*runs: Any, plan: Any = None, budget: int | None = None) -> Str
         for c in plan.candidates:
             key = plan.workload(c.world_size) if hasattr(plan, "workload") else ("plan", c.world_size)
             grouped.setdefault(key, []).append(_candidate_row(c))
-    groups = [_group(key, rows, budget, grouped) for key, rows in grouped.items()]
+            pick = plan.recommended_for(c.world_size)
+            picks[key] = f"{pick.name} (plan)" if pick is not None else "none (nothing fits)"
+    groups = [
+        replace(_group(key, rows, budget, grouped), recommended=picks.get(key, "")) for key, rows in grouped.items()
+    ]
     return StrategyTable(tuple(groups), budget)
 
 
@@ -181,6 +193,7 @@ def _run_row(report: Any, index: int, name: str | None) -> StrategyRow:
         across_hosts=_across_hosts(report),
         peak_steps=tuple(steps),
         timed_steps=() if timed is None else timed[1],
+        timed_unprofiled=timed is not None and timed[2],
     )
 
 

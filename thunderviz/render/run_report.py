@@ -150,13 +150,18 @@ def _observed_html(report: RunReportLike) -> str:
     timed = report.step_time() if hasattr(report, "step_time") else None
     peak = largest_peak(report.step_memory)
     said = []
+    drawn = steps_text(getattr(report.timeline_data, "steps", ()))
     if timed is not None:
-        said.append(
-            f"step time {timed[0]:.1f} ms, the median over {steps_text(timed[1])} of the slowest rank's step"
-            " (torch.profiler; step 1 compiles)"
+        how = (
+            "timed with the profiler stopped"
+            if timed[2]
+            else "as recorded by torch.profiler, whose per-op cost is in them (run more steps to time some unprofiled)"
         )
+        said.append(f"step time {timed[0]:.1f} ms, the median over {steps_text(timed[1])} of the slowest rank, {how}")
+    if drawn:
+        said.append(f"the timeline draws {drawn}, recorded with torch.profiler (step 1 compiles)")
     if peak is not None and peak[1].steps:
-        said.append(f"memory measured on {steps_text(peak[1].steps)} (torch's MemTracker), outside the timeline")
+        said.append(f"memory measured on {steps_text(peak[1].steps)} (torch's MemTracker), a step no other view times")
     return f"<p class='observed'>{escape('; '.join(said))}.</p>" if said else ""
 
 

@@ -32,8 +32,8 @@ _HEADERS = [
 ]
 
 
-def _steps(steps: Any) -> str:
-    said = steps_text(steps)
+def _steps(steps: Any, how: str = "") -> str:
+    said = ", ".join(x for x in (steps_text(steps), how) if x)
     return f" ({said})" if said else ""
 
 
@@ -57,13 +57,16 @@ def _group_html(group: Any, budget: int | None) -> str:
             format_bytes(r.peak_bytes, unknown="not measured") + ("" if r.peak_bytes is None else _steps(r.peak_steps)),
             format_bytes(r.sent_bytes, unknown="-"),
             format_bytes(r.across_hosts, unknown="-"),
-            "-" if r.step_ms is None else f"{r.step_ms:.1f} ms{_steps(r.timed_steps)}",
+            "-"
+            if r.step_ms is None
+            else f"{r.step_ms:.1f} ms{_steps(r.timed_steps, 'unprofiled' if r.timed_unprofiled else 'profiled')}",
             "-" if r.fits is None else ("yes" if r.fits else "no"),
             r.why,
         ]
         for r in group.rows
     ]
-    alone = f" <span class='note'>{escape(group.alone)}</span>" if group.alone else ""
+    said = "; ".join(x for x in (group.alone, group.recommended and f"the plan recommends {group.recommended}") if x)
+    alone = f" <span class='note'>{escape(said)}</span>" if said else ""
     return f"<h5>{escape(group.title)}{alone}</h5>{bars_svg(bars, budget)}{table(_HEADERS, rows)}"
 
 
