@@ -244,7 +244,8 @@ def _check_every_view_says_the_same_numbers(cells: list[dict], page: str) -> Non
     for run in ("zero2", "zero3", "ddp", "planned", "ddp_timed"):
         assert re.fullmatch(r"[0-9.]+ (KiB|MiB) \((steps? [0-9-]+)\)", table[run]["peak per rank"]), table[run]
     # one workload, so one group: the central runs, the planned one and the plan's candidates, against its budget
-    plan_text = "".join(next(c for c in cells if c.get("id") == "plan-make")["outputs"][0]["text"])
+    outputs = next(c for c in cells if c.get("id") == "plan-make")["outputs"]
+    plan_text = "".join(next(o["text"] for o in outputs if o.get("name") == "stdout"))
     budget = re.search(r"budget per rank: ([0-9.]+ \w+)", plan_text)[1]
     assert numbers.budget == budget
     for candidate in ("ddp", "fsdp-zero2-block"):

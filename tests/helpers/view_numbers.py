@@ -79,6 +79,7 @@ def _run_numbers(section: str) -> RunNumbers:
     for row in table_rows(memory):
         if re.fullmatch(_SIZE, row.get("step peak, measured", "")):
             out.peaks[int(row["rank"])] = row["step peak, measured"]
+            out.memory_steps = row["measured with"].partition(", ")[2]
     svg = memory[: memory.index("</svg>")] if "</svg>" in memory else ""
     for label, parts in bar_parts(svg).items():
         m = re.search(r"rank (\d+)(?:, measured| \(measured)", label)
@@ -89,10 +90,10 @@ def _run_numbers(section: str) -> RunNumbers:
     observed = re.search(r"<p class='observed'>(.*?)</p>", section, re.S)
     if observed:
         said = html.unescape(observed[1])
-        m = re.search(r"step time ([0-9.]+ ms), the median over (steps? [0-9, -]+)", said)
+        m = re.search(r"step time ([0-9.]+ ms), the median over (steps? [0-9, -]+?) of", said)
         out.step_time = f"{m[1]} ({m[2]})" if m else ""
-        m = re.search(r"memory measured on (steps? [0-9, -]+)", said)
-        out.memory_steps = m[1].strip() if m else ""
+        m = re.search(r"memory measured on (steps? [0-9, -]+?) \(", said)
+        assert m is None or m[1] == out.memory_steps, (said, out.memory_steps)  # the line and the table agree
     return out
 
 
