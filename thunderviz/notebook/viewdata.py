@@ -590,7 +590,10 @@ MEMORY_COLUMNS: tuple[MemoryColumn, ...] = (
     MemoryColumn(key="cuda_max_allocated_bytes", title="CUDA peak allocated", unit="bytes", source="measured"),
     MemoryColumn(key="cuda_allocated_bytes", title="CUDA allocated now", unit="bytes", source="measured"),
 )
-MEMORY_NOTE = f"Step peak: {PEAK_NOTE} {TRACE_SAVED_NOTE}"
+MEMORY_NOTE = (
+    f"Step peak: {PEAK_NOTE} {TRACE_SAVED_NOTE} Trace estimate: thunder's get_alloc_memory of one trace's"
+    " intermediates, not a step peak. Process RSS is not tensor memory."
+)
 
 
 def memory_rows(subject: Subject) -> list[dict[str, Any]]:

@@ -235,7 +235,9 @@ def _explained(rows: Sequence[StrategyRow]) -> list[StrategyRow]:
         else:
             grew = {k: v - lean.parts.get(k, 0) for k, v in row.parts.items()}
             part, extra = max(grew.items(), key=lambda kv: kv[1], default=("", 0))
-            what = f", most of it {part} (+{format_bytes(extra)})" if extra > 0 else ""
+            # the part that grew most, by its own amount: other parts may have shrunk (ZERO3 saves less for backward
+            # than ZERO2 and gathers more into temporaries), so it can exceed the whole's difference
+            what = f"; the largest difference: {part} +{format_bytes(extra)}" if extra > 0 else ""
             more = format_bytes(row.peak_bytes - (lean.peak_bytes or 0))
             out.append(replace(row, why=f"{more} more per rank than {lean.name}{what}{_traffic(row, lean)}"))
     return out
