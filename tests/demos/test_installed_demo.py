@@ -253,6 +253,16 @@ def _check_every_view_says_the_same_numbers(cells: list[dict], page: str) -> Non
         row = table[f"{candidate} (plan)"]
         assert (row["peak per rank"], row["sent per step per rank"]) == (line[1], line[3]), (row, line[0])
         assert row["fits"] == ("yes" if line[2] == "fits" else "no")
+    # each candidate's parts: the plan's own picture, the planned run's memory section and the table draw one account
+    from tests.helpers.view_numbers import bar_parts
+
+    picture = "".join(next(o["data"]["text/html"] for o in outputs if o["output_type"] == "execute_result"))
+    section = page[page.index("<h2>planned</h2>") :]
+    section = section[section.index("<h4>Memory per rank") :]
+    in_plan, in_section = bar_parts(picture), bar_parts(section[: section.index("</svg>")])
+    for candidate in ("ddp", "fsdp-zero2-block"):
+        drawn = numbers.table_bars[f"{candidate} (plan) x2"]
+        assert drawn == in_plan[f"{candidate} x2"] == in_section[f"{candidate} x2"], (drawn, in_plan, in_section)
     for run in ("zero2", "zero3", "ddp", "planned"):
         assert table[run]["fits"] in ("yes", "no"), table[run]
     assert table["ddp"]["fits"] == "no" and table["zero2"]["fits"] == table["planned"]["fits"] == "yes"

@@ -103,7 +103,7 @@ def page_numbers(page: str) -> PageNumbers:
     strategies = head[head.index("Which strategy?") :] if "Which strategy?" in head else ""
     table: dict[str, dict[str, str]] = {}
     bars: dict[str, dict[str, str]] = {}
-    for group in re.split(r"<h5>", strategies)[1:]:
+    for group in re.split(r"<h5>", strategies)[1:] or [strategies]:  # one table when the page draws no groups
         for row in table_rows(group):
             table[row["run"]] = row
         svg = group[: group.index("</svg>")] if "</svg>" in group else ""
