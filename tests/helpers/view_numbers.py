@@ -85,8 +85,9 @@ def _run_numbers(section: str) -> RunNumbers:
         m = re.search(r"rank (\d+)(?:, measured| \(measured)", label)
         if m:
             out.parts[int(m[1])] = parts
-    for rank, sent in re.findall(rf"Collectives ledger, rank (\d+): [^<]*?, ({_SIZE}) sent per step", section):
-        out.sent[int(rank)] = out.sent.get(int(rank), sent) if int(rank) in out.sent else sent
+    ledgers = re.findall(rf"Collectives ledger, rank (\d+): [^<]*?, ({_SIZE}) sent per step", section)
+    if len({rank for rank, _ in ledgers}) == len(ledgers):  # one traced object: each rank's ledger is its step
+        out.sent = {int(rank): sent for rank, sent in ledgers}
     observed = re.search(r"<p class='observed'>(.*?)</p>", section, re.S)
     if observed:
         said = html.unescape(observed[1])
