@@ -295,7 +295,7 @@ class MemoryComparison:
         """``within 10%: predicted 23.4 MiB, measured 23.4 MiB (-0.0%)`` or which parts are off."""
         off = self.off(tolerance)
         if not off:
-            compared = [g.group for g in self.groups if g not in off and _compared(g, self.total)]
+            compared = [g.group for g in self.groups if _compared(g, self.total)]
             parts = f" (total and {', '.join(compared)})" if compared else " (the total)"
             return f"within {tolerance * 100:.0f}%{parts}: {self.total.describe().removeprefix('total: ')}"
         return "; ".join(g.describe() for g in off)
