@@ -648,7 +648,7 @@ def test_comparisons_name_the_runs_and_their_configuration_with_a_legend(lab: La
         lab.shot(f"{13 + i:02d}-compare-{'zero2-vs-zero3' if i == 1 else 'ddp-vs-fsdp'}", root)
     first = lab.expected["compares"][0]
     assert first["title"] == "zero2: FSDP ZERO2 BLOCK vs zero3: FSDP ZERO3 BLOCK"
-    assert "saved for backward" in first["summary"]
+    assert "saved tensors (trace)" in first["summary"]
     assert first["verdict"].startswith("zero3 sends ") and "bytes per step" in first["verdict"]
 
 

@@ -23,9 +23,9 @@ from thunderviz.render.memory_view import PEAK_NOTE, plan_bars, plan_predicted, 
 from thunderviz.trace.diff import GroupChange, TraceDiff, diff_traces, group_changes, memory_changes, verdict
 from thunderviz.trace.file import bundle_from_dict, load
 from thunderviz.trace.ledger import Ledger, find_mismatches, ledger_from_bundle
-from thunderviz.trace.memory import MemoryEstimate, StepMemory, compare
+from thunderviz.trace.memory import MemoryEstimate, StepMemory, compare, largest_peak
 from thunderviz.trace.model import TraceBundle, TraceSnapshot
-from thunderviz.trace.saved import SavedComparison, saved_by_group, saved_by_line
+from thunderviz.trace.saved import TRACE_SAVED, TRACE_SAVED_NOTE, SavedComparison, saved_by_group, saved_by_line
 
 __all__ = [
     "MEMORY_COLUMNS",
@@ -539,13 +539,14 @@ def run_names(a: Subject, b: Subject) -> tuple[str, str]:
 
 
 def compare_verdict(a: Subject, b: Subject) -> str:
-    """The comparison's one sentence (``trace.diff.verdict``): bytes sent per step, why, and the measured step peak
-    of the lowest rank when both runs measured one (else the predicted one, else what forward saves for backward)."""
+    """The comparison's one sentence (``trace.diff.verdict``): bytes sent per step, why, and the runs' measured step
+    peaks (each its largest rank's, as every table says it) when both measured one (else the predicted one, else
+    what forward's trace hands to backward)."""
     na, nb = run_names(a, b)
     memory = None
-    ma, mb = a.step_memory.get(a.primary.rank), b.step_memory.get(b.primary.rank)
-    if ma is not None and mb is not None and ma.peak_bytes is not None and mb.peak_bytes is not None:
-        memory = ("step peak (measured)", ma.peak_bytes, mb.peak_bytes)
+    ma, mb = largest_peak(a.step_memory), largest_peak(b.step_memory)
+    if ma is not None and mb is not None:
+        memory = ("step peak (measured)", ma[1].peak_bytes, mb[1].peak_bytes)
     elif a.prediction is not None and b.prediction is not None:
         memory = ("step peak (predicted)", a.prediction.peak_bytes, b.prediction.peak_bytes)
     return verdict(a.primary, b.primary, na, nb, memory)
@@ -572,7 +573,7 @@ def ledger_table(subject: Subject) -> LedgerPanel:
         bad=sorted(bad_positions),
         mismatches=subject.mismatches(),
         counts={r: subject.ledgers[r].counts() for r in ranks},
-        bytes={r: subject.ledgers[r].total_bytes() for r in ranks},
+        bytes={r: subject.ledgers[r].sent_bytes() for r in ranks},
     )
 
 
@@ -582,14 +583,17 @@ MEMORY_COLUMNS: tuple[MemoryColumn, ...] = (
     MemoryColumn(key="predicted_step_peak", title="step peak, predicted", unit="bytes", source="predicted"),
     MemoryColumn(key="est_peak_forward", title="trace estimate, forward", unit="bytes", source="estimated"),
     MemoryColumn(key="est_peak_backward", title="trace estimate, backward", unit="bytes", source="estimated"),
-    MemoryColumn(key="saved_for_backward", title="saved for backward", unit="bytes", source="estimated"),
+    MemoryColumn(key="saved_for_backward", title=TRACE_SAVED, unit="bytes", source="estimated"),
     MemoryColumn(key="recomputed_ops", title="recomputed ops", unit="count", source="estimated"),
     MemoryColumn(key="kept_for_accumulation", title="kept for accumulation", unit="bytes", source="estimated"),
     MemoryColumn(key="rss_bytes", title="process RSS", unit="bytes", source="measured"),
     MemoryColumn(key="cuda_max_allocated_bytes", title="CUDA peak allocated", unit="bytes", source="measured"),
     MemoryColumn(key="cuda_allocated_bytes", title="CUDA allocated now", unit="bytes", source="measured"),
 )
-MEMORY_NOTE = PEAK_NOTE
+MEMORY_NOTE = (
+    f"Step peak: {PEAK_NOTE} {TRACE_SAVED_NOTE} Trace estimate: thunder's get_alloc_memory of one trace's"
+    " intermediates, not a step peak. Process RSS is not tensor memory."
+)
 
 
 def memory_rows(subject: Subject) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ from thunderviz.ranks.cell_targets import CellSnapshot, cell_targets, strategy_o
 from thunderviz.ranks.protocol import PHASE_DATA_KEY, MemoryReading, ReportData
 from thunderviz.ranks.rank_state import STATE, publish, this_rank
 from thunderviz.ranks.status import Phase
+from thunderviz.trace.workload import Workload, tensor_text
 
 __all__ = ["collect", "read_memory"]
 
@@ -54,11 +55,12 @@ def collect(
     instead of capturing the traces again).
     """
     rank = this_rank()
+    step_memory, optimizers = memory_measure.cell_finished()
     result = ReportData(
         rank=rank,
         host=socket.gethostname(),
         memory=read_memory(cuda=STATE.setup is not None and STATE.setup.backend == "nccl"),
-        step_memory=memory_measure.cell_finished(),
+        step_memory=step_memory,
         # only this cell's decisions: the log of a Fabric reused across cells keeps growing
         decisions=list(getattr(strategy_of(ns), "decisions", None) or [])[before.decisions :],
         bundles={},
@@ -81,9 +83,10 @@ def collect(
     except ImportError as exc:
         result["problems"].append(f"the trace model is not available in this build ({exc}); traces were not captured")
         return result
+    captured: dict[str, Any] = {}
     for name, obj in targets:
         try:
-            bundle = capture(obj, name, rank=rank)
+            bundle = captured[name] = capture(obj, name, rank=rank)
             result["ledgers"][name] = ledger_from_bundle(bundle)
             if by_object is not None:
                 by_object[compile_key(obj)] = bundle
@@ -91,4 +94,22 @@ def collect(
                 result["bundles"][name] = bundle
         except Exception:
             result["problems"].append(f"capturing {name!r} failed:\n" + traceback.format_exc())
+    result["workload"] = _workload(targets, captured, optimizers)
     return result
+
+
+def _workload(targets: list[tuple[str, Any]], bundles: dict[str, Any], optimizers: list[str]) -> Workload | None:
+    """What the cell trained (``trace.workload``): its first traced module, that module's batch as its forward trace
+    read it, the optimizers that stepped, the ranks; None when no module was traced."""
+    from thunderviz.process_rank import process_rank
+    from thunderviz.thunder.modules import model_size
+
+    for name, obj in targets:
+        size = model_size(obj)
+        if size is None:
+            continue
+        bundle = bundles.get(name)
+        inputs = bundle.forward.tensor_inputs() if bundle is not None else []
+        batch = tuple(tensor_text(t.dtype or "?", t.shape or ()) for t in inputs)
+        return Workload(size[0], size[1], batch, " + ".join(optimizers), process_rank().world_size)
+    return None

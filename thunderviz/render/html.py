@@ -29,6 +29,7 @@ from thunderviz.timeline.model import Timeline
 from thunderviz.trace.diff import TraceDiff, diff_traces
 from thunderviz.trace.ledger import Ledger, find_mismatches, ledger_from_bundle
 from thunderviz.trace.model import TraceBundle, TraceSnapshot
+from thunderviz.trace.saved import TRACE_SAVED_NOTE
 from thunderviz.trace.units import format_bytes
 
 if TYPE_CHECKING:
@@ -176,13 +177,13 @@ def _overview(by_name: Mapping[str, list[TraceBundle]]) -> str:
             )
     return (
         "<h2>Overview</h2><table><tr><th>jitted object</th><th>rank</th><th>world</th><th>forward ops</th>"
-        "<th>backward ops</th><th>trace estimate fwd</th><th>trace estimate bwd</th><th>saved for backward</th>"
+        "<th>backward ops</th><th>trace estimate fwd</th><th>trace estimate bwd</th><th>saved tensors (trace)</th>"
         "<th>collectives</th></tr>"
         + "".join(rows)
         + "</table><p class='note'>Trace estimate: thunder's estimate of one trace's peak "
         "(<code>get_alloc_memory</code>), per rank: that trace's intermediates, not the step peak of the memory "
         "section (which counts parameters, gradients, optimizer state and everything alive at once). "
-        "Saved for backward: what forward keeps alive for backward; "
+        f"{_e(TRACE_SAVED_NOTE)} "
         f"{RECOMPUTED_MARK} counts the backward ops that recompute forward values instead (activation checkpointing, "
         "ZERO3). Kept for accumulation: the unsharded gradients a <code>no_backward_sync</code> backward holds until "
         "the next synchronizing one (one full copy of the sharded parameters' gradients per rank).</p>"
@@ -315,7 +316,7 @@ def _ledger_table(ledger: Ledger) -> str:
     counts = ", ".join(f"{n} {k}" for k, n in ledger.counts().items()) or "no collectives"
     return (
         f"<details><summary>Collectives ledger, rank {ledger.rank}: {_e(counts)}, "
-        f"{format_bytes(ledger.total_bytes())} sent</summary>"
+        f"{format_bytes(ledger.sent_bytes())} sent per step</summary>"
         "<table><tr><th>#</th><th>trace</th><th>kind</th><th>tensor</th><th>shape</th><th>dtype</th><th>bytes</th>"
         "<th>group</th><th>ops to wait</th></tr>" + "".join(rows) + "</table></details>"
     )

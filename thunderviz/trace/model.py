@@ -217,6 +217,16 @@ class TraceSnapshot:
         """How many ops of this (backward) trace recompute forward ops instead of reading saved tensors."""
         return sum(1 for op in self.ops if op.recomputed)
 
+    def tensor_inputs(self) -> list[TensorRef]:
+        """The trace's tensor arguments that are not parameters, in argument order: a forward trace's batch."""
+        wanted = [a for a in self.arg_names if a not in self.param_names]
+        found: dict[str, TensorRef] = {}
+        for op in self.ops:
+            for t in (*op.outputs, *op.inputs):
+                if t.name in wanted and t.kind == "tensor" and t.shape is not None:
+                    found.setdefault(t.name, t)
+        return [found[n] for n in wanted if n in found]
+
     def buckets_by_issue(self) -> dict[int, Bucket]:
         """Op index of each bucket's collective -> the bucket (what it sends, whose parameters)."""
         return {b.issue_index: b for b in self.buckets}
