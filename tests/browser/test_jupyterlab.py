@@ -178,7 +178,12 @@ def _expected(
             "memory_titles": [c["title"] for c in tutorial_view.panels["memory"]["columns"]],
             "trace_names": tutorial_view.trace_names,
         },
-        "timeline_worst": {"key": timeline.data["worst"], "label": worst["label"], "message": worst["message"]},
+        "timeline_worst": {
+            "key": timeline.data["worst"],
+            "label": worst["label"],
+            "message": worst["message"],
+            "bytes": worst["ledger"]["bytes"],
+        },
         "timeline_block_spans": sum(len(v) for v in block_spans.values()),
         "collective_nodes": collective_nodes,
         "groups": [g["name"] for g in pane["groups"]],
@@ -342,7 +347,9 @@ def test_click_collective_shows_details(lab: Lab) -> None:
     text = details.text_content()
     assert "reduce_scatter" in text and "grad of " in text, text[:500]
     # The chosen op's full trace line and its ledger row (bytes, group, wait distance).
+    row = details.locator(".tv-ledger-row tr", has_text="bytes (this rank)").locator("td").nth(1).inner_text()
     assert "group size" in details.locator(".tv-ledger-row").text_content()
+    assert re.fullmatch(r"\d+ B|\d+\.\d (KiB|MiB|GiB)", row), row  # no raw byte count beside it
     assert root.locator("svg g.tv-selected").count() == 1
     lab.shot("02-collective-details", root)
 
@@ -536,6 +543,11 @@ def test_timeline_click_on_a_collective_shows_every_ranks_arrival(lab: Lab) -> N
     last = root.locator(".tl-arrivals tr.tl-last")
     assert last.get_attribute("data-rank") == "1" and "arrived last" in last.inner_text()
     assert root.locator(".tl-message").inner_text() == worst["message"]
+    # the ledger row's size as every view prints one (it read 221952)
+    heads = root.locator(".tl-ledger th").evaluate_all("els => els.map(e => e.textContent)")
+    cells = root.locator(".tl-ledger td").evaluate_all("els => els.map(e => e.textContent)")
+    shown = dict(zip(heads, cells, strict=True))["bytes"]
+    assert shown == worst["bytes"] and re.fullmatch(r"\d+ B|\d+\.\d (KiB|MiB|GiB)", shown), shown
     lab.shot("10-timeline-arrivals", root)
 
 

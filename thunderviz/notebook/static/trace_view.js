@@ -558,7 +558,7 @@ function render({ model, el }) {
     const rows = [
       ["kind", led.kind], ["tensor", led.tensor], ["shape", `${led.dtype || ""}${shapeText(led.shape)}`],
       ...(led.bucket ? [["bucket", `${led.bucket}: ${(led.params || []).length} parameters`], ["parameters", (led.params || []).join(", ")]] : []),
-      ["bytes (this rank)", led.bytes === null ? "" : `${fmtBytes(led.bytes)} (${led.bytes})`],
+      ["bytes (this rank)", fmtBytes(led.bytes)],
       ["group size", led.group_size ?? ""], ["result shape", shapeText(led.out_shape)],
       ["wait distance (ops)", led.distance ?? (led.kind === "wait" ? "" : "synchronous")],
       ["ledger position", led.position], ["waits for", led.waits_for ?? ""],
