@@ -551,6 +551,23 @@ def test_timeline_click_on_a_collective_shows_every_ranks_arrival(lab: Lab) -> N
     lab.shot("10-timeline-arrivals", root)
 
 
+def test_the_timeline_breakdown_reads_in_words_and_milliseconds(lab: Lab) -> None:
+    """The static picture's per-rank breakdown: headings in words with their unit (it read ``step_time (ms)``) and
+    each time as every duration is printed, one decimal, two below 1 ms (it read 242.079 and 0.008)."""
+    from thunderviz.render.timeline_svg import BREAKDOWN_COLUMNS
+
+    table = lab.page.locator(".thunderviz-timeline-static table.thunderviz-breakdown").first
+    table.scroll_into_view_if_needed()
+    heads = table.locator("th").evaluate_all("els => els.map(e => e.textContent)")
+    assert [h.removesuffix(" (ms)") for h in heads] == list(BREAKDOWN_COLUMNS.values()), heads
+    assert not any("_" in h for h in heads) and sum(h.endswith(" (ms)") for h in heads) == len(heads) - 2
+    rows = table.locator("tbody tr").evaluate_all("els => els.map(e => [...e.cells].map(c => c.textContent))")
+    assert [r[0] for r in rows] == ["0", "1"]
+    times = [c for r in rows for c in r[2:]]
+    assert times and all(re.fullmatch(r"-?[1-9]\d*\.\d|-?0\.\d\d", t) for t in times), times
+    lab.shot("11b-timeline-breakdown", table)
+
+
 def test_a_graph_node_outlines_its_spans_on_the_timeline(lab: Lab) -> None:
     graph = lab.page.locator(".tv-root[data-mode=trace]").nth(2)  # the graph of the timeline's own run
     graph.scroll_into_view_if_needed()

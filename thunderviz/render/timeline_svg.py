@@ -369,16 +369,34 @@ def _legend_html() -> str:
     )
 
 
+#: The breakdown's columns: ``RankBreakdown`` field -> its heading (times in ms, the mean over the steps measured).
+BREAKDOWN_COLUMNS = {
+    "rank": "rank",
+    "steps": "steps measured",
+    "step_time": "step time",
+    "compute": "compute",
+    "communication": "communication",
+    "exposed": "communication exposed",
+    "overlapped": "communication overlapped",
+    "idle": "idle",
+}
+
+
 def _breakdown_html(a: TimelineAnalysis) -> list[str]:
-    """The per-rank breakdown table: a head, one row per rank, a foot."""
-    heads = ["rank", "steps", "step_time", "compute", "communication", "exposed", "overlapped", "idle"]
+    """The per-rank breakdown table: milliseconds per step, as every duration is printed (``units.format_us``:
+    one decimal, two below 1 ms; it read ``step_time (ms)`` and 242.079 / 0.008)."""
+    heads = [
+        f"<th>{_e(title)}{'' if key in ('rank', 'steps') else ' (ms)'}</th>" for key, title in BREAKDOWN_COLUMNS.items()
+    ]
     parts = [
-        "<table><thead><tr>"
-        + "".join(f"<th>{_e(h)}{' (ms)' if h not in ('rank', 'steps') else ''}</th>" for h in heads)
+        "<table class='thunderviz-breakdown'><caption>Per rank, the mean of each measured step</caption><thead><tr>"
+        + "".join(heads)
         + "</tr></thead><tbody>"
     ]
-    for r in (b.row() for b in a.breakdown()):
-        parts.append("<tr>" + "".join(f"<td>{_e(r[h])}</td>" for h in heads) + "</tr>")
+    for b in a.breakdown():
+        cells = [str(b.rank), str(b.steps)]
+        cells += [format_us(getattr(b, key)).removesuffix(" ms") for key in list(BREAKDOWN_COLUMNS)[2:]]
+        parts.append("<tr>" + "".join(f"<td class='num'>{_e(c)}</td>" for c in cells) + "</tr>")
     parts.append("</tbody></table>")
     return parts
 
