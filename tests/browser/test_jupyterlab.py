@@ -674,6 +674,15 @@ def test_comparisons_name_the_runs_and_their_configuration_with_a_legend(lab: La
         a, b = exp["runs"]
         assert f"added: only in {b}" in legend and f"removed: only in {a}" in legend and "changed: in both" in legend
         assert "\u22120" not in exp["summary"] and "~0" not in exp["summary"]
+        # The panes sit side by side only where both fit their half readably (at a notebook's width: one above the
+        # other), so every word names a run, never a side: the legend, and each search hit (it said "left: ...")
+        assert root.get_attribute("data-arrangement") in ("side-by-side", "stacked")
+        root.locator("input.tv-search").fill("wait")
+        root.locator(".tv-match-item").first.wait_for(timeout=20_000)
+        hits = root.locator(".tv-match-item").evaluate_all("els => els.map(e => e.textContent)")
+        assert {h.split(": ", 1)[0] for h in hits} == {a, b}, hits
+        assert not re.search(r"\b(left|right)\b", legend + " ".join(hits)), (legend, hits)
+        root.locator("input.tv-search").fill("")
         lab.shot(f"{13 + i:02d}-compare-{'zero2-vs-zero3' if i == 1 else 'ddp-vs-fsdp'}", root)
     first = lab.expected["compares"][0]
     assert first["title"] == "zero2: FSDP ZERO2 BLOCK vs zero3: FSDP ZERO3 BLOCK"

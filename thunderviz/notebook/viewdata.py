@@ -67,8 +67,8 @@ class GroupRow(TypedDict):
     expanded: bool
 
 
-#: A node's outline in a comparison: ``status`` (``added``: only the right run has what it draws, ``removed``: only
-#: the left, ``changed``: both, with other ops) and how many of its ops the diff tagged ``+``, ``-`` and ``~``.
+#: A node's outline in a comparison: ``status`` (``added``: only the second run has what it draws, ``removed``: only
+#: the first, ``changed``: both, with other ops) and how many of its ops the diff tagged ``+``, ``-`` and ``~``.
 NodeMark = TypedDict("NodeMark", {"status": str, "+": int, "-": int, "~": int})
 
 

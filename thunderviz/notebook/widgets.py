@@ -357,7 +357,7 @@ class TraceView(_GraphWidget):
 class CompareView(_GraphWidget):
     """Two traces over the same label on one scale, synced zoom, the structural diff outlined on both graphs.
 
-    Outlines (``viewdata.pane_data``): ``added`` only on what the left run has nothing of (a bucket ZERO3 adds),
+    Outlines (``viewdata.pane_data``): ``added`` only on what the first run has nothing of (a bucket ZERO3 adds),
     ``removed`` the reverse, ``changed`` on a block both runs have whose ops differ (clicking it says which ops,
     collectives and bytes sent: ``changes``). On top, the verdict (``viewdata.compare_verdict``: bytes sent per step,
     why, one memory difference), then the summary (``TraceDiff.summary``). The panes sit side by side when both
