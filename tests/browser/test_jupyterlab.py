@@ -294,8 +294,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             page.locator(".tl-root[data-drawn]").first.wait_for(timeout=120_000)
             page.locator(".tv-root[data-mode=trace][data-drawn]").nth(3).wait_for(timeout=120_000)
             page.locator(".tv-root[data-mode=compare][data-drawn]").nth(2).wait_for(timeout=120_000)
-            # the memory view, the tour's last cell
+            # the memory view, then the fused run, the tour's last cell
             page.locator(".tv-root[data-mode=trace][data-drawn]").nth(4).wait_for(timeout=120_000)
+            page.locator(".tv-root[data-mode=trace][data-drawn]").nth(5).wait_for(timeout=120_000)
             timings["run_all_s"] = time.monotonic() - t0
             yield Lab(page, errors, expected, timings)
             SHOTS.mkdir(parents=True, exist_ok=True)
@@ -421,7 +422,7 @@ def test_memory_view_bars_budget_and_saved_tensors(lab: Lab) -> None:
     category), the budget line where the plan put it, the saved-for-backward tables and the lines where thunder saves
     more, all as the model computed them."""
     exp = lab.expected["memory"]
-    root = lab.page.locator(".tv-root[data-mode=trace]").last  # the tour's last cell
+    root = lab.page.locator(".tv-root[data-mode=trace]").nth(4)  # the memory view
     root.scroll_into_view_if_needed()
     root.locator("button.tv-tab[data-tab=memory]").click()
     view = root.locator(".tv-panel .tv-memory")
@@ -789,6 +790,34 @@ def test_tutorial_trace_view_reads_at_a_glance(lab: Lab) -> None:
     collapsed = svg.get_attribute("viewBox")
     root.locator("button.tv-btn", has_text="fit").click()
     assert svg.get_attribute("viewBox") == collapsed
+
+
+def test_fusion_regions_sit_where_their_modules_are_and_open_in_place(lab: Lab) -> None:
+    """The forward of a torchcompile run: the region running blocks.3's MLP, ln_f and lm_head is one node named for
+    what it spans (it read "lm_head · 1 op · 1 TorchCompile5", with no ln_f anywhere); search finds ln_f in it; a
+    double-click opens it to its ops, framed by module."""
+    root = lab.page.locator(".tv-root[data-mode=trace]").nth(5)  # the tour's last cell
+    root.scroll_into_view_if_needed()
+    groups = root.locator("svg g.node.tv-kind-group").evaluate_all("els => els.map(e => e.textContent)")
+    span = next((g for g in groups if "blocks.3 -> lm_head" in g), None)
+    assert span is not None and "spans blocks.3, ln_f, lm_head" in span and "1 op" not in span, groups
+    root.locator("input.tv-search").fill("ln_f")
+    root.locator(".tv-match-item").first.wait_for(timeout=20_000)
+    hits = root.locator(".tv-match-item").evaluate_all("els => els.map(e => e.textContent)")
+    assert any("blocks.3 -> lm_head" in h for h in hits), hits
+    root.locator("input.tv-search").fill("")
+    before = int(root.get_attribute("data-drawn"))
+    root.locator("svg g.node.tv-kind-group", has_text="blocks.3 -> lm_head").first.dblclick()
+    region = root.locator("svg g.cluster.tv-kind-region")
+    region.first.wait_for(timeout=30_000)
+    assert int(root.get_attribute("data-drawn")) > before
+    frames = root.locator("svg g.cluster").evaluate_all(
+        "els => els.map(e => [...e.children].filter(c => c.tagName === 'text').map(t => t.textContent).join(' '))"
+    )
+    assert {"blocks.3", "ln_f", "lm_head"} <= set(frames), frames  # a frame per module inside the region
+    assert root.locator("svg g.node.tv-kind-op").count() > 50  # the region's ops, each a node
+    lab.shot("23-fusion-region-opened", root)
+    root.locator("button.tv-btn", has_text="collapse all").click()
 
 
 def test_status_chips_tick_while_a_rank_is_starting(lab: Lab) -> None:

@@ -157,10 +157,12 @@ class _GraphWidget(anywidget.AnyWidget):
     def expand(self, *groups: str) -> None:
         """Open groups (by name, e.g. ``"blocks.0"``) into their ops, as a double-click in the graph does."""
         known = {g["name"] for p in self.panes for g in p["groups"]}
-        unknown = [g for g in groups if g not in known]
+        # a module a fusion region runs opens that region's group (``ln_f`` opens ``blocks.3 -> lm_head``)
+        held = {g: next((h for p in self.panes if (h := p["holding"].get(g))), g) for g in groups}
+        unknown = [g for g, h in held.items() if h not in known]
         if unknown:
             raise ValueError(f"expand({', '.join(map(repr, unknown))}): no such group; groups: {sorted(known)!r}")
-        self.expanded = list(dict.fromkeys([*self.expanded, *groups]))
+        self.expanded = list(dict.fromkeys([*self.expanded, *held.values()]))
 
     def collapse(self, *groups: str) -> None:
         """Close groups again; with no argument, close all."""

@@ -139,7 +139,8 @@ def _recorded(
     done = seen.get(id(bsym))
     if done is None:
         done = seen[id(bsym)] = _op_record(index, bsym, kinds, inputs)
-    return dataclasses.replace(done, index=index) if done.index != index else dataclasses.replace(done)
+    # a copy per trace, its region's ops too: attribution sets each copy's module
+    return dataclasses.replace(done, index=index, inner=tuple(dataclasses.replace(i) for i in done.inner))
 
 
 def _op_record(index: int, bsym: Any, kinds: Mapping[Any, str], inputs: list[Any]) -> OpRecord:
@@ -163,7 +164,16 @@ def _op_record(index: int, bsym: Any, kinds: Mapping[Any, str], inputs: list[Any
         collective=collective,
         group_size=group_size,
         fused=tuple(str(b.sym.name) for b in bsym.subsymbols) if getattr(bsym.sym, "is_fusion", False) else (),
+        inner=_region_ops(bsym, kinds),
     )
+
+
+def _region_ops(bsym: Any, kinds: Mapping[Any, str]) -> tuple[OpRecord, ...]:
+    """A fusion region's ops, each a record of its own (numbered within the region): the data flow inside the region
+    says which modules it runs (``trace.attribution``), and opening the region in a graph draws them."""
+    if not getattr(bsym.sym, "is_fusion", False):
+        return ()
+    return tuple(_op_record(k, b, kinds, _unique(_data_args(b))) for k, b in enumerate(bsym.subsymbols))
 
 
 def _unique(proxies: Iterable[Any]) -> list[Any]:
