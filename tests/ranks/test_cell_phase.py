@@ -35,4 +35,8 @@ def test_the_watch_says_compiling_during_a_thunder_compile_and_running_after_it(
     time.sleep(0.05)
     watch.stop()
     assert said == [] and watch.spent == {}
-    assert compile_split(watch.spent, total_s=1.0) == ""  # nothing compiled: nothing to split
+    assert compile_split(watch.spent) == ""  # nothing compiled: nothing to split
+    assert (
+        compile_split(watch.spent, total_s=1.0)
+        == "of this rank's 1.0 s: the rest (the cell's own code and steps) 1.0 s"
+    )

@@ -27,7 +27,7 @@ from typing import Any
 from thunderviz.ranks.protocol import PHASE_DATA_KEY
 from thunderviz.ranks.status import Phase
 
-__all__ = ["SAMPLE_S", "CellPhaseWatch", "compile_part", "compile_split", "compiling"]
+__all__ = ["SAMPLE_S", "SPLIT", "CellPhaseWatch", "compile_part", "compile_split", "compiling"]
 
 #: seconds between two looks at the main thread's stack
 SAMPLE_S = 0.1
@@ -45,6 +45,8 @@ _COMPILE_FRAMES = (
     ("thunderviz/thunder/comm_pass.py", "", OURS),  # our communication pass (and its re-fusion)
     ("torch/_inductor/compile_fx.py", "compile_fx", INDUCTOR),  # a torch.compile region (thunder's torchcompile)
 )
+#: How the line saying where a rank's seconds went begins (``compile_split``).
+SPLIT = "of this rank's "
 #: When a stack is in several parts, the one it is counted in: the innermost kind of work wins over what called it.
 _PRECEDENCE = (INDUCTOR, OURS, INTERPRETER, PASSES)
 
@@ -73,9 +75,10 @@ def compile_split(
 ) -> str:
     """``of this rank's 8.7 s: thunder's passes after its interpreter 4.1 s (thunderviz's passes among them 0.3 s),
     capturing the traces for this report 1.5 s, the rest (the cell's own code and steps) 3.1 s``: where a cell's
-    seconds went on a rank, the parts under 0.05 s left out; "" when nothing compiled. ``reused``: the interpreter's
+    seconds went on a rank, the parts under 0.05 s left out (a compile shorter than a sample may go unseen); without
+    ``total_s``, "" when no compile was seen. ``reused``: the interpreter's
     part was finding the trace to reuse (computing its key), and is named so."""
-    if not any(spent.get(p, 0.0) >= 0.05 for p in _PRECEDENCE):
+    if total_s is None and not any(spent.get(p, 0.0) >= 0.05 for p in _PRECEDENCE):
         return ""
     passes = spent.get(PASSES, 0.0) + spent.get(OURS, 0.0)
     parts = []
@@ -92,7 +95,7 @@ def compile_split(
         rest = total_s - sum(spent.get(p, 0.0) for p in _PRECEDENCE) - captured_s
         if rest >= 0.05:
             parts.append(f"the rest (the cell's own code and steps) {rest:.1f} s")
-        return f"of this rank's {total_s:.1f} s: " + ", ".join(parts)
+        return f"{SPLIT}{total_s:.1f} s: " + ", ".join(parts)
     return ", ".join(parts)
 
 

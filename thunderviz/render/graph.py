@@ -429,11 +429,11 @@ class _Drawing:
             if op.inner:
                 lines += self._open_region(op, g)
                 continue
-            lines.append(self._op_node(op, g, f"op{op.index}"))
+            lines.append(self._op_node(op, g, f"op{op.index}", self.buckets.get(op.index)))
         lines.append("  }")
         return lines
 
-    def _op_node(self, op: OpRecord, g: Group, nid: str, indent: str = "    ") -> str:
+    def _op_node(self, op: OpRecord, g: Group, nid: str, bucket: Bucket | None = None, indent: str = "    ") -> str:
         style = (
             _COLLECTIVE_STYLE
             if op.is_collective
@@ -443,8 +443,8 @@ class _Drawing:
             if op.recomputed
             else _OP_STYLE
         )
-        label = _op_label(op, self.pn, self.buckets.get(op.index) if nid == f"op{op.index}" else None)
-        self.nodes[nid] = _op_meta(op, g, self.pn, self.buckets.get(op.index) if nid == f"op{op.index}" else None)
+        label = _op_label(op, self.pn, bucket)
+        self.nodes[nid] = _op_meta(op, g, self.pn, bucket)
         return (
             f'{indent}{nid} [id="{self.prefix}{nid}", label="{dot_escape(label)}", '
             f'tooltip="{dot_escape(_op_tooltip(op))}", {style}];'
@@ -472,14 +472,10 @@ class _Drawing:
                     f'color="#3d6e9e";'
                 )
             for k, op in ops:
-                meta_region = {"index": region.index, "op": region.op}
-                lines.append(self._op_node(op, g, inner_node(region, k), indent="        "))
-                self.nodes[inner_node(region, k)] = {
-                    **self.nodes[inner_node(region, k)],
-                    "index": region.index,
-                    "in_region": meta_region,
-                    "position": k,
-                }
+                nid = inner_node(region, k)
+                lines.append(self._op_node(op, g, nid, indent="        "))
+                # the index is the region's (what diff marks and search key on); its place in the region: position
+                self.nodes[nid] |= {"index": region.index, "in_region": region.op, "position": k}
             if framed:
                 lines.append("      }")
         lines.append("    }")
@@ -492,12 +488,9 @@ class _Drawing:
             return [self._bucket_node(g, g.bucket)]
         work = g.work
         label = f"{_clip(g.name)}\n{counted(len(work), 'op')}"
-        if g.regions:
-            label += (
-                f" in {counted(len(g.regions), 'fusion region')}"
-                if len(work) == sum(len(op.inner) or 1 for op in g.regions)
-                else f", {counted(len(g.regions), 'fusion region')}"
-            )
+        if g.regions:  # "71 ops in 1 fusion region" when the regions are all it runs
+            alone = all(op.fused for op in g.compute)
+            label += f"{' in' if alone else ','} {counted(len(g.regions), 'fusion region')}"
         top = op_summary(work)[:3]
         if top:
             label += "\n" + ", ".join(f"{n} {k}" for k, n in top)
