@@ -812,7 +812,8 @@ def test_fusion_regions_sit_where_their_modules_are_and_open_in_place(lab: Lab) 
     region.first.wait_for(timeout=30_000)
     assert int(root.get_attribute("data-drawn")) > before
     frames = root.locator("svg g.cluster").evaluate_all(
-        "els => els.map(e => [...e.children].filter(c => c.tagName === 'text').map(t => t.textContent).join(' '))"
+        "els => els.map(e => [...e.querySelectorAll('text')].filter(t => t.closest('g.node, g.cluster') === e)"
+        ".map(t => t.textContent).join(' '))"
     )
     assert {"blocks.3", "ln_f", "lm_head"} <= set(frames), frames  # a frame per module inside the region
     assert root.locator("svg g.node.tv-kind-op").count() > 50  # the region's ops, each a node

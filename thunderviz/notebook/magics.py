@@ -448,9 +448,7 @@ def _parse(magic: Any, line: str) -> argparse.Namespace:
         flags = [s for a in magic.parser._actions for s in a.option_strings if s.startswith("--")]
         hints = [f"{flag}: did you mean {close}?" for flag in given if (close := closest_name(flag, flags))]
         name = magic.__name__
-        more = f" The flags of %%{name}: %%{name}?" if name.startswith("thunder_") else ""
-        if name == "thunder_ranks":
-            more = " See %thunder_ranks?"
+        more = " See %thunder_ranks?" if name == "thunder_ranks" else f" The flags of %%{name}: %%{name}?"
         raise UsageError(f"{text}{' (' + '; '.join(hints) + ')' if hints else ''}.{more}") from None
 
 

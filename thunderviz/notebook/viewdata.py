@@ -405,8 +405,8 @@ def pane_data(
                 "kind": "cluster",
                 "id": g.id,
                 "name": g.name,
-                "n_ops": len(g.ops),
-                "n_compute": len(g.compute),
+                "n_ops": len(g.ops) - len(g.compute) + len(g.work),
+                "n_compute": len(g.work),  # a fusion region counts the ops it runs
             }
     for meta in nodes.values():
         _attach_ledger(meta, rows)

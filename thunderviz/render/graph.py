@@ -134,7 +134,7 @@ class Group:
     @property
     def work(self) -> list[OpRecord]:
         """The compute ops as a person counts them: each fusion region whose ops were captured as those ops."""
-        return [i for op in self.compute for i in (op.inner or (op,)) if not i.is_bookkeeping]
+        return [i for op in self.compute for i in ([x for x in op.inner if not x.is_bookkeeping] or [op])]
 
     @property
     def regions(self) -> list[OpRecord]:
@@ -624,8 +624,8 @@ def _group_meta(g: Group, snap: TraceSnapshot) -> dict[str, Any]:
         "kind": "group",
         "id": g.id,
         "name": g.name,
-        "n_ops": len(g.ops),
-        "n_compute": len(g.compute),
+        "n_ops": len(g.ops) - len(g.compute) + len(g.work),
+        "n_compute": len(g.work),  # a fusion region counts the ops it runs
         "n_recomputed": len(g.recomputed),
         "first_index": g.ops[0].index if g.ops else None,
         "last_index": g.ops[-1].index if g.ops else None,
