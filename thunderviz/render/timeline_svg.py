@@ -143,6 +143,10 @@ _HATCH = (
 )
 
 
+#: About the widest a character of a step label draws (12 px bold): whether "step 12" fits before the next step.
+_STEP_CHAR_PX = 7.5
+
+
 class _Plot:
     """The time axis of one picture: microseconds ``lo..hi`` drawn over ``plot_w`` pixels right of the labels."""
 
@@ -193,15 +197,18 @@ def _step_markers(plot: _Plot, timeline: Timeline, height: int) -> list[str]:
     if not ranks:
         return []
     parts = []
-    for s in timeline.ranks[ranks[0]].steps:
-        if s.start < plot.lo or s.start > plot.hi:
-            continue
+    shown = [s for s in timeline.ranks[ranks[0]].steps if plot.lo <= s.start <= plot.hi]
+    for i, s in enumerate(shown):
         xs = plot.x(s.start)
         parts.append(
             f'<line class="step-marker" x1="{xs:.1f}" y1="18" x2="{xs:.1f}" y2="{height - 4}" '
-            f'stroke="{COLOURS["step"]}" stroke-width="1" stroke-dasharray="4 3"/>'
+            f'stroke="{COLOURS["step"]}" stroke-width="1" stroke-dasharray="4 3"><title>step {s.step}</title></line>'
         )
-        parts.append(f'<text x="{xs + 3:.1f}" y="29" font-weight="bold" fill="{COLOURS["text"]}">step {s.step}</text>')
+        # as the widget does: "step 5" where it fits before the next step, else "5", else the marker's tooltip alone
+        room = (plot.x(shown[i + 1].start) if i + 1 < len(shown) else plot.x(plot.hi)) - xs - 6
+        label = next((t for t in (f"step {s.step}", str(s.step)) if len(t) * _STEP_CHAR_PX <= room), None)
+        if label:
+            parts.append(f'<text x="{xs + 3:.1f}" y="29" font-weight="bold" fill="{COLOURS["text"]}">{label}</text>')
     return parts
 
 
