@@ -793,21 +793,21 @@ def test_tutorial_trace_view_reads_at_a_glance(lab: Lab) -> None:
 
 
 def test_fusion_regions_sit_where_their_modules_are_and_open_in_place(lab: Lab) -> None:
-    """The forward of a torchcompile run: the region running blocks.3's MLP, ln_f and lm_head is one node named for
-    what it spans (it read "lm_head · 1 op · 1 TorchCompile5", with no ln_f anywhere); search finds ln_f in it; a
-    double-click opens it to its ops, framed by module."""
+    """The forward of a torchcompile run: the region running the last block's MLP, ln_f and lm_head is one node named
+    for what it spans (it read "lm_head · 1 op · 1 TorchCompile5", with no ln_f anywhere); search finds ln_f in it;
+    a double-click opens it to its ops, framed by module."""
     root = lab.page.locator(".tv-root[data-mode=trace]").nth(5)  # the tour's last cell
     root.scroll_into_view_if_needed()
     groups = root.locator("svg g.node.tv-kind-group").evaluate_all("els => els.map(e => e.textContent)")
-    span = next((g for g in groups if "blocks.3 -> lm_head" in g), None)
-    assert span is not None and "spans blocks.3, ln_f, lm_head" in span and "1 op" not in span, groups
+    span = next((g for g in groups if "blocks.1 -> lm_head" in g), None)
+    assert span is not None and "spans blocks.1, ln_f, lm_head" in span and "1 op" not in span, groups
     root.locator("input.tv-search").fill("ln_f")
     root.locator(".tv-match-item").first.wait_for(timeout=20_000)
     hits = root.locator(".tv-match-item").evaluate_all("els => els.map(e => e.textContent)")
-    assert any("blocks.3 -> lm_head" in h for h in hits), hits
+    assert any("blocks.1 -> lm_head" in h for h in hits), hits
     root.locator("input.tv-search").fill("")
     before = int(root.get_attribute("data-drawn"))
-    root.locator("svg g.node.tv-kind-group", has_text="blocks.3 -> lm_head").first.dblclick()
+    root.locator("svg g.node.tv-kind-group", has_text="blocks.1 -> lm_head").first.dblclick()
     region = root.locator("svg g.cluster.tv-kind-region")
     region.first.wait_for(timeout=30_000)
     assert int(root.get_attribute("data-drawn")) > before
@@ -815,7 +815,7 @@ def test_fusion_regions_sit_where_their_modules_are_and_open_in_place(lab: Lab) 
         "els => els.map(e => [...e.querySelectorAll('text')].filter(t => t.closest('g.node, g.cluster') === e)"
         ".map(t => t.textContent).join(' '))"
     )
-    assert {"blocks.3", "ln_f", "lm_head"} <= set(frames), frames  # a frame per module inside the region
+    assert {"blocks.1", "ln_f", "lm_head"} <= set(frames), frames  # a frame per module inside the region
     assert root.locator("svg g.node.tv-kind-op").count() > 50  # the region's ops, each a node
     lab.shot("23-fusion-region-opened", root)
     root.locator("button.tv-btn", has_text="collapse all").click()

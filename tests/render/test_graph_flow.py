@@ -15,6 +15,8 @@ pytestmark = pytest.mark.timeout(900)
 
 TINY = ["wte", "wpe", "blocks.0", "blocks.1", "blocks.2", "blocks.3", "ln_f", "lm_head"]
 LITGPT = ["transformer.wte", *(f"transformer.h.{i}" for i in range(4)), "transformer.ln_f", "lm_head"]
+#: the fused run's model: the tutorial's with 2 blocks (``bucketed_traces.RUNS``)
+FUSED = ["wte", "wpe", "blocks.0", "blocks.1", "ln_f", "lm_head"]
 
 
 @pytest.fixture(scope="module")
@@ -97,23 +99,19 @@ def test_a_bucket_node_says_when_it_is_waited_for_as_the_ledger_does(bundles, la
 
 @pytest.mark.parametrize("label", ["forward", "backward"])
 def test_fusion_regions_sit_in_their_module_or_are_named_for_the_modules_they_span(bundles, label):
-    """It drew the ZERO2 forward's last region, which runs blocks.3's MLP, ln_f and lm_head, as "lm_head · 1 op"
-    beside no blocks.3, ln_f or wte node; and the backward's first (212 ops) as "blocks.3 · 1 op"."""
+    """It drew the ZERO2 forward's last region, which runs the last block's MLP, ln_f and lm_head, as "lm_head · 1 op"
+    beside no node of that block, ln_f or wte; and the backward's first (212 ops) as "blocks.3 · 1 op"."""
     snap = bundles["fused"].traces()[label]
     regions = snap.fusion_regions
     assert regions and all(op.inner and len(op.inner) == len(op.fused) for op in regions)
     view = graph_view(snap)
     spans = {g.name: g.spans for g in view.groups if g.spans}
-    last = "blocks.3 -> lm_head" if label == "forward" else "lm_head -> blocks.3"
-    assert spans[last] == (["blocks.3", "ln_f", "lm_head"] if label == "forward" else ["lm_head", "ln_f", "blocks.3"])
+    last = "blocks.1 -> lm_head" if label == "forward" else "lm_head -> blocks.1"
+    assert spans[last] == (["blocks.1", "ln_f", "lm_head"] if label == "forward" else ["lm_head", "ln_f", "blocks.1"])
     if label == "backward":  # a region of one block's gradients is drawn as that block
-        assert [g.name for g in view.groups if g.name.startswith("blocks.") and not g.spans] == [
-            "blocks.2",
-            "blocks.1",
-            "blocks.0",
-        ]
+        assert [g.name for g in view.groups if g.name.startswith("blocks.") and not g.spans] == ["blocks.0"]
     # every module of the model is findable: drawn as a group, or named by the region that runs it
-    for module in TINY:
+    for module in FUSED:
         assert group_holding(view.groups, module) is not None, (module, [g.name for g in view.groups])
     assert group_holding(view.groups, "ln_f") == last
     # the region counts the ops it runs, not itself ("1 op · 1 TorchCompile5"), and says what it spans
@@ -151,10 +149,10 @@ def test_search_finds_a_module_inside_a_fusion_region(bundles):
 
     snap = bundles["fused"].forward
     hits, total = search_ops(snap, "ln_f")
-    region = [h for h in hits if h["group"] == "blocks.3 -> lm_head"]
+    region = [h for h in hits if h["group"] == "blocks.1 -> lm_head"]
     assert total >= 10 and region and all(h["node"] == region[0]["node"] for h in region)
-    hits, _ = search_ops(snap, "ln_f", expanded=["blocks.3 -> lm_head"])
-    inside = [h for h in hits if h["group"] == "blocks.3 -> lm_head" and "_" in h["node"]]
+    hits, _ = search_ops(snap, "ln_f", expanded=["blocks.1 -> lm_head"])
+    inside = [h for h in hits if h["group"] == "blocks.1 -> lm_head" and "_" in h["node"]]
     assert len({h["node"] for h in inside}) > 5  # each op of ln_f its own node once the region is open
 
 
@@ -163,8 +161,8 @@ def test_the_widget_opens_the_region_that_runs_a_module_asked_for_by_name(bundle
     from thunderviz.notebook.widgets import TraceView
 
     view = TraceView(run_report("fused", bucketed_trace_files()["fused"]), trace="forward")
-    assert view.panes[0]["holding"]["ln_f"] == "blocks.3 -> lm_head"
-    assert {"blocks.3", "ln_f", "lm_head"} <= {m for g in view.panes[0]["groups"] for m in g["spans"]}
+    assert view.panes[0]["holding"]["ln_f"] == "blocks.1 -> lm_head"
+    assert {"blocks.1", "ln_f", "lm_head"} <= {m for g in view.panes[0]["groups"] for m in g["spans"]}
     view.expand("ln_f")
-    assert view.expanded == ["blocks.3 -> lm_head"]
+    assert view.expanded == ["blocks.1 -> lm_head"]
     assert any(m.get("kind") == "region" for m in view.panes[0]["nodes"].values())

@@ -27,7 +27,18 @@ from typing import Any
 from thunderviz.ranks.protocol import PHASE_DATA_KEY
 from thunderviz.ranks.status import Phase
 
-__all__ = ["SAMPLE_S", "SPLIT", "CellPhaseWatch", "compile_part", "compile_split", "compiling"]
+__all__ = [
+    "INDUCTOR",
+    "INTERPRETER",
+    "OURS",
+    "PASSES",
+    "SAMPLE_S",
+    "SPLIT",
+    "CellPhaseWatch",
+    "compile_part",
+    "compile_split",
+    "compiling",
+]
 
 #: seconds between two looks at the main thread's stack
 SAMPLE_S = 0.1
@@ -76,8 +87,8 @@ def compile_split(
     """``of this rank's 8.7 s: thunder's passes after its interpreter 4.1 s (thunderviz's passes among them 0.3 s),
     capturing the traces for this report 1.5 s, the rest (the cell's own code and steps) 3.1 s``: where a cell's
     seconds went on a rank, the parts under 0.05 s left out (a compile shorter than a sample may go unseen); without
-    ``total_s``, "" when no compile was seen. ``reused``: the interpreter's
-    part was finding the trace to reuse (computing its key), and is named so."""
+    ``total_s``, "" when no compile was seen. ``reused``: the interpreter's part was finding the trace to reuse
+    (computing its key), and is named so."""
     if total_s is None and not any(spent.get(p, 0.0) >= 0.05 for p in _PRECEDENCE):
         return ""
     passes = spent.get(PASSES, 0.0) + spent.get(OURS, 0.0)

@@ -139,8 +139,7 @@ class CellError(RankError):
         for f in shown:
             groups.setdefault(same_text(f.traceback), []).append(f)
         for same in groups.values():
-            ranks = [f.rank for f in same]
-            who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))} (the same traceback)"
+            who = _ranks([f.rank for f in same]) + (" (the same traceback)" if len(same) > 1 else "")
             died = same[0].kind is FailureKind.DIED  # its log's end, already cut to what matters: shown whole
             lines.append(f"--- {who}: {'the end of its process log' if died else 'traceback'} ---")
             text = same[0].traceback.rstrip().splitlines() if died else compact(same[0].traceback)
@@ -148,9 +147,8 @@ class CellError(RankError):
         stopped = [f for f in sorted(self.failures.values(), key=_cause_first) if f.was_stopped_by_us]
         left_out = [f for f in stopped if on_their_own]  # we stopped them because another rank failed
         if left_out:
-            ranks = ", ".join(str(f.rank) for f in left_out)
             where = "; where it was is in the full output" if any(f.traceback for f in left_out) else ""
-            lines.append(f"(rank{'s' if len(left_out) > 1 else ''} {ranks}: stopped by us after that failure{where})")
+            lines.append(f"({_ranks([f.rank for f in left_out])}: stopped by us after that failure{where})")
         if failures:
             lines.append("Every rank's full traceback: %thunder_ranks traceback (or CellError.full_traceback()).")
         return lines
@@ -244,12 +242,12 @@ def _stories(failures: list[RankFailure], timeout_s: float) -> list[str]:
     groups: dict[tuple[FailureKind, str, str | None], list[RankFailure]] = {}
     for f in failures:
         groups.setdefault((f.kind, f.summary, f.collective), []).append(f)
-    out = []
-    for same in groups.values():
-        ranks = [f.rank for f in same]
-        who = f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
-        out.append(_describe(same[0], timeout_s, who))
-    return out
+    return [_describe(same[0], timeout_s, _ranks([f.rank for f in same])) for same in groups.values()]
+
+
+def _ranks(ranks: list[int]) -> str:
+    """``rank 1`` or ``ranks 0, 1``."""
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
 
 
 def cell_error(
