@@ -43,10 +43,10 @@ def snapshot_trace(
     """Freeze one thunder ``TraceCtx`` into a ``TraceSnapshot``.
 
     ``seen``: the records already made of bound symbols, by ``id``, shared by the snapshots of one capture. Why:
-    thunder's passes build new traces from mostly the same bound symbol objects (a forward's 9 stages hold about a
-    third fewer distinct ones than ops), and printing each op's Python was half of a cell's capture; a symbol is
-    recorded once and each trace takes a copy at its own position. The traces must stay alive while ``seen`` is used
-    (ids are only unique among live objects).
+    thunder's passes build new traces from mostly the same bound symbol objects (a TinyGPT forward's 7 stages: 2,805
+    ops, 1,859 distinct symbols), and printing each op's Python was half of a capture; a symbol is recorded once and
+    each trace takes a copy at its own position (0.81x the capture's time). The traces must stay alive while
+    ``seen`` is used (ids are only unique among live objects).
     """
     from thunder.core.utils import producers as thunder_producers
 
