@@ -169,6 +169,7 @@ def test_pip_install_then_thunderviz_demo_runs_the_packaged_tutorial(tmp_path: P
     assert not re.search(r"""(src|href)=["']?https?://""", page)  # offline: nothing fetched from the network
     _check_the_plan_is_drawn(executed["cells"], page)
     _check_every_view_says_the_same_numbers(executed["cells"], page)
+    _check_the_words_match_what_is_drawn(executed["cells"])
     _check_the_chips_and_the_header_agree(executed["cells"], page)
 
     # the terminal story: each cell's decisions and rank 0's collectives, then where everything is
@@ -214,6 +215,24 @@ def _check_the_plan_is_drawn(cells: list[dict], page: str) -> None:
     line = float(re.search(r"class='tv-budget' x1='([0-9.]+)'", svg).group(1))
     assert len(sizes) == 4 and all(not x - 2 < line < x + 6.4 * len(t) + 2 for x, t in sizes), (line, sizes)
     assert "with its plan: 2 candidates against the budget, 1 over it" in page  # the contents line says so
+
+
+def _check_the_words_match_what_is_drawn(cells: list[dict]) -> None:
+    """The compare view stacks its panes at a notebook's width, so the tutorial names a run's pane, never its side
+    ("red on the left and green on the right"); and no cell ends with an empty stderr block (the plan's progress bar
+    sent its closing newline after the table the cell printed)."""
+    words = " ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    assert not re.search(r"\bon the (left|right)\b", words)
+    for cell in cells:
+        blocks: list[list[str]] = []  # [stream name, text]: consecutive outputs of one stream show as one block
+        for o in cell.get("outputs", []):
+            if o["output_type"] != "stream":
+                blocks.append(["", "(not a stream)"])
+            elif blocks and blocks[-1][0] == o["name"]:
+                blocks[-1][1] += "".join(o["text"])
+            else:
+                blocks.append([o["name"], "".join(o["text"])])
+        assert all(text.strip() for _name, text in blocks), (cell.get("id"), blocks)
 
 
 def _check_the_chips_and_the_header_agree(cells: list[dict], page: str) -> None:

@@ -239,6 +239,10 @@ def test_a_rerun_cell_reports_that_it_reused_the_trace_and_the_option_turns_it_o
     assert sorted(first.compiles) == [0, 1] and first.compile_story.startswith("interpreted in")
     assert again.compile_story.startswith("reused an earlier set-up's trace"), again.compile_story
     assert "compile: reused" in repr(again) and "compile: reused" in again.to_html()
+    # a reused compile still spends seconds on the ranks: the line says in which part (sampled every 0.1 s on each
+    # rank, so this small model's parts may be too short to be seen; test_cell_phase.py samples a compile finely)
+    assert "reused an earlier set-up's trace (interpreting it took " in again.compile_story
+    assert "; of this rank's " in again.compile_story, again.compile_story
     assert off.compile_story.startswith("interpreted in"), off.compile_story
 
 

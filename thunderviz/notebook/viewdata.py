@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from thunderviz.parallel.decisions import Decision
-from thunderviz.render.graph import graph_view, op_summary, short_op_name
+from thunderviz.render.graph import graph_view, group_holding, inner_node, op_summary, short_op_name
 from thunderviz.render.memory_view import PEAK_NOTE, plan_bars, plan_predicted, plan_run_bars, run_bars
 from thunderviz.trace.diff import GroupChange, TraceDiff, diff_traces, group_changes, memory_changes, verdict
 from thunderviz.trace.file import bundle_from_dict, load
@@ -65,10 +65,12 @@ class GroupRow(TypedDict):
     name: str
     n_ops: int
     expanded: bool
+    #: the modules its fusion regions run when they span several (``blocks.3 -> lm_head``: blocks.3, ln_f, lm_head)
+    spans: list[str]
 
 
-#: A node's outline in a comparison: ``status`` (``added``: only the right run has what it draws, ``removed``: only
-#: the left, ``changed``: both, with other ops) and how many of its ops the diff tagged ``+``, ``-`` and ``~``.
+#: A node's outline in a comparison: ``status`` (``added``: only the second run has what it draws, ``removed``: only
+#: the first, ``changed``: both, with other ops) and how many of its ops the diff tagged ``+``, ``-`` and ``~``.
 NodeMark = TypedDict("NodeMark", {"status": str, "+": int, "-": int, "~": int})
 
 
@@ -84,6 +86,8 @@ class PaneData(TypedDict):
     n_ops: int
     n_collectives: int
     n_waits: int
+    #: each module a fusion region spans -> the group it is drawn in (``ln_f`` -> ``blocks.3 -> lm_head``)
+    holding: dict[str, str]
 
 
 class SearchHit(TypedDict):
@@ -401,8 +405,8 @@ def pane_data(
                 "kind": "cluster",
                 "id": g.id,
                 "name": g.name,
-                "n_ops": len(g.ops),
-                "n_compute": len(g.compute),
+                "n_ops": len(g.ops) - len(g.compute) + len(g.work),
+                "n_compute": len(g.work),  # a fusion region counts the ops it runs
             }
     for meta in nodes.values():
         _attach_ledger(meta, rows)
@@ -433,7 +437,11 @@ def pane_data(
         prefix=id_prefix,
         dot=gv.dot,
         nodes=nodes,
-        groups=[GroupRow(id=g.id, name=g.name, n_ops=len(g.ops), expanded=g.id in gv.expanded) for g in gv.groups],
+        groups=[
+            GroupRow(id=g.id, name=g.name, n_ops=len(g.ops), expanded=g.id in gv.expanded, spans=g.spans)
+            for g in gv.groups
+        ],
+        holding={m: h for g in gv.groups for m in g.spans if (h := group_holding(gv.groups, m)) is not None},
         marks={k: m for k, m in node_marks.items() if m["status"]},
         n_ops=len(snapshot.ops),
         n_collectives=sum(1 for op in snapshot.ops if op.is_collective),
@@ -448,13 +456,17 @@ def search_ops(
 
     Returns up to ``limit`` hits (``{"index", "node", "group", "op", "label", "kind"}``; ``node`` is the drawn node
     that holds the op in the current expansion) and the total number of hits. Bookkeeping ops are skipped, as in
-    the graph.
+    the graph. A fusion region is searched op by op (``OpRecord.inner``): ``ln_f`` finds the ops of ``ln_f`` inside
+    ``blocks.3 -> lm_head``, each drawn in the region's group, or as its own node when the group is open.
     """
     q = query.strip().lower()
     if not q:
         return [], 0
     gv = graph_view(snapshot, [n for n in expanded if n in {g.name for g in graph_view(snapshot).groups}])
-    node_of = gv.node_of
+    node_of = dict(gv.node_of)
+    for g in gv.groups:  # an open group draws its regions' ops: each its own node
+        for op in g.regions if g.id in gv.expanded else ():
+            node_of.update({(op.index, k): inner_node(op, k) for k in range(len(op.inner))})
     group_of = {op.index: g.name for g in gv.groups for op in g.ops}
     bucket_of = {op.index: g.bucket for g in gv.groups if g.bucket is not None for op in g.ops}
     # A gathered parameter is found where it is used too: each unpacked result of a bucket is its parameter.
@@ -464,8 +476,11 @@ def search_ops(
             pn.update(zip(b.results, b.params, strict=True))
     hits: list[SearchHit] = []
     total = 0
-    for op in snapshot.ops:
-        if op.index not in node_of:
+    searched = [(op, op, None) for op in snapshot.ops if op.index in node_of]  # a region by its name too
+    searched += [(i, op, k) for op in snapshot.ops if op.index in node_of for k, i in enumerate(op.inner)]
+    searched.sort(key=lambda x: (x[1].index, -1 if x[2] is None else x[2]))
+    for op, drawn, k in searched:
+        if op.is_bookkeeping:
             continue
         tensors = [t.name for t in (*op.inputs, *op.outputs)]
         names = tensors + [pn[t] for t in tensors if t in pn]
@@ -477,15 +492,15 @@ def search_ops(
             continue
         named = [pn[t] for t in tensors if t in pn]
         shown = next((n for n in named if q in n.lower()), None) or next(iter(named), None) or (op.module or "")
-        bucket = bucket_of.get(op.index)
+        bucket = bucket_of.get(drawn.index) if k is None else None
         if bucket is not None and not (q in shown.lower() and shown in bucket.params):
             shown = bucket.short_name  # a bucket's op by the bucket's short name, not its first parameter
         kind = "collective" if op.is_collective else "wait" if op.is_wait else "op"
         hits.append(
             SearchHit(
-                index=op.index,
-                node=node_of[op.index],
-                group=group_of.get(op.index, ""),
+                index=drawn.index,
+                node=node_of.get((drawn.index, k), node_of[drawn.index]),
+                group=group_of.get(drawn.index, ""),
                 op=short_op_name(op.op),
                 label=f"{short_op_name(op.op)} {shown}".strip(),
                 kind=kind,

@@ -86,7 +86,7 @@ def after_user_cell(result: Any) -> None:
     captured: dict[int, Any] = {}
     try:
         if succeeded and STATE.collect:
-            data = collect(ns, STATE.before, keep_bundles=True, by_object=captured)
+            data = collect(ns, STATE.before, keep_bundles=True, by_object=captured, watch=STATE.phase_watch)
         forget_unreachable_modules(ns)
         STATE.before = snapshot(ns)
     except Exception:

@@ -9,6 +9,7 @@ this module is cheap: psutil, torch and thunder load inside the functions.
 from __future__ import annotations
 
 import socket
+import time
 import traceback
 from typing import Any
 
@@ -46,13 +47,19 @@ def _compiles() -> list[str]:
 
 
 def collect(
-    ns: dict[str, Any], before: CellSnapshot, *, keep_bundles: bool, by_object: dict[int, Any] | None = None
+    ns: dict[str, Any],
+    before: CellSnapshot,
+    *,
+    keep_bundles: bool,
+    by_object: dict[int, Any] | None = None,
+    watch: Any = None,
 ) -> ReportData:
     """What the report needs from this rank for the cell that ran since ``before``.
 
     ``keep_bundles``: send the trace bundles themselves (else only their ledgers). ``by_object`` receives each
     captured bundle under the id of the object's compile data (the timeline names its collectives from them
-    instead of capturing the traces again).
+    instead of capturing the traces again). ``watch``: the cell's ``CellPhaseWatch``; when the cell compiled, the
+    compile line ends with where this rank's seconds went (``cell_phase.compile_split``).
     """
     rank = this_rank()
     step_memory, optimizers = memory_measure.cell_finished()
@@ -74,8 +81,10 @@ def collect(
         result["problems"].append("could not list the traced objects:\n" + traceback.format_exc())
         return result
     if not targets:
+        _add_split(result, watch, 0.0)
         return result
     publish({PHASE_DATA_KEY: Phase.COLLECTING})
+    capturing = time.perf_counter()
     try:
         from thunderviz.thunder.capture import capture
         from thunderviz.thunder.hooks import compile_key
@@ -95,6 +104,7 @@ def collect(
         except Exception:
             result["problems"].append(f"capturing {name!r} failed:\n" + traceback.format_exc())
     result["workload"] = _workload(targets, captured, optimizers)
+    _add_split(result, watch, time.perf_counter() - capturing)
     return result
 
 
@@ -113,3 +123,16 @@ def _workload(targets: list[tuple[str, Any]], bundles: dict[str, Any], optimizer
         batch = tuple(tensor_text(t.dtype or "?", t.shape or ()) for t in inputs)
         return Workload(size[0], size[1], batch, " + ".join(optimizers), process_rank().world_size)
     return None
+
+
+def _add_split(result: ReportData, watch: Any, captured_s: float) -> None:
+    """Where this rank's seconds went, after what its compiles did (only for a cell that compiled something)."""
+    if watch is None or not result["compile"]:
+        return
+    from thunderviz.ranks.cell_phase import compile_split
+
+    reused = all(e.startswith("reused") for e in result["compile"])
+    total = time.perf_counter() - watch.started_at
+    split = compile_split(watch.spent, captured_s=captured_s, total_s=total, reused=reused)
+    if split:
+        result["compile"].append(split)

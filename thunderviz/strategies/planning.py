@@ -553,3 +553,6 @@ def _progress(
         yield tick
     finally:
         bar.close()
+        # Send the bar's closing newline now: left in the kernel's stderr buffer it was sent after what the cell
+        # printed next (the plan's table), and the notebook showed it as an empty stderr block ending the cell.
+        sys.stderr.flush()

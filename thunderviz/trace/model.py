@@ -153,8 +153,11 @@ class OpRecord:
     #: a backward op that recomputes a forward op (activation checkpointing, ZERO3): ``thunder.snapshot.recomputed_ops``
     recomputed: bool = False
     #: a fusion region (torch.compile's, nvFuser's): the ops it runs as one kernel call, in order. Drawn as one node
-    #: that names them; its ``python`` holds each of them as thunder prints it.
+    #: that names them, inside the module its ops belong to (or named for the modules it spans).
     fused: tuple[str, ...] = ()
+    #: a fusion region's ops themselves (``index`` = position in the region; inputs, outputs, module), when captured:
+    #: what attribution reads to place the region and what the graph draws when the region is opened
+    inner: tuple[OpRecord, ...] = ()
 
     @property
     def is_fusion(self) -> bool:

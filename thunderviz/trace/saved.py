@@ -85,6 +85,8 @@ def saved_tensors(forward: TraceSnapshot) -> list[SavedTensor]:
         op = ops.get(producers.get(t.name, -1))
         if op is not None and op.is_bookkeeping:  # unpacking the trace's arguments: an input, not a result
             op = None
+        if op is not None and op.inner:  # a fusion region: the op inside it that computed the tensor
+            op = next((i for i in reversed(op.inner) if any(o.name == t.name for o in i.outputs)), op)
         group = (top_group(op.module) or INPUTS) if op is not None else INPUTS
         line = code = file = ""
         if op is not None and op.source is not None:

@@ -332,9 +332,11 @@ function render({ model, el }) {
   const verdictLine = model.get("mode") === "compare" ? h("div", { class: "tv-verdict" }) : null;
   // What the comparison's outlines mean (viewdata.pane_data's marks), in the outlines' own colours, by run name.
   const legend = model.get("mode") === "compare" ? h("div", { class: "tv-legend" }) : null;
+  // The two runs by name, never by side: a comparison too wide for its pane puts one run above the other.
+  const runNames = () => (model.get("runs").length === 2 ? model.get("runs") : ["the first run", "the second run"]);
   function drawLegend() {
     if (!legend) return;
-    const [a, b] = model.get("runs").length === 2 ? model.get("runs") : ["the left run", "the right run"];
+    const [a, b] = runNames();
     legend.replaceChildren("outlines: ",
       h("span", { class: "tv-swatch tv-swatch-add" }), ` added: only in ${b}  `,
       h("span", { class: "tv-swatch tv-swatch-rem" }), ` removed: only in ${a}  `,
@@ -558,7 +560,7 @@ function render({ model, el }) {
     const rows = [
       ["kind", led.kind], ["tensor", led.tensor], ["shape", `${led.dtype || ""}${shapeText(led.shape)}`],
       ...(led.bucket ? [["bucket", `${led.bucket}: ${(led.params || []).length} parameters`], ["parameters", (led.params || []).join(", ")]] : []),
-      ["bytes (this rank)", led.bytes === null ? "" : `${fmtBytes(led.bytes)} (${led.bytes})`],
+      ["bytes (this rank)", fmtBytes(led.bytes)],
       ["group size", led.group_size ?? ""], ["result shape", shapeText(led.out_shape)],
       ["wait distance (ops)", led.distance ?? (led.kind === "wait" ? "" : "synchronous")],
       ["ledger position", led.position], ["waits for", led.waits_for ?? ""],
@@ -579,7 +581,7 @@ function render({ model, el }) {
     return box;
   }
 
-  // What changed in a group from the left run to the right (trace.diff.GroupChange), said with the runs' names.
+  // What changed in a group from the first run to the second (trace.diff.GroupChange), said with the runs' names.
   function changeBox(c) {
     const [a, b] = c.runs;
     const head = {
@@ -683,7 +685,7 @@ function render({ model, el }) {
     }
     const list = h("ol", { class: "tv-match-list" });
     for (const m of hits.slice(0, 50)) {
-      const side = state.panes.length > 1 ? (m.pane === 0 ? "left: " : "right: ") : "";
+      const side = state.panes.length > 1 ? `${runNames()[m.pane]}: ` : ""; // by name: the panes may stack
       list.append(h("li", { class: `tv-match-item tv-kind-${m.kind}`, "data-node": m.node, "data-index": m.index, "data-pane": m.pane,
         onclick: () => select(m.pane, m.node, m.index) }, `${side}${m.label}`, h("span", { class: "tv-hint", text: ` \u00b7 ${m.group} \u00b7 op ${m.index}` })));
     }
@@ -750,7 +752,7 @@ function render({ model, el }) {
     const box = h("div", { class: "tv-diff" });
     if (!d) return box;
     box.append(h("p", { text: `${d.total} differing rows, ${d.unchanged} ops aligned unchanged${d.total > d.rows.length ? ` (first ${d.rows.length} listed)` : ""}.` }));
-    box.append(table(["", "left", "right"], d.rows.map((r) => [r.tag, r.a, r.b]), (i) => ({ class: `tv-row-${{ "+": "add", "-": "rem", "~": "chg" }[d.rows[i].tag]}` })));
+    box.append(table(["", ...runNames()], d.rows.map((r) => [r.tag, r.a, r.b]), (i) => ({ class: `tv-row-${{ "+": "add", "-": "rem", "~": "chg" }[d.rows[i].tag]}` })));
     return box;
   }
 
