@@ -376,11 +376,13 @@ def _legend_html() -> str:
     )
 
 
-#: The breakdown's columns: ``RankBreakdown`` field -> its heading (times in ms, the mean over the steps measured).
+#: The breakdown's columns: ``RankBreakdown`` field -> its heading (times in ms, the mean over the drawn steps). The
+#: drawn steps ran under torch.profiler, which slows every op: their length is not the run's step time (the report's
+#: "step time", from steps timed without it), so the column says "profiled" and never plain "step time".
 BREAKDOWN_COLUMNS = {
     "rank": "rank",
-    "steps": "steps measured",
-    "step_time": "step time",
+    "steps": "steps drawn",
+    "step_time": "profiled step",
     "compute": "compute",
     "communication": "communication",
     "exposed": "communication exposed",
@@ -396,7 +398,7 @@ def _breakdown_html(a: TimelineAnalysis) -> list[str]:
         f"<th>{_e(title)}{'' if key in ('rank', 'steps') else ' (ms)'}</th>" for key, title in BREAKDOWN_COLUMNS.items()
     ]
     parts = [
-        "<table class='thunderviz-breakdown'><caption>Per rank, the mean of each measured step</caption><thead><tr>"
+        "<table class='thunderviz-breakdown'><caption>Per rank, the mean of each drawn step, timed under torch.profiler (which slows every op; the run's step time is timed without it)</caption><thead><tr>"
         + "".join(heads)
         + "</tr></thead><tbody>"
     ]
