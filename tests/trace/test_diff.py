@@ -160,12 +160,25 @@ def test_the_demo_page_compares_consecutive_runs_in_words(runs):
 
     from thunderviz.render.runs_compared import runs_compared_html
 
+    from thunderviz.trace.workload import Workload
+
+    same = Workload("TinyGPT", 1000, ("int64[2, 16]",), "AdamW", 2)
+
+    def report(bundles, strategy, workload=same):
+        return SimpleNamespace(
+            bundles=bundles,
+            workload=workload,
+            strategy=SimpleNamespace(describe=lambda: strategy),
+            step_peak=lambda: None,
+        )
+
     reports = {
-        name: SimpleNamespace(bundles={"TinyGPT": runs[key]})
-        for name, key in (("zero2", "zero2"), ("<b>z3</b>", "zero3"), ("nothing", None))
-        if key is not None
+        "zero2": report({"TinyGPT": runs["zero2"]}, "ZERO2"),
+        "<b>z3</b>": report({"TinyGPT": runs["zero3"]}, "ZERO3"),
+        "zero3 again": report({"TinyGPT": runs["zero3"]}, "ZERO3"),  # a strategy's first run stands for it
+        "sgd": report({"TinyGPT": runs["zero3"]}, "DDP", Workload("TinyGPT", 1000, ("int64[2, 16]",), "SGD", 2)),
+        "untraced": report({}, "DDP"),
     }
-    reports["untraced"] = SimpleNamespace(bundles={})
     html = runs_compared_html(reports)
     assert html.count("<section class='compare'>") == 1
     assert "<h3>zero2 against &lt;b&gt;z3&lt;/b&gt; (TinyGPT)</h3>" in html and "<b>z3</b>" not in html

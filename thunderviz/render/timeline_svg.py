@@ -398,7 +398,8 @@ def _breakdown_html(a: TimelineAnalysis) -> list[str]:
         f"<th>{_e(title)}{'' if key in ('rank', 'steps') else ' (ms)'}</th>" for key, title in BREAKDOWN_COLUMNS.items()
     ]
     parts = [
-        "<table class='thunderviz-breakdown'><caption>Per rank, the mean of each drawn step, timed under torch.profiler (which slows every op; the run's step time is timed without it)</caption><thead><tr>"
+        "<table class='thunderviz-breakdown'><caption>Per rank, the mean of each drawn step, timed under"
+        " torch.profiler (which slows every op; the run's step time is timed without it)</caption><thead><tr>"
         + "".join(heads)
         + "</tr></thead><tbody>"
     ]
