@@ -178,7 +178,12 @@ def _expected(
             "memory_titles": [c["title"] for c in tutorial_view.panels["memory"]["columns"]],
             "trace_names": tutorial_view.trace_names,
         },
-        "timeline_worst": {"key": timeline.data["worst"], "label": worst["label"], "message": worst["message"]},
+        "timeline_worst": {
+            "key": timeline.data["worst"],
+            "label": worst["label"],
+            "message": worst["message"],
+            "bytes": worst["ledger"]["bytes"],
+        },
         "timeline_block_spans": sum(len(v) for v in block_spans.values()),
         "collective_nodes": collective_nodes,
         "groups": [g["name"] for g in pane["groups"]],
@@ -289,8 +294,9 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             page.locator(".tl-root[data-drawn]").first.wait_for(timeout=120_000)
             page.locator(".tv-root[data-mode=trace][data-drawn]").nth(3).wait_for(timeout=120_000)
             page.locator(".tv-root[data-mode=compare][data-drawn]").nth(2).wait_for(timeout=120_000)
-            # the memory view, the tour's last cell
+            # the memory view, then the fused run, the tour's last cell
             page.locator(".tv-root[data-mode=trace][data-drawn]").nth(4).wait_for(timeout=120_000)
+            page.locator(".tv-root[data-mode=trace][data-drawn]").nth(5).wait_for(timeout=120_000)
             timings["run_all_s"] = time.monotonic() - t0
             yield Lab(page, errors, expected, timings)
             SHOTS.mkdir(parents=True, exist_ok=True)
@@ -342,7 +348,9 @@ def test_click_collective_shows_details(lab: Lab) -> None:
     text = details.text_content()
     assert "reduce_scatter" in text and "grad of " in text, text[:500]
     # The chosen op's full trace line and its ledger row (bytes, group, wait distance).
+    row = details.locator(".tv-ledger-row tr", has_text="bytes (this rank)").locator("td").nth(1).inner_text()
     assert "group size" in details.locator(".tv-ledger-row").text_content()
+    assert re.fullmatch(r"\d+ B|\d+\.\d (KiB|MiB|GiB)", row), row  # no raw byte count beside it
     assert root.locator("svg g.tv-selected").count() == 1
     lab.shot("02-collective-details", root)
 
@@ -414,7 +422,7 @@ def test_memory_view_bars_budget_and_saved_tensors(lab: Lab) -> None:
     category), the budget line where the plan put it, the saved-for-backward tables and the lines where thunder saves
     more, all as the model computed them."""
     exp = lab.expected["memory"]
-    root = lab.page.locator(".tv-root[data-mode=trace]").last  # the tour's last cell
+    root = lab.page.locator(".tv-root[data-mode=trace]").nth(4)  # the memory view
     root.scroll_into_view_if_needed()
     root.locator("button.tv-tab[data-tab=memory]").click()
     view = root.locator(".tv-panel .tv-memory")
@@ -536,7 +544,29 @@ def test_timeline_click_on_a_collective_shows_every_ranks_arrival(lab: Lab) -> N
     last = root.locator(".tl-arrivals tr.tl-last")
     assert last.get_attribute("data-rank") == "1" and "arrived last" in last.inner_text()
     assert root.locator(".tl-message").inner_text() == worst["message"]
+    # the ledger row's size as every view prints one (it read 221952)
+    heads = root.locator(".tl-ledger th").evaluate_all("els => els.map(e => e.textContent)")
+    cells = root.locator(".tl-ledger td").evaluate_all("els => els.map(e => e.textContent)")
+    shown = dict(zip(heads, cells, strict=True))["bytes"]
+    assert shown == worst["bytes"] and re.fullmatch(r"\d+ B|\d+\.\d (KiB|MiB|GiB)", shown), shown
     lab.shot("10-timeline-arrivals", root)
+
+
+def test_the_timeline_breakdown_reads_in_words_and_milliseconds(lab: Lab) -> None:
+    """The static picture's per-rank breakdown: headings in words with their unit (it read ``step_time (ms)``) and
+    each time as every duration is printed, one decimal, two below 1 ms (it read 242.079 and 0.008)."""
+    from thunderviz.render.timeline_svg import BREAKDOWN_COLUMNS
+
+    table = lab.page.locator(".thunderviz-timeline-static table.thunderviz-breakdown").first
+    table.scroll_into_view_if_needed()
+    heads = table.locator("th").evaluate_all("els => els.map(e => e.textContent)")
+    assert [h.removesuffix(" (ms)") for h in heads] == list(BREAKDOWN_COLUMNS.values()), heads
+    assert not any("_" in h for h in heads) and sum(h.endswith(" (ms)") for h in heads) == len(heads) - 2
+    rows = table.locator("tbody tr").evaluate_all("els => els.map(e => [...e.cells].map(c => c.textContent))")
+    assert [r[0] for r in rows] == ["0", "1"]
+    times = [c for r in rows for c in r[2:]]
+    assert times and all(re.fullmatch(r"-?[1-9]\d*\.\d|-?0\.\d\d", t) for t in times), times
+    lab.shot("11b-timeline-breakdown", table)
 
 
 def test_a_graph_node_outlines_its_spans_on_the_timeline(lab: Lab) -> None:
@@ -645,10 +675,19 @@ def test_comparisons_name_the_runs_and_their_configuration_with_a_legend(lab: La
         a, b = exp["runs"]
         assert f"added: only in {b}" in legend and f"removed: only in {a}" in legend and "changed: in both" in legend
         assert "\u22120" not in exp["summary"] and "~0" not in exp["summary"]
+        # The panes sit side by side only where both fit their half readably (at a notebook's width: one above the
+        # other), so every word names a run, never a side: the legend, and each search hit (it said "left: ...")
+        assert root.get_attribute("data-arrangement") in ("side-by-side", "stacked")
+        root.locator("input.tv-search").fill("wait")
+        root.locator(".tv-match-item").first.wait_for(timeout=20_000)
+        hits = root.locator(".tv-match-item").evaluate_all("els => els.map(e => e.textContent)")
+        assert {h.split(": ", 1)[0] for h in hits} == {a, b}, hits
+        assert not re.search(r"\b(left|right)\b", legend + " ".join(hits)), (legend, hits)
+        root.locator("input.tv-search").fill("")
         lab.shot(f"{13 + i:02d}-compare-{'zero2-vs-zero3' if i == 1 else 'ddp-vs-fsdp'}", root)
     first = lab.expected["compares"][0]
     assert first["title"] == "zero2: FSDP ZERO2 BLOCK vs zero3: FSDP ZERO3 BLOCK"
-    assert "saved for backward" in first["summary"]
+    assert "saved tensors (trace)" in first["summary"]
     assert first["verdict"].startswith("zero3 sends ") and "bytes per step" in first["verdict"]
 
 
@@ -751,6 +790,35 @@ def test_tutorial_trace_view_reads_at_a_glance(lab: Lab) -> None:
     collapsed = svg.get_attribute("viewBox")
     root.locator("button.tv-btn", has_text="fit").click()
     assert svg.get_attribute("viewBox") == collapsed
+
+
+def test_fusion_regions_sit_where_their_modules_are_and_open_in_place(lab: Lab) -> None:
+    """The forward of a torchcompile run: the region running the last block's MLP, ln_f and lm_head is one node named
+    for what it spans (it read "lm_head · 1 op · 1 TorchCompile5", with no ln_f anywhere); search finds ln_f in it;
+    a double-click opens it to its ops, framed by module."""
+    root = lab.page.locator(".tv-root[data-mode=trace]").nth(5)  # the tour's last cell
+    root.scroll_into_view_if_needed()
+    groups = root.locator("svg g.node.tv-kind-group").evaluate_all("els => els.map(e => e.textContent)")
+    span = next((g for g in groups if "blocks.1 -> lm_head" in g), None)
+    assert span is not None and "spans blocks.1, ln_f, lm_head" in span and "1 op" not in span, groups
+    root.locator("input.tv-search").fill("ln_f")
+    root.locator(".tv-match-item").first.wait_for(timeout=20_000)
+    hits = root.locator(".tv-match-item").evaluate_all("els => els.map(e => e.textContent)")
+    assert any("blocks.1 -> lm_head" in h for h in hits), hits
+    root.locator("input.tv-search").fill("")
+    before = int(root.get_attribute("data-drawn"))
+    root.locator("svg g.node.tv-kind-group", has_text="blocks.1 -> lm_head").first.dblclick()
+    region = root.locator("svg g.cluster.tv-kind-region")
+    region.first.wait_for(timeout=30_000)
+    assert int(root.get_attribute("data-drawn")) > before
+    frames = root.locator("svg g.cluster").evaluate_all(
+        "els => els.map(e => [...e.querySelectorAll('text')].filter(t => t.closest('g.node, g.cluster') === e)"
+        ".map(t => t.textContent).join(' '))"
+    )
+    assert {"blocks.1", "ln_f", "lm_head"} <= set(frames), frames  # a frame per module inside the region
+    assert root.locator("svg g.node.tv-kind-op").count() > 50  # the region's ops, each a node
+    lab.shot("23-fusion-region-opened", root)
+    root.locator("button.tv-btn", has_text="collapse all").click()
 
 
 def test_status_chips_tick_while_a_rank_is_starting(lab: Lab) -> None:
