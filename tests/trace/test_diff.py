@@ -159,7 +159,6 @@ def test_the_demo_page_compares_consecutive_runs_in_words(runs):
     from types import SimpleNamespace
 
     from thunderviz.render.runs_compared import runs_compared_html
-
     from thunderviz.trace.workload import Workload
 
     same = Workload("TinyGPT", 1000, ("int64[2, 16]",), "AdamW", 2)
