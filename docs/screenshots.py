@@ -47,6 +47,7 @@ class Shot:
     tab: str | None = None  # a tab of the trace view to open first (e.g. "memory")
     part: str | None = None  # a part of the widget to shoot instead of the whole (a CSS selector inside it)
     fit: bool = True  # press the view's "fit" first
+    widget: bool = True  # a widget marks itself drawn; static HTML (a table) is shot as soon as it is there
 
 
 SHOTS: tuple[Shot, ...] = (
@@ -77,6 +78,14 @@ SHOTS: tuple[Shot, ...] = (
         tab="memory",
         part=".tv-panel",
         fit=False,
+    ),
+    Shot(
+        "which-strategy",
+        "thunderviz.compare_runs(",
+        ".thunderviz-strategies",
+        "compare_runs: the tutorial's runs and the plan's candidates grouped by workload, against the budget",
+        fit=False,
+        widget=False,
     ),
 )
 
@@ -111,7 +120,8 @@ def shoot(lab: Any, shot: Shot, cell: int, out: Path) -> Path:
     """
     page = lab.page
     output = page.locator(".jp-Notebook .jp-Cell").nth(cell).locator(".jp-OutputArea")
-    root = output.locator(f"{shot.selector}[data-drawn]").first  # the widgets mark themselves drawn
+    drawn = "[data-drawn]" if shot.widget else ""  # the widgets mark themselves drawn
+    root = output.locator(f"{shot.selector}{drawn}").first
     root.wait_for(timeout=60_000)
     root.scroll_into_view_if_needed()
     if shot.tab:
@@ -163,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"  {path.relative_to(REPO) if path.is_relative_to(REPO) else path}: {width}x{height}, "
                     f"{path.stat().st_size / 1000:.0f} KB"
                 )
-                shots.append({"image": path.name, "cell": cells[shot.name], "alt": shot.alt})
+                shots.append({"image": path.name, "cell": cells[shot.name], "alt": shot.alt, "widget": shot.widget})
             if lab.errors:
                 print("screenshots: the page logged errors:\n  " + "\n  ".join(lab.errors), file=sys.stderr)
                 return 1

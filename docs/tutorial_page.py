@@ -35,9 +35,10 @@ def picture_widgets(notebook: dict[str, Any], shots: list[dict[str, Any]], image
     """A copy of ``notebook`` for a static page: no widget state, each widget shown by its picture or stand-in.
 
     ``images_url`` is where the page finds the images, relative to the page. Pictures are placed by cell; a cell
-    with a shot but no widget output means the tutorial and the pictures disagree, and raises.
+    with a shot but no widget output means the tutorial and the pictures disagree, and raises. A shot of static HTML
+    (``"widget": false``, the "which strategy?" table) is left out: the page shows that HTML itself.
     """
-    pictures = {shot["cell"]: shot for shot in shots}
+    pictures = {shot["cell"]: shot for shot in shots if shot.get("widget", True)}
     cells = []
     for i, cell in enumerate(notebook["cells"]):
         outputs = cell.get("outputs")

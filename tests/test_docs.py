@@ -84,7 +84,7 @@ def test_the_pictures_belong_to_the_tutorial_cells_they_stand_in() -> None:
     show a widget (else the tutorial moved on and the pictures must be taken again: python docs/screenshots.py)."""
     tutorial = json.loads(screenshots.TUTORIAL.read_text())
     shots = json.loads((DOCS / "images" / "shots.json").read_text())
-    assert [s["image"] for s in shots] == [f"{s.name}.png" for s in screenshots.SHOTS]
+    assert [(s["image"], s["widget"]) for s in shots] == [(f"{s.name}.png", s.widget) for s in screenshots.SHOTS]
     for recorded, shot in zip(shots, screenshots.SHOTS, strict=True):
         assert recorded["cell"] == screenshots.cell_index(tutorial, shot.cell), (recorded, shot.cell)
     # a cell that shows a widget when run gets its picture; on the unexecuted tutorial, a fake widget output stands in
@@ -93,7 +93,8 @@ def test_the_pictures_belong_to_the_tutorial_cells_they_stand_in() -> None:
         fake["cells"][s["cell"]]["outputs"] = [{"output_type": "display_data", "data": {WIDGET: {}, "text/html": ""}}]
     page = picture_widgets(fake, shots, "../images")
     for s in shots:
-        assert s["image"] in page["cells"][s["cell"]]["outputs"][0]["data"]["text/html"]
+        shown = page["cells"][s["cell"]]["outputs"][0]["data"]["text/html"]
+        assert (s["image"] in shown) == s["widget"], s  # static HTML shows itself, a widget its picture
 
 
 def test_every_bench_command_the_docs_quote_exists_with_its_flags() -> None:

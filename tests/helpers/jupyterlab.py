@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,12 +80,16 @@ def _lab_command(root: Path, port: int, token: str) -> list[str]:
 
 @contextmanager
 def open_lab(
-    notebook: Path, env: dict[str, str] | None = None, viewport: tuple[int, int] = (1500, 1400)
+    notebook: Path,
+    env: dict[str, str] | None = None,
+    viewport: tuple[int, int] = (1500, 1400),
+    init_scripts: Sequence[str] = (),
 ) -> Iterator[LabPage]:
     """Serve ``notebook``'s folder with JupyterLab and open the notebook in headless Chromium, its kernel idle.
 
-    ``env`` is added to the server's environment (the kernel inherits it). The server is stopped, by its pid, when
-    the block ends, also when it raises.
+    ``env`` is added to the server's environment (the kernel inherits it); ``init_scripts`` run in the page before
+    JupyterLab's own (observers a test reads later). The server is stopped, by its pid, when the block ends, also
+    when it raises.
     """
     from playwright.sync_api import sync_playwright
 
@@ -126,6 +130,8 @@ def open_lab(
                 )
                 page.on("pageerror", lambda e: lab.errors.append(f"pageerror: {e}"))
                 page.on("dialog", lambda d: (lab.errors.append(f"dialog: {d.message}"), d.dismiss()))
+                for script in init_scripts:
+                    page.add_init_script(script)
                 t1 = time.monotonic()
                 page.goto(f"http://127.0.0.1:{port}/lab/tree/{notebook.name}?token={token}")
                 # The kernel status in the status bar reads "Python 3 (ipykernel) | Idle" once the kernel is up.
