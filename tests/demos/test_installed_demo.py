@@ -192,6 +192,15 @@ def test_pip_install_then_thunderviz_demo_runs_the_packaged_tutorial(tmp_path: P
     assert (out / "tutorial.ipynb").read_text(encoding="utf-8") == "my edited copy"
     assert "thunderviz, further" in (out / "further.ipynb").read_text(encoding="utf-8")  # the sequel, clean
 
+    # the documentation site builds from this run's executed tutorial: mkdocs build --strict, offline
+    from tests.test_docs import build_site
+
+    build_site(out / "tutorial.executed.ipynb", tmp_path / "site")
+    # the tutorial's last section, the "which strategy?" table, drawn with this run's reports
+    which = next(c for c in executed["cells"] if c.get("id") == "which-strategy")
+    html = "".join(next(o["data"]["text/html"] for o in which["outputs"] if o["output_type"] == "execute_result"))
+    assert "<div class='thunderviz-strategies'>" in html and "ddp_timed" in html and "fsdp-zero2-block" in html
+
 
 def _check_the_plan_is_drawn(cells: list[dict], page: str) -> None:
     """Issue 30: the tutorial printed the plan's table only; why DDP was not run never showed. Now the plan shows as
