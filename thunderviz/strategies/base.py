@@ -30,7 +30,12 @@ from thunderviz.parallel.decisions import Action, Case, Decision, decide, decide
 from thunderviz.parallel.options import Parallelism, StateDictType, StrategyOptions, options_for, parse_options
 from thunderviz.strategies import checkpoint, clipping
 from thunderviz.strategies.activation_checkpointing import checkpoint_modules_
-from thunderviz.strategies.front_doors import fabric_compile_kwargs, guard_front_door, hide_from_dynamo
+from thunderviz.strategies.front_doors import (
+    fabric_compile_kwargs,
+    guard_front_door,
+    hide_from_dynamo,
+    keep_compile_kwargs_captured,
+)
 from thunderviz.strategies.materialize import has_meta_tensors
 from thunderviz.thunder import compile_reuse, hooks
 from thunderviz.thunder.comm_setup import configure_comm
@@ -100,6 +105,7 @@ class ThunderParallelStrategy(DDPStrategy):
         super().__init__(**{**fabric, **dict(options.fabric_kwargs)})
         hooks.ensure_supported_thunder()
         self.options = options
+        keep_compile_kwargs_captured()
         self.decisions: list[Any] = []
         self.thunder_modules: list[tuple[str, Any]] = []
         self._setup_modules: list[nn.Module] = []

@@ -20,9 +20,41 @@ from typing import Any
 
 import torch
 
-__all__ = ["fabric_compile_kwargs", "guard_front_door", "hide_from_dynamo"]
+__all__ = ["fabric_compile_kwargs", "guard_front_door", "hide_from_dynamo", "keep_compile_kwargs_captured"]
 
 _GUARD_MARK = "__thunderviz_front_door__"
+
+
+_CAPTURE_MARK = "__thunderviz_compile_capture__"
+
+
+def keep_compile_kwargs_captured() -> None:
+    """Make ``torch.compile(module, ...)`` record its keywords on the compiled module whatever thunder does.
+
+    Fabric needs them (``_compile_kwargs``) to unwrap a compiled module and compile it again; Lightning records them by
+    wrapping ``torch.compile`` when it is imported, but thunder's ``ThunderCompiler()`` and ``thunderfx`` replace
+    ``torch.compile`` by ``inspect.unwrap(torch.compile)``, so ``torch.compile(model, backend=ThunderCompiler())``
+    reached ``fabric.setup`` as Fabric's raw "Failed to determine the arguments" RuntimeError. This wrapper records
+    the same keywords and, having no ``__wrapped__``, is not unwrapped.
+    """
+    import inspect
+
+    current = torch.compile
+    if getattr(current, _CAPTURE_MARK, False):
+        return
+    original = inspect.unwrap(current)
+
+    def compile(*args: Any, **kwargs: Any) -> Any:
+        if not args or not isinstance(args[0], torch.nn.Module):
+            return original(*args, **kwargs)
+        compiled = original(args[0], **kwargs)
+        compiled._compile_kwargs = dict(kwargs)
+        return compiled
+
+    compile.__doc__ = original.__doc__
+    compile.__signature__ = inspect.signature(original)  # type: ignore[attr-defined]
+    setattr(compile, _CAPTURE_MARK, True)
+    torch.compile = compile  # type: ignore[assignment]
 
 
 def fabric_compile_kwargs() -> dict[str, Any] | None:
