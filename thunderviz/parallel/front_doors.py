@@ -25,10 +25,11 @@ __all__ = [
     "transformers_in_range",
 ]
 
-#: The transformers versions whose models thunderviz traces with thunder 0.2.6 (both ends tested; the ``hf`` extra
-#: declares the same range). 4.51 is where transformers started building attention masks with ``torch.vmap``, which
-#: thunder's interpreter cannot trace; ``thunder.hf`` builds them by broadcasting instead.
-TRANSFORMERS_RANGE = ("4.51.0", "4.57.6")
+#: The transformers versions whose models thunderviz traces with thunder 0.2.6: the 4.55 series, tested at 4.55.4 (the
+#: top of thunder's own HF recipe; the ``hf`` extra and constraints.txt install it). Since 4.51 transformers builds
+#: attention masks with ``torch.vmap``, which thunder's interpreter cannot trace; ``thunder.hf`` builds them by
+#: broadcasting instead.
+TRANSFORMERS_RANGE = ("4.55.0", "4.55.4")
 
 
 def _version_tuple(version: str) -> tuple[int, ...]:
