@@ -42,6 +42,7 @@ SECTIONS: dict[str, list[str]] = {
     "Errors": [
         "ThundervizError",
         "JitDecisionError",
+        "UntraceableModelError",
         "UnsupportedThunderError",
         "RankError",
         "TraceFormatError",

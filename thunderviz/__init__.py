@@ -21,6 +21,7 @@ from thunderviz.errors import (
     TraceCaptureError,
     TraceFormatError,
     UnsupportedThunderError,
+    UntraceableModelError,
 )
 from thunderviz.strategies.registry import register_when_lightning_loads as _register_strategy_names
 
@@ -62,6 +63,7 @@ __all__ = [
     "TraceFormatError",
     "TraceView",
     "UnsupportedThunderError",
+    "UntraceableModelError",
     "capture",
     "collective_changes",
     "compare",

@@ -2,6 +2,7 @@
 
     ThundervizError
     ├── JitDecisionError      a strategy cannot decide safely what to do with the object handed to ``fabric.setup``
+    │   └── UntraceableModelError  thunder could not trace a model a strategy set up (names module, line, op, fix)
     ├── UnsupportedThunderError  the installed lightning-thunder is not one our thunder hooks were tested with
     ├── RankError             a rank process raised, died or hung (carries the rank and its traceback)
     ├── TraceFormatError      a saved trace file cannot be read
@@ -22,6 +23,7 @@ __all__ = [
     "TraceCaptureError",
     "TraceFormatError",
     "UnsupportedThunderError",
+    "UntraceableModelError",
 ]
 
 
@@ -31,6 +33,15 @@ class ThundervizError(Exception):
 
 class JitDecisionError(ThundervizError, ValueError):
     """The strategy cannot apply FSDP/DDP to this object without giving wrong results."""
+
+
+class UntraceableModelError(JitDecisionError):
+    """thunder's interpreter could not trace a model our strategies set up; ``failure`` locates it
+    (``thunder.untraceable.TraceFailure``: module, line, op). The interpreter's own error is its ``__cause__``."""
+
+    def __init__(self, message: str, *, failure: object = None) -> None:
+        super().__init__(message)
+        self.failure = failure
 
 
 class UnsupportedThunderError(ThundervizError, RuntimeError):

@@ -19,11 +19,20 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from thunderviz.errors import JitDecisionError
 from thunderviz.parallel.checkpointing import span
+from thunderviz.parallel.front_doors import (
+    PLUGIN_RULES,
+    TRANSFORMERS_RANGE,
+    FrontDoor,
+    PluginUse,
+    Preparation,
+    TransformersFacts,
+    transformers_in_range,
+)
 from thunderviz.parallel.options import (
     DEFAULT_BUCKETING,
     FIRST_BUCKET_SIZE_IN_MB,
@@ -62,6 +71,8 @@ class ObjectKind(str, enum.Enum):
     MODULE = "module"
     THUNDER_MODULE = "thunder module"
     JITTED_FUNCTION = "jitted function"
+    #: compiled by Dynamo: ``thunderfx(model)``, or a module ``torch.compile`` wrapped (``FrontDoor`` says how)
+    DYNAMO = "dynamo-compiled"
     OTHER = "other"
 
 
@@ -101,6 +112,10 @@ class ObjectFacts:
     checkpointed: tuple[str, ...] = ()
     #: the class names inside the module, for the error when a policy selects nothing
     module_classes: tuple[str, ...] = ()
+    #: how it was compiled beyond thunder.jit: thunder.compile's recipe and plugins, or Dynamo (``front_doors``)
+    door: FrontDoor = field(default_factory=FrontDoor)
+    #: a Hugging Face transformers model (None otherwise)
+    transformers: TransformersFacts | None = None
 
 
 @dataclass(frozen=True)
@@ -128,6 +143,10 @@ class Decision:
     warning: str = ""
     #: ``CHOOSE_MESH``: ``(replicas, shard_size)``; rank r is in shard group r // shard_size
     mesh: tuple[int, int] | None = None
+    #: what the strategy registers or sets before thunder traces the model (a transformers model's masks, its cache)
+    prepare: tuple[Preparation, ...] = ()
+    #: Fabric compiles what setup returns with torch.compile again: the jitted module's forward is hidden from Dynamo
+    dynamo_passthrough: bool = False
 
     def __post_init__(self) -> None:
         if not self.headline:
@@ -152,6 +171,8 @@ class Decision:
             executors=tuple(str(e) for e in d.get("executors", ())),
             warning=str(d.get("warning", "")),
             mesh=tuple(d["mesh"]) if d.get("mesh") else None,  # type: ignore[arg-type]
+            prepare=tuple(Preparation(p) for p in d.get("prepare", ())),
+            dynamo_passthrough=bool(d.get("dynamo_passthrough", False)),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -171,6 +192,10 @@ class Decision:
             out["warning"] = self.warning
         if self.mesh is not None:
             out["mesh"] = list(self.mesh)
+        if self.prepare:
+            out["prepare"] = [str(p) for p in self.prepare]
+        if self.dynamo_passthrough:
+            out["dynamo_passthrough"] = True
         return out
 
 
@@ -218,13 +243,21 @@ def plan_headline(options: StrategyOptions, facts: ObjectFacts | None = None) ->
 
 def _headline(case: Case, options: StrategyOptions, facts: ObjectFacts) -> str:
     verb = "shard" if options.parallelism is Parallelism.FSDP else "replicate"
-    plan = plan_headline(options, facts)
+    plan = plan_headline(options, facts) + _door_headline(facts)
     if case is Case.RAW_MODULE:
-        return f"case 1: jit once, then {verb} - {plan}"
+        through = " (Dynamo passes through)" if facts.door.fabric_recompiles else ""
+        return f"case 1: jit once{through}, then {verb} - {plan}"
     if case is Case.FUNCTION_JIT:
         return f"case 2: {verb} in place for your jitted function - {plan}"
     cleared = f", {facts.cached_traces} cached trace(s) cleared" if facts.has_run else ""
-    return f"case 3: {verb} your jitted module in place{cleared} - {plan}"
+    what = "thunder.compile'd" if facts.door.recipe else "jitted"
+    return f"case 3: {verb} your {what} module in place{cleared} - {plan}"
+
+
+def _door_headline(facts: ObjectFacts) -> str:
+    """``; transformers: masks by broadcasting, use_cache off``: what a front door added, in a few words."""
+    done = [str(p) for p in _preparations(facts)]
+    return f"; transformers: {', '.join(done)}" if done else ""
 
 
 def communication_plan(options: StrategyOptions, facts: ObjectFacts | None = None) -> str:
@@ -342,14 +375,154 @@ def _verb(options: StrategyOptions) -> str:
     )
 
 
+def _preparations(facts: ObjectFacts) -> tuple[Preparation, ...]:
+    """What must be registered or set before thunder traces this object (a transformers model's masks and cache)."""
+    hf = facts.transformers
+    if hf is None:
+        return ()
+    steps = []
+    if hf.masks_by_vmap:
+        steps.append(Preparation.MASKS_BY_BROADCASTING)
+    if hf.use_cache:
+        steps.append(Preparation.NO_GENERATION_CACHE)
+    return tuple(steps)
+
+
+def _refuse_front_door(facts: ObjectFacts, options: StrategyOptions) -> None:
+    """Raise ``JitDecisionError`` for a front door the strategy cannot take, before anything runs: Dynamo objects it
+    cannot adopt, thunder plugins that distribute or capture what it distributes, transformers outside the range."""
+    name, door = options.strategy_name, facts.door
+    if facts.kind is ObjectKind.DYNAMO:
+        if door.call.startswith("thunderfx"):
+            raise JitDecisionError(
+                f"`fabric.setup` received `{door.call}` (thunder's Dynamo front end), but {name} needs the module"
+                " itself: thunderfx splits the forward into Dynamo graphs that thunder compiles one by one, where the"
+                " strategy's collectives and communication plan need the whole forward in one thunder trace, and"
+                " Fabric would keep the thunderfx object, which is no module, for state_dict and attribute access."
+                f" Hand `fabric.setup` the module you passed to thunderfx (`fabric.setup({facts.type_name.lower()})`):"
+                f" {name} jits it with thunder itself."
+            )
+        raise JitDecisionError(
+            f"{name}.setup_module received a module compiled with `{door.call}`. Hand it the plain module (the"
+            " module you passed to torch.compile), or pass the compiled module to `fabric.setup`, which unwraps it."
+        )
+    if door.fabric_recompiles:
+        if door.dynamo_backend != "ThunderCompiler":
+            raise JitDecisionError(
+                f"You compiled the module with `{door.call}`. Fabric compiles what {name} returns again, and Dynamo"
+                " cannot trace into thunder's compiled module. Hand `fabric.setup` the plain module; for"
+                " torch.compile's fusion inside thunder, pass"
+                f" `{name}(executors=['sdpa', 'torchcompile', 'torch'])`."
+            )
+        if door.dynamo_options:
+            given = ", ".join(f"{o}=..." for o in door.dynamo_options)
+            raise JitDecisionError(
+                f"You compiled the module with `torch.compile(model, backend=ThunderCompiler({given}))`. {name} jits"
+                " the module with thunder.jit itself (its collectives need the whole forward in one thunder trace),"
+                f" so those thunder.jit options would be ignored. Pass them to the strategy instead (`{name}({given})`)"
+                " and hand `fabric.setup` the plain module."
+            )
+        if facts.kind is not ObjectKind.MODULE or not options.jit:
+            what = (
+                "`jit=False` leaves thunder.jit to your own function"
+                if facts.kind is ObjectKind.MODULE
+                else ("the module is already jitted")
+            )
+            raise JitDecisionError(
+                f"You compiled the module with `{door.call}`, and {what}, so Fabric's torch.compile of the set-up"
+                f" module would trace thunder's code. Hand `fabric.setup` the plain module (without torch.compile)."
+            )
+    for plugin in door.plugins:
+        rule = PLUGIN_RULES.get(plugin)
+        if rule is None or rule.use is PluginUse.KEEP:
+            continue
+        short = rule.spelled.rsplit(".", 1)[-1]
+        distributes = plugin in ("fsdp", "ddp")
+        clash = f"{name} would distribute it a second time" if distributes else f"{name} cannot distribute it so"
+        alone = (
+            "use thunder's plugin alone, without the strategy"
+            if distributes
+            else "use the plugin without the strategy (one process)"
+        )
+        raise JitDecisionError(
+            f"This {facts.type_name} was compiled with thunder's {short} plugin (`thunder.compile(model, ...,"
+            f" plugins=[{rule.spelled}(...)])`): {rule.why}. {clash}. Either compile it without that plugin"
+            f" (`thunder.compile(model, recipe=..., plugins=[...])` without {short}) and let {name} distribute it,"
+            f" or {alone}."
+        )
+    hf = facts.transformers
+    if hf is not None and not transformers_in_range(hf.version):
+        low, high = TRANSFORMERS_RANGE
+        raise JitDecisionError(
+            f"This {hf.model_class} comes from transformers {hf.version}, but thunderviz traces transformers models"
+            f" with thunder 0.2.6 for transformers {low} to {high} only (outside it thunder's interpreter meets code"
+            f" it cannot trace). Install a version in that range (`pip install 'thunderviz[hf]'` installs one)."
+        )
+
+
+def _door_reason(facts: ObjectFacts, options: StrategyOptions) -> str:
+    """What the front door adds to the reason: the recipe and plugins kept, Dynamo passed through, the transformers
+    registrations (each a clause starting with "; ")."""
+    door, notes = facts.door, []
+    if door.recipe:
+        notes.append(
+            f"made by {door.call or 'thunder.compile'}: the recipe's executors, transforms and lookasides are"
+            " kept, the strategy only distributes the parameters"
+        )
+    for plugin in door.plugins:
+        rule = PLUGIN_RULES.get(plugin)
+        if rule is not None and rule.use is PluginUse.KEEP:
+            notes.append(f"thunder's {rule.spelled.rsplit('.', 1)[-1]} plugin is kept: {rule.why}")
+    if door.fabric_recompiles:
+        notes.append(
+            f"you compiled it with {door.call} (thunder's Dynamo front end): the strategy jits the module with"
+            " thunder.jit itself, because its collectives and communication plan need the whole forward in one"
+            " thunder trace where Dynamo would split it into graphs; Fabric re-applies that torch.compile to the"
+            " module setup returns, whose forward the strategy hides from Dynamo (torch._dynamo.disable), so it"
+            " passes through and thunder runs the whole forward"
+        )
+    hf = facts.transformers
+    for step in _preparations(facts):
+        if step is Preparation.MASKS_BY_BROADCASTING:
+            notes.append(
+                f"transformers {hf.version if hf else ''} builds attention masks with torch.vmap, which thunder's"
+                " interpreter cannot trace: transformers' masking_utils._vmap_for_bhqkv is traced as the same mask"
+                " built by broadcasting the batch, head, query and key indices (thunder.hf, registered once per"
+                " process)"
+            )
+        elif step is Preparation.NO_GENERATION_CACHE:
+            notes.append(
+                "config.use_cache was True: a training forward would build a DynamicCache, which thunder's"
+                " interpreter cannot hold and training never reads, so the strategy sets model.config.use_cache ="
+                " False (the generation cache is for generate(), not for a training step)"
+            )
+    return "".join(f"; {n}" for n in notes)
+
+
 def decide(facts: ObjectFacts, options: StrategyOptions) -> Decision:
     """The decision table. Raises ``JitDecisionError`` where no choice would be correct."""
     name = options.strategy_name
     comm = f"; {communication_plan(options, facts)}"
+    door = _door_reason(facts, options)
+    prepare = _preparations(facts)
+    passthrough = facts.door.fabric_recompiles
 
     def tail(case: Case) -> str:
         checkpointing = checkpointing_plan(options, facts, case)
-        return (f"; {checkpointing}" if checkpointing else "") + comm
+        return door + (f"; {checkpointing}" if checkpointing else "") + comm
+
+    def row(case: Case, action: Action, reason: str, clear_cache: bool = False) -> Decision:
+        return Decision(
+            target=facts.type_name,
+            case=case,
+            action=action,
+            options=options,
+            headline=_headline(case, options, facts),
+            reason=reason + tail(case),
+            clear_cache=clear_cache,
+            prepare=prepare,
+            dynamo_passthrough=passthrough,
+        )
 
     if facts.kind is ObjectKind.JITTED_FUNCTION:
         raise JitDecisionError(
@@ -362,6 +535,7 @@ def decide(facts: ObjectFacts, options: StrategyOptions) -> Decision:
             f"`fabric.setup` received a {facts.type_name!r}, but {name} can only set up a `torch.nn.Module` or a"
             " module returned by `thunder.jit(module)`."
         )
+    _refuse_front_door(facts, options)
     if facts.distributed_by_us:
         raise JitDecisionError(
             f"This {facts.type_name} was already set up by a thunderviz strategy: its parameters are already"
@@ -381,62 +555,52 @@ def decide(facts: ObjectFacts, options: StrategyOptions) -> Decision:
                 [_kwargs(options.jit_keyword_names)] if options.jit_kwargs else []
             )
             executors = f" with {', '.join(given)}" if given else ""
-            return Decision(
-                target=facts.type_name,
-                case=Case.RAW_MODULE,
-                action=Action.JIT_AND_DISTRIBUTE,
-                options=options,
-                headline=_headline(Case.RAW_MODULE, options, facts),
-                reason=f"a plain nn.Module and jit=True: call thunder.jit{executors} once, then {_verb(options)} in"
-                f" place so model.parameters() are what the optimizer must update{tail(Case.RAW_MODULE)}",
+            return row(
+                Case.RAW_MODULE,
+                Action.JIT_AND_DISTRIBUTE,
+                f"a plain nn.Module and jit=True: call thunder.jit{executors} once, then {_verb(options)} in"
+                " place so model.parameters() are what the optimizer must update",
             )
-        return Decision(
-            target=facts.type_name,
-            case=Case.FUNCTION_JIT,
-            action=Action.DISTRIBUTE_FOR_FUNCTION_JIT,
-            options=options,
-            headline=_headline(Case.FUNCTION_JIT, options, facts),
-            reason=f"jit=False: the module is not jitted here; {_verb(options)} in place and tag them, so thunder"
+        return row(
+            Case.FUNCTION_JIT,
+            Action.DISTRIBUTE_FOR_FUNCTION_JIT,
+            f"jit=False: the module is not jitted here; {_verb(options)} in place and tag them, so thunder"
             " inserts the collectives when the user's jitted function is traced; cached traces of jitted functions"
-            f" that already ran are cleared so none runs without collectives{tail(Case.FUNCTION_JIT)}",
+            " that already ran are cleared so none runs without collectives",
             clear_cache=True,
         )
 
-    # A ThunderModule the user made.
+    # A ThunderModule the user made (thunder.jit or thunder.compile).
+    def made_by(keyword: str = "") -> str:
+        return f"`{facts.door.call}`" if facts.door.call else f"your own `thunder.jit(model, {keyword}...)` call"
+
     if options.executors is not None:
         raise JitDecisionError(
             f"You passed `executors=` to {name}, but the {facts.type_name} you set up is already jitted, and jitting"
-            " it a second time is never right. Pass the executors to your own `thunder.jit(model, executors=...)`"
-            " call, or hand `fabric.setup` the plain module."
+            f" it a second time is never right. Pass the executors to {made_by('executors=')}, or hand"
+            " `fabric.setup` the plain module."
         )
     if options.jit_kwargs:
         raise JitDecisionError(
             f"You passed thunder.jit arguments ({_kwargs(options.jit_keyword_names)}) to {name}, but the"
             f" {facts.type_name} you set up is already jitted, so the strategy never calls `thunder.jit` and they"
-            " would be silently ignored. Pass them to your own `thunder.jit(model, ...)` call, or hand"
-            " `fabric.setup` the plain module."
+            f" would be silently ignored. Pass them to {made_by()}, or hand `fabric.setup` the plain module."
         )
     jit_note = "; jit=False changes nothing here: the module is already jitted" if not options.jit else ""
     if facts.has_run:
-        return Decision(
-            target=facts.type_name,
-            case=Case.USER_JITTED,
-            action=Action.DISTRIBUTE_IN_PLACE,
-            options=options,
-            headline=_headline(Case.USER_JITTED, options, facts),
-            reason=f"already jitted (not jitting twice) and already run: {_verb(options)} in place and clear its"
+        return row(
+            Case.USER_JITTED,
+            Action.DISTRIBUTE_IN_PLACE,
+            f"already jitted (not jitting twice) and already run: {_verb(options)} in place and clear its"
             f" {facts.cached_traces} cached trace(s), which were made without collectives and could still pass"
-            f" thunder's checks; the next call retraces{jit_note}{tail(Case.USER_JITTED)}",
+            f" thunder's checks; the next call retraces{jit_note}",
             clear_cache=True,
         )
-    return Decision(
-        target=facts.type_name,
-        case=Case.USER_JITTED,
-        action=Action.DISTRIBUTE_IN_PLACE,
-        options=options,
-        headline=_headline(Case.USER_JITTED, options, facts),
-        reason=f"already jitted (not jitting twice): {_verb(options)} in place and return the user's own"
-        f" ThunderModule, so no undistributed handle is left behind{jit_note}{tail(Case.USER_JITTED)}",
+    return row(
+        Case.USER_JITTED,
+        Action.DISTRIBUTE_IN_PLACE,
+        f"already jitted (not jitting twice): {_verb(options)} in place and return the user's own"
+        f" ThunderModule, so no undistributed handle is left behind{jit_note}",
     )
 
 
@@ -478,6 +642,8 @@ class ExecutorFacts:
     inductor_problem: str = ""  # why not, in words (empty when ``inductor_ok``)
     #: case 3: the executors of the user's own thunder.jit call, read from its compile data
     user_jitted: tuple[str, ...] = ()
+    #: case 3: the call that made the module when it was not thunder.jit (``thunder.compile(model, recipe=...)``)
+    user_call: str = ""
 
 
 def _listed(names: tuple[str, ...]) -> str:
@@ -568,9 +734,11 @@ def decide_executors(facts: ExecutorFacts, options: StrategyOptions, case: Case,
         )
     if case is Case.USER_JITTED:
         names = facts.user_jitted
+        call = facts.user_call or "thunder.jit(model, executors=...)"
+        whose = f"your {facts.user_call}'s" if facts.user_call else "your thunder.jit's"
         return row(
-            f"executors: {_listed(names)} (your thunder.jit's)",
-            "the module is already jitted: its executors are the ones your thunder.jit(model, executors=...) call"
+            f"executors: {_listed(names)} ({whose})",
+            f"the module is already jitted: its executors are the ones your {call} call"
             f" chose ({_listed(names)}); the strategy never compiles it again{_fusion_note(names)}",
             executors=names,
         )

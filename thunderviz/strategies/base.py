@@ -30,11 +30,18 @@ from thunderviz.parallel.decisions import Action, Case, Decision, decide, decide
 from thunderviz.parallel.options import Parallelism, StateDictType, StrategyOptions, options_for, parse_options
 from thunderviz.strategies import checkpoint, clipping
 from thunderviz.strategies.activation_checkpointing import checkpoint_modules_
+from thunderviz.strategies.front_doors import (
+    fabric_compile_kwargs,
+    guard_front_door,
+    hide_from_dynamo,
+    keep_compile_kwargs_captured,
+)
 from thunderviz.strategies.materialize import has_meta_tensors
 from thunderviz.thunder import compile_reuse, hooks
 from thunderviz.thunder.comm_setup import configure_comm
 from thunderviz.thunder.executors import executor_facts, resolve_executors
 from thunderviz.thunder.facts import inspect_object
+from thunderviz.thunder.hf import prepare_transformers
 from thunderviz.thunder.jit_keywords import jit_keywords
 from thunderviz.thunder.modules import user_module
 
@@ -98,6 +105,7 @@ class ThunderParallelStrategy(DDPStrategy):
         super().__init__(**{**fabric, **dict(options.fabric_kwargs)})
         hooks.ensure_supported_thunder()
         self.options = options
+        keep_compile_kwargs_captured()
         self.decisions: list[Any] = []
         self.thunder_modules: list[tuple[str, Any]] = []
         self._setup_modules: list[nn.Module] = []
@@ -142,6 +150,27 @@ class ThunderParallelStrategy(DDPStrategy):
 
     # -- Fabric plumbing ---------------------------------------------------------------------------------------
 
+    @property  # type: ignore[override]
+    def precision(self) -> Any:
+        return DDPStrategy.precision.fget(self)  # type: ignore[attr-defined]
+
+    @precision.setter
+    def precision(self, precision: Any) -> None:
+        # Fabric hands the object to the precision before the strategy: the front door is checked there first.
+        if precision is not None:
+            guard_front_door(precision, self._check_front_door)
+        self._precision = precision
+
+    def _check_front_door(self, obj: Any) -> None:
+        """Refuse, before Fabric touches it, an object the decision table refuses (``thunderfx``'s object, a module
+        thunder's FSDP plugin already sharded); everything else is decided again in ``setup_module``."""
+        facts = inspect_object(obj, fabric_compile_kwargs=fabric_compile_kwargs())
+        try:
+            decide(facts, self.options)
+        except JitDecisionError as err:
+            self.decisions.append(impossible(facts.type_name, err, self.options))
+            raise
+
     @override
     def _configure_launcher(self) -> None:
         # Processes made by torchrun, Slurm or thunderviz's rank engine need no launcher; asking for one inside a
@@ -176,21 +205,24 @@ class ThunderParallelStrategy(DDPStrategy):
         return self._setup_module(module)[0]
 
     def _setup_module(self, module: nn.Module) -> tuple[nn.Module, dict[int, torch.Tensor]]:
-        facts = inspect_object(module, self.options.activation_checkpointing_policy)
+        facts = inspect_object(module, self.options.activation_checkpointing_policy, fabric_compile_kwargs())
         try:
             decision = decide(facts, self.options)
         except JitDecisionError as err:
-            self.decisions.append(impossible(facts.type_name, err, self.options))
+            if not self.decisions or self.decisions[-1].reason != str(err):  # not already logged at the front door
+                self.decisions.append(impossible(facts.type_name, err, self.options))
             raise
         if self.process_group is None:
             raise RuntimeError(
                 f"{type(self).__name__} needs a process group before `fabric.setup`: call `fabric.launch()` first."
             )
-        how = self._decide_executors(module, decision)
+        how = self._decide_executors(module, decision, facts.door.call)
         self.decisions += [how, decision]
         self.decisions += self._decide_layout(decision)
-        # Before anything traces the module: thunder must see the checkpointed forwards (strategies.activation_...).
+        # Before anything traces the module: thunder must see the checkpointed forwards (strategies.activation_...)
+        # and a transformers model's registrations (thunder.hf).
         checkpoint_modules_(user_module(module), facts.checkpointed)
+        prepare_transformers(user_module(module), decision.prepare)
         if decision.action is Action.JIT_AND_DISTRIBUTE:
             compile_reuse.mark(module, self.options.compile_reuse)
             jitted = hooks.jit(
@@ -198,6 +230,8 @@ class ThunderParallelStrategy(DDPStrategy):
             )
             replaced = self._distribute_(module)
             hooks.rebind_module_tensors(jitted, replaced)
+            if decision.dynamo_passthrough:
+                hide_from_dynamo(jitted)
             self._register(decision.target, module, jitted)
             return jitted, replaced
         if decision.action is Action.DISTRIBUTE_IN_PLACE:
@@ -216,9 +250,10 @@ class ThunderParallelStrategy(DDPStrategy):
         self._register(decision.target, module, None)
         return module, replaced
 
-    def _decide_executors(self, module: nn.Module, decision: Decision) -> Decision:
+    def _decide_executors(self, module: nn.Module, decision: Decision, call: str = "") -> Decision:
         """How thunder.jit compiles (``parallel.decisions.decide_executors``); warns where a request was cut down."""
-        facts = executor_facts(self.root_device.type, module if decision.case is Case.USER_JITTED else None)
+        mine = decision.case is Case.USER_JITTED
+        facts = executor_facts(self.root_device.type, module if mine else None, call if mine else "")
         how = decide_executors(facts, self.options, decision.case, decision.target)
         if how.warning:
             warnings.warn(how.warning, UserWarning, stacklevel=5)  # the user's fabric.setup(...) line

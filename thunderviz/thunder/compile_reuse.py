@@ -48,6 +48,7 @@ from typing import Any
 
 import torch
 
+from thunderviz.errors import ThundervizError
 from thunderviz.thunder.reuse_key import (
     MARK as _MARK,
 )
@@ -60,6 +61,8 @@ from thunderviz.thunder.reuse_key import (
     plan_key,
 )
 from thunderviz.thunder.reuse_why import explain_miss
+from thunderviz.thunder.untraceable import explain as explain_trace_failure
+from thunderviz.thunder.untraceable import leave_half_traced_vmap
 
 __all__ = [
     "ENV_VARIABLE",
@@ -173,13 +176,26 @@ def install() -> None:
             return
         import thunder
 
-        original = thunder.thunder_general_jit
+        interpret = thunder.thunder_general_jit
 
-        @functools.wraps(original)
+        def original(fn: Any, args: Any, kwargs: Any, /, **kw: Any) -> Any:
+            # A model our strategies set up that thunder cannot trace: the error names its module, line and op.
+            try:
+                return interpret(fn, args, kwargs, **kw)
+            except ThundervizError:
+                raise
+            except Exception as err:
+                leave_half_traced_vmap()
+                explained = explain_trace_failure(err, _roots(fn, args, kwargs))
+                if explained is None:
+                    raise
+                raise explained from err
+
+        @functools.wraps(interpret)
         def reusing_general_jit(fn: Any, args: Any, kwargs: Any, /, **kw: Any) -> Any:
             marked = _marked(fn, args, kwargs)
             if marked is None:  # not set up by our strategies: thunder as usual, not even counted
-                return original(fn, args, kwargs, **kw)
+                return interpret(fn, args, kwargs, **kw)
             if not (marked and enabled()):
                 t0 = time.perf_counter()
                 results = original(fn, args, kwargs, **kw)
@@ -233,7 +249,7 @@ def install() -> None:
                     _store.popitem(last=False)
             return results
 
-        reusing_general_jit.__thunderviz_original__ = original  # type: ignore[attr-defined]
+        reusing_general_jit.__thunderviz_original__ = interpret  # type: ignore[attr-defined]
         thunder.thunder_general_jit = reusing_general_jit
         _installed = True
 
@@ -278,6 +294,11 @@ def _keyed(fn: Any, args: Any, kwargs: Any) -> tuple[Any, str, list[Any] | None]
     except NotReusable as e:
         return None, f"not reusable: {e}", None
     return key, "", roots
+
+
+def _roots(fn: Any, args: Any, kwargs: Any) -> list[torch.nn.Module]:
+    """The modules a failed trace may have stopped in: the jitted module, or those a jitted function reaches."""
+    return [fn] if isinstance(fn, torch.nn.Module) else list(modules_reached(fn, args, kwargs))
 
 
 def _marked(fn: Any, args: Any, kwargs: Any) -> bool | None:

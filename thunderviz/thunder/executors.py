@@ -77,9 +77,10 @@ def _inductor_problem(device: str) -> str:
     )
 
 
-def executor_facts(device: str, user_jitted: Any = None) -> ExecutorFacts:
+def executor_facts(device: str, user_jitted: Any = None, user_call: str = "") -> ExecutorFacts:
     """Read the facts for ``decide_executors``: registered executors, thunder's defaults, and whether inductor can
-    compile on ``device``; with ``user_jitted`` (case 3), the executors of the user's own thunder.jit call."""
+    compile on ``device``; with ``user_jitted`` (case 3), the executors of the user's own thunder.jit call
+    (``user_call``: the call that made it, when it was not thunder.jit)."""
     import thunder
     from thunder.extend import get_all_executors
 
@@ -90,10 +91,11 @@ def executor_facts(device: str, user_jitted: Any = None) -> ExecutorFacts:
     if user_jitted is not None:
         cd = thunder.compile_data(user_jitted)
         # thunder puts an ad hoc executor of its own first (for symbols registered at trace time): not a choice
+        # (and thunder.compile's recipes one for their lookasides); neither is a choice of fusion or kernels
         mine = tuple(
             str(ex.name)
             for ex in getattr(cd, "executors_list", ()) or ()
-            if not str(ex.name).startswith("__ad_hoc_executor")
+            if not str(ex.name).startswith(("__ad_hoc_executor", "__temp"))
         )
     return ExecutorFacts(
         device=device,
@@ -102,6 +104,7 @@ def executor_facts(device: str, user_jitted: Any = None) -> ExecutorFacts:
         inductor_ok=not problem,
         inductor_problem=problem,
         user_jitted=mine,
+        user_call=user_call,
     )
 
 

@@ -14,18 +14,33 @@ import torch
 from thunderviz.parallel.buckets import find_blocks
 from thunderviz.parallel.checkpointing import module_classes, select_checkpointed
 from thunderviz.parallel.decisions import ObjectFacts, ObjectKind
+from thunderviz.parallel.front_doors import FrontDoor
 from thunderviz.parallel.options import CheckpointPolicy
 from thunderviz.thunder import hooks
+from thunderviz.thunder.front_doors import dynamo_door, dynamo_inner, thunder_module_door, transformers_facts
 
 __all__ = ["inspect_object"]
 
 
-def inspect_object(obj: Any, checkpoint_policy: CheckpointPolicy | None = None) -> ObjectFacts:
+def inspect_object(
+    obj: Any, checkpoint_policy: CheckpointPolicy | None = None, fabric_compile_kwargs: dict[str, Any] | None = None
+) -> ObjectFacts:
     """Read the facts the table needs from a live object (thunder state through ``hooks``); with a
-    ``checkpoint_policy``, also which of its modules the policy selects."""
+    ``checkpoint_policy``, also which of its modules the policy selects; ``fabric_compile_kwargs``: Fabric unwrapped
+    this module from ``torch.compile(module, **kwargs)`` and compiles what the strategy returns again."""
     type_name = type(obj).__name__
+    inner = dynamo_inner(obj)
+    if inner is not None:
+        return ObjectFacts(
+            kind=ObjectKind.DYNAMO,
+            type_name=type(inner).__name__,
+            door=dynamo_door(obj) or FrontDoor(),
+            transformers=transformers_facts(inner),
+        )
     if hooks.is_thunder_module(obj):
         inner = hooks.original_module(obj)
+        door, distributed = thunder_module_door(obj)
+        recompiled = dynamo_door(obj, fabric_compile_kwargs) if fabric_compile_kwargs is not None else None
         return _with_checkpointing(
             inner,
             checkpoint_policy,
@@ -34,9 +49,11 @@ def inspect_object(obj: Any, checkpoint_policy: CheckpointPolicy | None = None) 
                 type_name=type(inner).__name__,
                 has_run=hooks.has_run(obj),
                 cached_traces=hooks.cached_trace_count(obj),
-                distributed_by_thunder=hooks.thunder_distributed_kind(obj),
+                distributed_by_thunder=distributed,
                 distributed_by_us=any(hooks.sync_tag(p) is not None for p in inner.parameters()),
                 blocks=tuple(find_blocks(inner)),
+                door=recompiled or door,
+                transformers=transformers_facts(inner),
             ),
         )
     if isinstance(obj, torch.nn.Module):
@@ -48,6 +65,8 @@ def inspect_object(obj: Any, checkpoint_policy: CheckpointPolicy | None = None) 
                 type_name=type_name,
                 distributed_by_us=any(hooks.sync_tag(p) is not None for p in obj.parameters()),
                 blocks=tuple(find_blocks(obj)),
+                door=dynamo_door(obj, fabric_compile_kwargs) or FrontDoor(),
+                transformers=transformers_facts(obj),
             ),
         )
     if hooks.is_jitted(obj):
