@@ -1,10 +1,13 @@
 """``thunderviz.plan``: per-rank peak memory and communication of every candidate strategy, before a run.
 
-Each candidate (``parallel.plan``: DDP and FSDP ZERO2/ZERO3 x BLOCK/LAYER, at each world size asked) is rehearsed
-on the meta device through the strategies' own path (``thunder.rehearsal``: nothing is allocated, no process group
-is needed), which gives its peak with a breakdown, what it communicates per step, and its traces. A model whose
-repeated blocks number more than three is rehearsed cut to 2 and 3 blocks and extrapolated (``thunder.rehearsal``
-says why that is exact; ``tests/thunder/test_rehearsal.py`` proves it on a model rehearsed whole).
+Each candidate (``parallel.plan``: DDP and FSDP ZERO2/ZERO3 x BLOCK/LAYER, each also with every repeated block
+checkpointed, ``+ac``, at each world size asked) is rehearsed on the meta device through the strategies' own path
+(``thunder.rehearsal``: nothing is allocated, no process group is needed), with the executors the ranks will use,
+which gives its peak with a breakdown, what it communicates per step, and its traces. A model whose repeated blocks
+number more than four is rehearsed cut to 3 and 4 blocks and its step extrapolated moment by moment
+(``parallel.extrapolation`` says why that is exact; ``tests/thunder/test_rehearsal.py`` proves it on a model
+rehearsed whole). With a budget, each candidate that fits also gets the largest micro-batch that does
+(``plan``).
 
 The result, ``Plan``, is what the auto strategy (``strategies.auto``) chooses from and what the Memory views draw
 (``render.memory_view``; in a notebook, ``%load_ext thunderviz`` registers it as a Plan's HTML picture).
