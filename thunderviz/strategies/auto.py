@@ -257,7 +257,7 @@ class ThunderAutoStrategy(ThunderParallelStrategy):
             )
             + (
                 f"; every block's forward checkpointed (recomputed in backward: ~{pick.recompute_seconds * 1000:.1f}"
-                " ms per step), as nothing fits without"
+                " ms per step)"
                 if pick.activation_checkpointing
                 else ""
             )
