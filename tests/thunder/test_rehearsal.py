@@ -211,3 +211,25 @@ def test_a_plan_across_hosts_adds_hybrid_candidates_with_one_hosts_memory() -> N
     assert rows["hybrid-zero2-block (plan)"].across_hosts == hybrid.inter_host_bytes
     assert rows["ddp (plan)"].across_hosts == ddp.inter_host_bytes
     assert "per host across hosts" in str(thunderviz.compare_runs(plan=plan))
+
+
+def test_plan_for_cuda_from_cpu_assumes_the_ranks_executors_and_finds_the_largest_micro_batch() -> None:
+    """Planned for CUDA on this CPU machine, the candidates are rehearsed with the fusion executor the CUDA ranks will
+    choose (triton present there), and the header says so. With a budget, ``max_micro_batch`` is the largest
+    multiple of the example's batch that fits: its checked peak fits, one more batch does not."""
+    import thunderviz
+    from thunderviz.strategies.planning import PER_SAMPLE, _scaled_input
+
+    model, kwargs = ResidualMLP(n_layer=2), {"world_sizes": (2,), "device": "cuda", "progress": False}
+    kwargs["candidates"] = ("fsdp-zero2-block",)
+    free = thunderviz.plan(model, BATCH, **kwargs).candidates[0]
+    assert "torchcompile" in free.executors and free.max_micro_batch is None  # no budget, no micro-batch
+    budget = free.peak_bytes + int(2.5 * sum(free.breakdown[k] for k in PER_SAMPLE))
+    plan = thunderviz.plan(model, BATCH, memory_per_rank=budget, **kwargs)
+    assert "executors: sdpa, torchcompile" in plan.table() and "this machine has no CUDA" in plan.table()
+    c = plan.candidates[0]
+    assert c.max_micro_batch is not None and c.max_micro_batch >= 2, plan.table()
+    assert c.max_micro_batch_peak <= budget and f"max micro-batch x{c.max_micro_batch}" in plan.table()
+    larger = thunderviz.plan(model, _scaled_input(BATCH, c.max_micro_batch + 1), **kwargs).candidates[0]
+    assert larger.peak_bytes > budget
+    assert plan.with_budget(budget * 2).candidates[0].max_micro_batch is None  # found for the plan's own budget

@@ -561,8 +561,10 @@ def plan(
     Every candidate that fits reports ``max_micro_batch``: the largest multiple ``k`` of the example's batch whose
     peak fits the budget, estimated from the rehearsal's per-sample bytes (what grows with the batch: saved
     activations, temporaries, inputs) and checked by one rehearsal at ``k`` times the batch (every tensor input's
-    first dimension; a ``loss_fn`` must take that batch's output); when the check exceeds the budget the estimate
-    is redone from the two rehearsals and checked again (``MICRO_BATCH_TRIES`` times at most, then 1).
+    first dimension; a ``loss_fn`` must take that batch's output); the estimate is then redone from the slope the
+    two rehearsals measured (not all temporaries grow with the batch, so the first estimate is low) and checked
+    again, down when the check exceeded the budget, up when it left room (``MICRO_BATCH_TRIES`` checks at most;
+    the largest checked batch that fits is reported).
 
     Raises:
         PlanError: the model, input, loss, optimizer or precision cannot be planned (the message says why).
@@ -631,7 +633,7 @@ def block_checkpoint_policy(template: Any) -> CheckpointPolicy | None:
 
 #: The categories that grow with the batch (the per-sample slope ``max_micro_batch`` starts from).
 PER_SAMPLE = ("saved activations", "temporaries", "inputs")
-#: How often a micro-batch estimate is checked and redone before settling on 1; and the largest multiple looked at.
+#: How many micro-batch checks a candidate gets at most; and the largest multiple looked at.
 MICRO_BATCH_TRIES = 3
 MAX_MICRO_BATCH = 256
 
@@ -699,11 +701,15 @@ def _max_micro_batches(
                     " sums the output), or memory_per_rank=None to plan without a budget"
                 ) from exc
             for i, c in zip(members, got, strict=True):
+                # the slope the two rehearsals measured (what does not grow with the batch drops out), both ways
+                per_batch = (c.peak_bytes - out[i].peak_bytes) / (k - 1)
+                again = _micro_batch_estimate(out[i].peak_bytes, per_batch, budget)
                 if c.peak_bytes <= budget:
                     found[i] = (k, c.peak_bytes)
+                    if again > k:
+                        pending[i] = again
                     continue
-                per_batch = (c.peak_bytes - out[i].peak_bytes) / (k - 1)
-                again = min(_micro_batch_estimate(out[i].peak_bytes, per_batch, budget), k - 1)
+                again = min(again, k - 1)
                 if again > found[i][0]:
                     pending[i] = again
     return [
