@@ -15,7 +15,8 @@ bytes sent per step; per model: planning time and RSS, and
   float32 parameters and AdamW state under bf16 mixed precision (16 bytes per parameter against bf16-true's 8), so
   a plan that fits with little room to spare can still be an OOM there.
 
-Run: ``.venv/bin/python bench/plan_frontier.py [--405b]`` (tens of minutes on a 2-core machine).
+Run: ``.venv/bin/python bench/plan_frontier.py [--405b]`` (tens of minutes on a 2-core machine); ``--test`` runs
+the 70B check that is not part of the suite (``tests/strategies/test_plan_frontier.py``) instead.
 """
 
 from __future__ import annotations
@@ -124,6 +125,15 @@ def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "--one":
         print(json.dumps(one(sys.argv[2], tuple(int(w) for w in sys.argv[3].split(",")))))
         return
+    if "--test" in sys.argv:
+        import os
+        from pathlib import Path
+
+        test = Path(__file__).resolve().parents[1] / "tests" / "strategies" / "test_plan_frontier.py"
+        env = {**os.environ, "THUNDERVIZ_FRONTIER_PLAN": "1"}
+        sys.exit(
+            subprocess.run([sys.executable, "-m", "pytest", "-q", "-s", str(test)], env=env, check=False).returncode
+        )
     models = dict(MODELS, **(LARGE if "--405b" in sys.argv else {}))
     for name, worlds in models.items():
         got = subprocess.run(
