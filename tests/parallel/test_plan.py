@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from thunderviz.parallel.options import Bucketing, Parallelism, Sharding
+from thunderviz.parallel.options import Bucketing, CheckpointPolicy, Parallelism, Sharding
 from thunderviz.parallel.plan import (
     LINK_COSTS,
     PREFERENCE,
@@ -19,6 +19,7 @@ from thunderviz.parallel.plan import (
     link_cost,
     parse_memory,
     smallest_fitting,
+    strategy_of,
 )
 from thunderviz.trace.wire import ring_bytes
 
@@ -35,7 +36,19 @@ def test_every_candidate_at_every_world_size_in_preference_order() -> None:
         Bucketing.LAYER,
     )
     assert all(candidate_name(s.options) == s.name for s in specs)
-    assert not any(s.checkpointing for s in specs)  # the issue-17 dimension: not produced until implemented
+    assert not any(s.checkpointing for s in specs)  # no checkpointing dimension without the blocks' policy
+
+
+def test_checkpointed_candidates_beside_every_strategy() -> None:
+    policy = CheckpointPolicy(names=("Block",))
+    specs = candidate_specs([8], checkpoint=policy)
+    assert [s.name for s in specs] == [*PREFERENCE, *(n + "+ac" for n in PREFERENCE)]
+    for s in specs:
+        assert s.checkpointing == s.name.endswith("+ac")
+        assert s.options.activation_checkpointing_policy == (policy if s.checkpointing else None)
+        assert candidate_name(s.options) == s.name and strategy_of(s.name) in PREFERENCE
+    with pytest.raises(ValueError, match="has none the plan can find"):
+        candidate_specs([8], ["fsdp-zero3-block+ac"])
 
 
 @pytest.mark.parametrize(
@@ -57,10 +70,17 @@ def test_ring_bytes_per_rank() -> None:
 
 
 def _row(
-    name: str, peak: int, comm: int, world: int = 2, checkpointing: bool = False, collectives: int = 1, link=None
+    name: str,
+    peak: int,
+    comm: int,
+    world: int = 2,
+    checkpointing: bool = False,
+    collectives: int = 1,
+    link=None,
+    recompute: float = 0.0,
 ) -> ChoiceRow:
     seconds = (link or link_cost("cpu")).seconds(comm, collectives)
-    return ChoiceRow(name, world, peak, comm, collectives, seconds, checkpointing)
+    return ChoiceRow(name, world, peak, comm, collectives, seconds, checkpointing, recompute_seconds=recompute)
 
 
 def test_choose_takes_least_communication_that_fits_ties_by_preference() -> None:
@@ -112,10 +132,23 @@ def test_link_costs_price_collectives_and_bytes() -> None:
         LinkCost(latency_s=1e-3, bytes_per_s=0)
 
 
-def test_checkpointing_only_when_nothing_else_fits() -> None:
-    rows = [_row("fsdp-zero3-layer", 50, 15), _row("fsdp-zero2-block", 30, 10, checkpointing=True)]
-    assert choose(rows, 60) == 0
-    assert choose(rows, 40) == 1
+def test_checkpointing_chosen_when_it_is_the_fastest_that_fits() -> None:
+    # communication plus recomputation: ZERO2+AC recomputes for longer than ZERO3's second gather takes
+    slow = [_row("fsdp-zero3-layer", 50, 15), _row("fsdp-zero2-block+ac", 30, 10, checkpointing=True, recompute=1.0)]
+    assert choose(slow, 60) == 0
+    assert choose(slow, 40) == 1
+    # a cheap recomputation beats a gather of more bytes
+    cheap = [
+        _row("fsdp-zero3-block", 50, 10**7),
+        _row("fsdp-zero2-block+ac", 30, 10, checkpointing=True, recompute=1e-3),
+    ]
+    assert choose(cheap, 60) == 1
+    # the same strategy checkpointed or not: unchecked first (it is never slower)
+    same = [_row("fsdp-zero2-block+ac", 30, 10, checkpointing=True), _row("fsdp-zero2-block", 50, 10)]
+    assert choose(same, 60) == 1
+    # plain DDP first whenever it fits; checkpointed DDP is weighed by its time
+    ddp = [_row("ddp+ac", 30, 10, checkpointing=True, recompute=1.0), _row("fsdp-zero2-block", 50, 10)]
+    assert choose(ddp, 60) == 1
 
 
 def test_choose_within_one_world_size() -> None:

@@ -31,7 +31,13 @@ def plan():
     from thunderviz.demos.models import ResidualMLP
 
     made = thunderviz.plan(
-        ResidualMLP(n_layer=2), torch.empty(8, 16), world_sizes=(4,), ranks_per_host=2, device="cpu", progress=False
+        ResidualMLP(n_layer=2),
+        torch.empty(8, 16),
+        world_sizes=(4,),
+        ranks_per_host=2,
+        device="cpu",
+        progress=False,
+        activation_checkpointing=False,  # the hosts' dimension only: checkpointed candidates double the rehearsals
     )
     return dataclasses.replace(made, candidates=[dataclasses.replace(c, bundle=None) for c in made.candidates])
 

@@ -1,14 +1,14 @@
 """Predicted against measured per-rank step memory on 2 real gloo ranks, and the auto strategy choosing by it.
 
 One pair of rank processes runs every scenario (``demos.memory_runs.measure_many``): a GPT whose head is tied to its
-embedding under three candidates with AdamW, and a residual MLP (no attention) with SGD + momentum under ZERO3 and
-under ``ThunderAutoStrategy`` with a budget between two candidates' predicted peaks, and an activation-heavy MLP tower
-whose ``forward`` returns the loss (AdamW; issue 28 reported +18% for DDP there, measured with the optimizer state
-left out of the tracker). The predictions are made here,
-on the meta device (``thunderviz.plan``). The full table (4 models x both optimizers x every candidate x 2 and 4
-ranks) is ``bench/memory_plan.py``.
+embedding under four candidates with AdamW (one with every block checkpointed, ``+ac``), a residual MLP (no
+attention) with SGD + momentum under ZERO3 and under ``ThunderAutoStrategy`` with a budget between two candidates'
+predicted peaks, and an activation-heavy MLP tower whose ``forward`` returns the loss (AdamW; issue 28 reported +18%
+for DDP there, measured with the optimizer state left out of the tracker). The predictions are made here, on the
+meta device (``thunderviz.plan``). The full table (4 models x both optimizers x every candidate x 2 and 4 ranks) is
+``bench/memory_plan.py``.
 
-Over a minute (about 120 s beside the other pytest worker), in the first test: seven set-ups, each compiled by
+Over a minute (about 120 s beside the other pytest worker), in the first test: eight set-ups, each compiled by
 thunder and measured by the memory tracker over its steps, plus the timed CNN rounds, in one pair of fresh ranks.
 """
 
@@ -24,7 +24,7 @@ from thunderviz.trace.memory import compare
 
 pytestmark = pytest.mark.timeout(1500)
 
-GPT = ("gpt-tied", "adamw", ("ddp", "fsdp-zero2-block", "fsdp-zero3-layer"))
+GPT = ("gpt-tied", "adamw", ("ddp", "fsdp-zero2-block", "fsdp-zero3-layer", "fsdp-zero3-block+ac"))
 MLP = ("mlp", "sgd", ("ddp", "fsdp-zero2-block", "fsdp-zero3-block"))
 TOWER = ("loss-tower", "adamw", ("ddp", "fsdp-zero2-block"))
 
@@ -69,9 +69,10 @@ def _scenario(i: int) -> list[dict]:
         (0, *GPT[:1], "ddp"),
         (1, GPT[0], "fsdp-zero2-block"),
         (2, GPT[0], "fsdp-zero3-layer"),
-        (3, MLP[0], "fsdp-zero3-block"),
-        (5, TOWER[0], "ddp"),
-        (6, TOWER[0], "fsdp-zero2-block"),
+        (3, GPT[0], "fsdp-zero3-block+ac"),
+        (4, MLP[0], "fsdp-zero3-block"),
+        (6, TOWER[0], "ddp"),
+        (7, TOWER[0], "fsdp-zero2-block"),
     ],
 )
 def test_predicted_peak_within_ten_percent_of_measured(i: int, model: str, candidate: str) -> None:
@@ -95,7 +96,7 @@ def test_tied_weights_are_counted_once() -> None:
 
 def test_auto_strategy_chooses_what_fits_and_it_fits_when_measured() -> None:
     budget = _budget()
-    for r in _scenario(4):
+    for r in _scenario(5):
         assert r["candidate"] == "fsdp-zero2-block"  # DDP is predicted over the budget
         assert r["measured"].peak_bytes <= budget
 

@@ -380,26 +380,43 @@ def test_forward_prefetches_one_bucket_ahead_and_waits_before_first_use(zero2, b
     _check_prefetch_and_waits(got.forward, got.buckets["forward"])
 
 
-# -- backward: reductions issued as their last gradient appears, waited for just before the return ------------------
+# -- backward: reductions issued as their last gradient appears; a reduce_scatter waited for when the next is issued --
 
 
 def _check_reductions(trace: Any, reductions: list[Bucket]) -> None:
+    """Each bucket issued right after its last gradient exists. An all_reduce (DDP: its bucket is the gradients) is
+    waited for just before the return; a reduce_scatter right before the next bucket is packed (its input, the
+    unsharded gradients, is freed then: one in flight) and the last one just before the return."""
     assert reductions
     ret = len(trace.bound_symbols) - 1
     assert trace.bound_symbols[ret].sym.name == "python_return"
     returned = {p.name for p in trace.bound_symbols[ret].flat_proxy_args}
-    first_wait = min(_issue_and_wait(trace, b)[1] for b in reductions)
-    assert _between(trace, first_wait - 1, ret) <= AFTER_REDUCTION_WAITS, "compute after a reduction's wait"
-    for b in reductions:
+    ordered = sorted(reductions, key=lambda b: b.issue_index)
+    # before a reduce_scatter is issued, the one before it is waited for
+    bookkeeping = REDUCE_ISSUE | (AFTER_REDUCTION_WAITS if ordered[0].kind == "reduce_scatter" else set())
+    for b in ordered:
         issue, _ = _issue_and_wait(trace, b)
         assert set(b.results) <= returned
         last_ready = max(_producer(trace, s) for s in b.sends)
         assert last_ready < issue
-        assert _between(trace, last_ready, issue) <= REDUCE_ISSUE, f"{b.label}: issued later than its gradients exist"
-    assert max(b.issue_index for b in reductions) < first_wait
+        assert _between(trace, last_ready, issue) <= bookkeeping, f"{b.label}: issued later than its gradients exist"
+    if {b.kind for b in reductions} == {"all_reduce"}:
+        first_wait = min(_issue_and_wait(trace, b)[1] for b in reductions)
+        assert _between(trace, first_wait - 1, ret) <= AFTER_REDUCTION_WAITS, "compute after a reduction's wait"
+        assert max(b.issue_index for b in reductions) < first_wait
+        return
+    for b, after in zip(ordered, [*ordered[1:], None], strict=True):
+        issue, wait = _issue_and_wait(trace, b)
+        assert issue < wait, b.label
+        if after is None:
+            assert _between(trace, wait - 1, ret) <= AFTER_REDUCTION_WAITS, "compute after the last reduction's wait"
+        else:
+            pack = after.issue_index
+            assert wait < pack, f"{b.label}: waited for after the next bucket was issued"
+            assert _between(trace, wait, pack) <= AFTER_REDUCTION_WAITS | REDUCE_ISSUE, f"{b.label}: waited early"
 
 
-def test_fsdp_reductions_wait_just_before_backward_returns(zero2):
+def test_fsdp_reductions_wait_one_bucket_in_flight(zero2):
     reductions = zero2.buckets["backward"]
     assert {b.kind for b in reductions} == {"reduce_scatter"}
     _check_reductions(zero2.backward, reductions)

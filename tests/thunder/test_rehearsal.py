@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from thunderviz.demos.models import ResidualMLP, TinyGPT
+from thunderviz.parallel.extrapolation import CUTS, extrapolate_peak
 from thunderviz.parallel.plan import candidate_specs, extrapolate
+from thunderviz.strategies.planning import block_checkpoint_policy
 from thunderviz.thunder.rehearsal import block_container, cut_blocks, meta_twin, rehearse
 from thunderviz.thunder.storage_tracker import StorageTracker
 from thunderviz.trace.memory import CATEGORIES
@@ -106,27 +108,27 @@ def test_cuda_rounding_is_the_allocators_512_byte_blocks() -> None:
         assert tracker.total == 512
 
 
-def _quantities(r) -> dict[str, int]:
-    return {
-        **r.memory.breakdown,
-        **{f"g:{k}": v for k, v in r.memory.groups.items()},
-        "comm": r.comm_bytes,
-        "collectives": r.collectives,
-    }
-
-
-@pytest.mark.parametrize("name", ["fsdp-zero3-block", "ddp"])
+@pytest.mark.parametrize("name", ["fsdp-zero3-block", "ddp", "fsdp-zero3-block+ac"])
 def test_extrapolation_over_blocks_equals_the_whole_rehearsal(name: str) -> None:
-    """ZERO3 + BLOCK is the case where one block is not enough (the root bucket is gathered next to it); the
-    extrapolation from 2 and 3 blocks must give exactly what rehearsing all 5 gives."""
-    model = ResidualMLP(n_layer=5)
-    spec = candidate_specs([2], [name])[0]
+    """ZERO3 + BLOCK is the case where one block is not enough (the root bucket is gathered next to it, and a
+    block's hand-over reaches two blocks ahead); with every block checkpointed the peak sits elsewhere. The
+    extrapolation from the cuts (``parallel.extrapolation.CUTS``), moment by moment, must give exactly what
+    rehearsing all 6 blocks gives: every category, every measured group, the phase, and the bytes sent."""
+    model = ResidualMLP(n_layer=6)
+    spec = candidate_specs([2], [name], checkpoint=block_checkpoint_policy(model))[0]
     kwargs = {"options": spec.options, "world_size": 2, "capture_traces": False}
     whole = rehearse(model, BATCH, **kwargs)
-    cut = {k: rehearse(cut_blocks(model, k), BATCH, **kwargs) for k in (2, 3)}
-    assert {r.memory.phase for r in cut.values()} == {whole.memory.phase}
-    assert extrapolate({k: _quantities(r) for k, r in cut.items()}, 5) == _quantities(whole)
-    assert whole.memory.peak_bytes > cut[3].memory.peak_bytes > cut[2].memory.peak_bytes
+    cut = {k: rehearse(cut_blocks(model, k), BATCH, **kwargs) for k in CUTS}
+    peak = extrapolate_peak({k: r.timeline for k, r in cut.items()}, 6)
+    assert peak is not None
+    assert (peak.breakdown, peak.groups, peak.phase) == (
+        whole.memory.breakdown,
+        whole.memory.groups,
+        whole.memory.phase,
+    )
+    sent = {k: {"comm": r.comm_bytes, "collectives": r.collectives} for k, r in cut.items()}
+    assert extrapolate(sent, 6) == {"comm": whole.comm_bytes, "collectives": whole.collectives}
+    assert whole.memory.peak_bytes > cut[4].memory.peak_bytes > cut[3].memory.peak_bytes
 
 
 @pytest.mark.parametrize("name", ["fsdp-zero2-block", "fsdp-zero3-layer"])
@@ -178,9 +180,9 @@ def test_plan_reports_progress_once_per_traced_rehearsal() -> None:
         progress=lambda done, total, what: ticks.append((done, total, what)),
     )
     assert [t[:2] for t in ticks] == [(1, 4), (2, 4), (3, 4), (4, 4)], ticks
-    assert ticks[0][2] == "ddp x2 (2 of 6 blocks)"
-    assert ticks[1][2] == "fsdp-zero2-block, fsdp-zero2-layer x2 (2 of 6 blocks)"
-    assert ticks[3][2].endswith("x2 (3 of 6 blocks)") and len(plan.candidates) == 3
+    assert ticks[0][2] == "ddp x2 (3 of 6 blocks)"
+    assert ticks[1][2] == "fsdp-zero2-block, fsdp-zero2-layer x2 (3 of 6 blocks)"
+    assert ticks[3][2].endswith("x2 (4 of 6 blocks)") and len(plan.candidates) == 3
 
 
 def test_a_plan_across_hosts_adds_hybrid_candidates_with_one_hosts_memory() -> None:
@@ -209,3 +211,25 @@ def test_a_plan_across_hosts_adds_hybrid_candidates_with_one_hosts_memory() -> N
     assert rows["hybrid-zero2-block (plan)"].across_hosts == hybrid.inter_host_bytes
     assert rows["ddp (plan)"].across_hosts == ddp.inter_host_bytes
     assert "per host across hosts" in str(thunderviz.compare_runs(plan=plan))
+
+
+def test_plan_for_cuda_from_cpu_assumes_the_ranks_executors_and_finds_the_largest_micro_batch() -> None:
+    """Planned for CUDA on this CPU machine, the candidates are rehearsed with the fusion executor the CUDA ranks will
+    choose (triton present there), and the header says so. With a budget, ``max_micro_batch`` is the largest
+    multiple of the example's batch that fits: its checked peak fits, one more batch does not."""
+    import thunderviz
+    from thunderviz.strategies.planning import PER_SAMPLE, _scaled_input
+
+    model, kwargs = ResidualMLP(n_layer=2), {"world_sizes": (2,), "device": "cuda", "progress": False}
+    kwargs["candidates"] = ("fsdp-zero2-block",)
+    free = thunderviz.plan(model, BATCH, **kwargs).candidates[0]
+    assert "torchcompile" in free.executors and free.max_micro_batch is None  # no budget, no micro-batch
+    budget = free.peak_bytes + int(2.5 * sum(free.breakdown[k] for k in PER_SAMPLE))
+    plan = thunderviz.plan(model, BATCH, memory_per_rank=budget, **kwargs)
+    assert "executors: sdpa, torchcompile" in plan.table() and "this machine has no CUDA" in plan.table()
+    c = plan.candidates[0]
+    assert c.max_micro_batch is not None and c.max_micro_batch >= 2, plan.table()
+    assert c.max_micro_batch_peak <= budget and f"max micro-batch x{c.max_micro_batch}" in plan.table()
+    larger = thunderviz.plan(model, _scaled_input(BATCH, c.max_micro_batch + 1), **kwargs).candidates[0]
+    assert larger.peak_bytes > budget
+    assert plan.with_budget(budget * 2).candidates[0].max_micro_batch is None  # found for the plan's own budget

@@ -222,12 +222,15 @@ def predict(model: str, optimizer: str, world_sizes: tuple[int, ...], **kwargs: 
     )
 
 
-def _strategy(candidate: str, world: int) -> Any:
+def _strategy(candidate: str, world: int, m: MemoryModel) -> Any:
     from thunderviz.parallel.plan import candidate_specs
     from thunderviz.strategies.ddp import ThunderDDPStrategy
     from thunderviz.strategies.fsdp import ThunderFSDPStrategy
+    from thunderviz.strategies.planning import block_checkpoint_policy
 
-    options = candidate_specs([world], [candidate])[0].options
+    with torch.device("meta"):
+        policy = block_checkpoint_policy(m.build())  # what the plan checkpoints in its +ac candidates
+    options = candidate_specs([world], [candidate], checkpoint=policy)[0].options
     cls = ThunderFSDPStrategy if options.parallelism.value == "fsdp" else ThunderDDPStrategy
     return cls.from_options(options)
 
@@ -276,7 +279,7 @@ def measure(
         x0, y0 = m.batch(0, "meta")
         strategy: Any = ThunderAutoStrategy(auto_budget, example_input=x0, loss_fn=lambda out: m.loss(out, y0))
     else:
-        strategy = _strategy(candidate, world)
+        strategy = _strategy(candidate, world, m)
     fabric, net, opt = _setup(m, optimizer, world, strategy)
     meter = StepMemoryMeter(lambda: [net]).start()
     times = []
@@ -312,7 +315,7 @@ def time_side_by_side(
     m = MODELS[model]
     setups = {}
     for c in candidates:
-        setups[c] = _setup(m, optimizer, world, _strategy(c, world))
+        setups[c] = _setup(m, optimizer, world, _strategy(c, world, m))
         for warm in range(2):
             _step(m, *setups[c], m.batch(warm * 1000 + rank, "cpu"))
     times: dict[str, list[tuple[float, float]]] = {c: [] for c in candidates}

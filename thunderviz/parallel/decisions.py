@@ -360,8 +360,8 @@ def _collectives_plan(options: StrategyOptions, facts: ObjectFacts | None) -> st
     return (
         f"communication: {bucketing} bucketing, {what}; one all_gather per bucket in forward, issued one bucket"
         " ahead of its first use and waited for right before it, and one reduce_scatter per bucket in backward,"
-        f" issued as soon as its last gradient exists and waited for just before backward returns; {sharding}"
-        f"{default}"
+        " issued as soon as its last gradient exists and waited for when the next bucket is issued (its input, the"
+        f" bucket's unsharded gradients, is freed then: one bucket in flight, as FSDP2); {sharding}{default}"
     )
 
 

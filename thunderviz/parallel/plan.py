@@ -24,10 +24,13 @@ minimises the bytes each host sends to the others per step (``inter_host_bytes``
 else: there the DDP-first rule gives way, because DDP's all_reduce crosses hosts with every byte of the gradients,
 while hybrid's crosses with the reduced shards only once per step (see ``hybrid_communication``).
 
-Activation checkpointing (issue 17) is a further dimension the plan is built to take: ``CandidateSpec.checkpointing``
-exists and ``choose`` sorts every checkpointing candidate after all others ("only when nothing else fits"); no
-candidate sets it until the strategies implement checkpointing, and ``candidate_specs`` says so rather than
-producing one that would not do what it says.
+Activation checkpointing is the plan's second dimension: every candidate above also comes checkpointed per block
+(``fsdp-zero3-block+ac``: each repeated block's forward under checkpointing, ``CandidateSpec.checkpointing``) when
+the model has repeated blocks. What it costs is priced as time beside the communication: the checkpointed blocks'
+forward computed once more in backward (``recompute_seconds``: 2 FLOPs per parameter per position, over an assumed
+``COMPUTE_RATES`` of the device; attention's own FLOPs are left out, under 10% of a Llama block's at 4096
+positions). ``choose`` then orders by communication plus recomputation time, so a checkpointed candidate wins only
+where it is the faster one that fits, which in practice is when nothing unchecked fits.
 """
 
 from __future__ import annotations
@@ -37,10 +40,19 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from thunderviz.parallel.options import Bucketing, Parallelism, Sharding, StrategyOptions, parse_options
+from thunderviz.parallel.options import (
+    Bucketing,
+    CheckpointPolicy,
+    Parallelism,
+    Sharding,
+    StrategyOptions,
+    parse_options,
+)
 from thunderviz.trace.wire import ring_bytes
 
 __all__ = [
+    "AC_SUFFIX",
+    "COMPUTE_RATES",
     "HYBRID_PREFERENCE",
     "LINK_COSTS",
     "PREFERENCE",
@@ -56,7 +68,9 @@ __all__ = [
     "inter_host_bytes",
     "link_cost",
     "parse_memory",
+    "recompute_seconds",
     "smallest_fitting",
+    "strategy_of",
 ]
 
 #: The candidates of one world size, in the order ties are broken (see the module docstring).
@@ -88,21 +102,30 @@ _PRESETS: dict[str, tuple[Parallelism, dict[str, object]]] = {
 }
 
 
+#: A checkpointed candidate's name is its strategy's with this suffix (``fsdp-zero3-block+ac``).
+AC_SUFFIX = "+ac"
+
+
 def candidate_name(options: StrategyOptions) -> str:
-    """``ddp`` / ``fsdp-zero3-block``: the name a candidate (and a run with these options) goes by."""
+    """``ddp`` / ``fsdp-zero3-block`` / ``fsdp-zero3-block+ac``: the name a candidate (and a run with these options)
+    goes by; ``+ac`` when some modules run under activation checkpointing."""
+    ac = AC_SUFFIX if options.activation_checkpointing_policy is not None else ""
     if options.parallelism is Parallelism.DDP:
-        return "ddp"
+        return f"ddp{ac}"
     family = "hybrid" if options.hybrid else "fsdp"
-    return f"{family}-{options.sharding_strategy.level.value.lower()}-{options.bucketing_strategy.value.lower()}"
+    level, bucketing = options.sharding_strategy.level.value.lower(), options.bucketing_strategy.value.lower()
+    return f"{family}-{level}-{bucketing}{ac}"
+
+
+def strategy_of(name: str) -> str:
+    """A candidate's strategy without its checkpointing (``fsdp-zero3-block+ac`` -> ``fsdp-zero3-block``)."""
+    return name.removesuffix(AC_SUFFIX)
 
 
 @dataclass(frozen=True)
 class CandidateSpec:
-    """One candidate before it is predicted: its name, its options and its world size.
-
-    ``checkpointing`` is the activation-checkpointing dimension (issue 17): always False until the strategies
-    implement it (see the module docstring).
-    """
+    """One candidate before it is predicted: its name, its options and its world size; ``checkpointing``: its
+    options checkpoint every repeated block (the name ends in ``AC_SUFFIX``)."""
 
     name: str
     options: StrategyOptions
@@ -111,7 +134,7 @@ class CandidateSpec:
 
     @property
     def preference(self) -> int:
-        return _ORDER.index(self.name)
+        return _ORDER.index(strategy_of(self.name))
 
     @property
     def mesh(self) -> tuple[int, int] | None:
@@ -123,15 +146,19 @@ _ORDER = PREFERENCE + HYBRID_PREFERENCE
 
 
 def candidate_specs(
-    world_sizes: Iterable[int], names: Sequence[str] | None = None, ranks_per_host: int | None = None
+    world_sizes: Iterable[int],
+    names: Sequence[str] | None = None,
+    ranks_per_host: int | None = None,
+    checkpoint: CheckpointPolicy | None = None,
 ) -> list[CandidateSpec]:
     """Every candidate (``names``, default ``PREFERENCE``, plus ``HYBRID_PREFERENCE`` when ``ranks_per_host`` is
-    given) at every world size, world sizes in the order given. A hybrid candidate exists at a world size that is a
-    multiple (> 1) of ``ranks_per_host``: its mesh is ``(world // ranks_per_host, ranks_per_host)``.
+    given, and each of them again checkpointed, ``+ac``, when ``checkpoint`` says which modules are the blocks) at
+    every world size, world sizes in the order given. A hybrid candidate exists at a world size that is a multiple
+    (> 1) of ``ranks_per_host``: its mesh is ``(world // ranks_per_host, ranks_per_host)``.
 
     Raises:
-        ValueError: a world size below 1, a name that is not a candidate, or a hybrid name without
-            ``ranks_per_host``.
+        ValueError: a world size below 1, a name that is not a candidate, a hybrid name without ``ranks_per_host``,
+            or a ``+ac`` name without ``checkpoint`` (a model without repeated blocks).
     """
     specs = []
     sizes = list(dict.fromkeys(int(w) for w in world_sizes))
@@ -141,10 +168,18 @@ def candidate_specs(
         raise ValueError(f"plan(ranks_per_host={ranks_per_host}): give the number of ranks on each host (>= 1)")
     if names is None:
         names = PREFERENCE + (HYBRID_PREFERENCE if ranks_per_host else ())
+        if checkpoint is not None:
+            names = names + tuple(n + AC_SUFFIX for n in names)
     for name in names:
-        if name not in _PRESETS:
-            raise ValueError(f"{name!r} is not a candidate; the candidates are {', '.join(_ORDER)}")
-        if name in HYBRID_PREFERENCE and not ranks_per_host:
+        if strategy_of(name) not in _PRESETS:
+            known = ", ".join(_ORDER)
+            raise ValueError(f"{name!r} is not a candidate; the candidates are {known}, each also with {AC_SUFFIX}")
+        if name.endswith(AC_SUFFIX) and checkpoint is None:
+            raise ValueError(
+                f"{name!r} checkpoints every repeated block, and this model has none the plan can find"
+                " (a ModuleList of two or more blocks); plan it without the suffix"
+            )
+        if strategy_of(name) in HYBRID_PREFERENCE and not ranks_per_host:
             raise ValueError(
                 f"{name!r} shards within each host: give plan(..., ranks_per_host=N) so the plan knows the hosts"
             )
@@ -152,12 +187,15 @@ def candidate_specs(
         if w < 1:
             raise ValueError(f"plan(world_sizes=...): a world size must be >= 1, got {w}")
         for name in names:
-            parallelism, preset = _PRESETS[name]
-            if name in HYBRID_PREFERENCE:
+            parallelism, preset = _PRESETS[strategy_of(name)]
+            if strategy_of(name) in HYBRID_PREFERENCE:
                 if w <= ranks_per_host or w % ranks_per_host:  # type: ignore[operator]
                     continue  # one host (plain FSDP), or hosts that cannot hold equal shard groups
                 preset = {**preset, "device_mesh": (w // ranks_per_host, ranks_per_host)}  # type: ignore[operator]
-            specs.append(CandidateSpec(name, parse_options(parallelism, preset), w))
+            ac = name.endswith(AC_SUFFIX)
+            if ac:
+                preset = {**preset, "activation_checkpointing_policy": checkpoint}
+            specs.append(CandidateSpec(name, parse_options(parallelism, preset), w, ac))
     return specs
 
 
@@ -231,6 +269,17 @@ LINK_COSTS: dict[str, LinkCost] = {
 }
 
 
+#: FLOPs per second a rank computes, assumed (not measured here) to price recomputation: on CUDA an A100's 312 TFLOP/s
+#: dense bf16 at half utilisation (what large training runs report as model FLOPs utilisation); on CPU 50 GFLOP/s.
+COMPUTE_RATES: dict[str, float] = {"cpu": 50e9, "cuda": 156e12}
+
+
+def recompute_seconds(parameters: int, positions: int, device: str) -> float:
+    """What activation checkpointing adds to a step: the checkpointed modules' forward once more, 2 FLOPs per
+    parameter per position (``positions``: tokens, or rows, one rank computes per step), at ``COMPUTE_RATES``."""
+    return 2 * parameters * positions / COMPUTE_RATES[device]
+
+
 def link_cost(device: str) -> LinkCost:
     """The link ``LINK_COSTS`` assumes for ranks on ``device`` (``"cpu"`` or ``"cuda"``)."""
     try:
@@ -256,28 +305,30 @@ class ChoiceRow:
     checkpointing: bool = False
     #: what one host sends to the others per step (0 on one host; ``inter_host_bytes``, ``hybrid_communication``)
     inter_host_bytes: int = 0
+    #: what checkpointing adds to a step (``recompute_seconds``; 0 without it)
+    recompute_seconds: float = 0.0
 
     def fits(self, budget: int | None) -> bool:
         return budget is None or self.peak_bytes <= budget
 
-    def sort_key(self) -> tuple[int, int, int, float, int, int]:
+    def sort_key(self) -> tuple[int, int, float, int, int, int]:
         sharded = int(self.name != "ddp")
         return (
-            int(self.checkpointing),
             self.inter_host_bytes,
             sharded,
-            self.comm_seconds,
+            self.comm_seconds + self.recompute_seconds,
             self.comm_bytes,
-            _ORDER.index(self.name),
+            _ORDER.index(strategy_of(self.name)),
+            int(self.checkpointing),
         )
 
 
 def choose(rows: Sequence[ChoiceRow], budget: int | None, world_size: int | None = None) -> int | None:
     """Index of the candidate to run: among those of ``world_size`` (default: every world size) that fit ``budget``,
     the one sending the fewest bytes between hosts (all equal on one host), then DDP, else the one with the least
-    predicted communication time (ties: fewer bytes, then ``PREFERENCE``; see the
-    module docstring); None when none fits. Checkpointing candidates come after every other (issue 17: only when
-    nothing else fits)."""
+    predicted communication time plus the recomputation checkpointing costs (ties: fewer bytes, then ``PREFERENCE``,
+    then unchecked first; see the module docstring); None when none fits. Plain DDP alone comes before every sharded
+    candidate; ``ddp+ac`` is weighed by its time like the sharded ones."""
     fitting = [i for i, r in enumerate(rows) if r.fits(budget) and (world_size is None or r.world_size == world_size)]
     if not fitting:
         return None

@@ -16,6 +16,10 @@ ZERO3 BLOCK and LAYER), and predicting stops once the best that fits is DDP or a
 least its collectives (ZERO3 a third more bytes than ZERO2 of padded shards; LAYER the same bytes as BLOCK in more
 collectives), so it is what ``choose`` would pick from all of them. When only ZERO2-LAYER of the ZERO2 pair fits,
 ZERO3 is predicted too: ZERO3-BLOCK sends more bytes in fewer collectives and may be faster.
+
+When none of them fits and the model has repeated blocks, the same groups are predicted with every block
+checkpointed (``+ac``, ``parallel.plan``), and the pick is recorded with what the recomputation costs per step. A
+plan handed in (``plan=``) is chosen from as it is, checkpointed candidates included.
 """
 
 from __future__ import annotations
@@ -35,11 +39,11 @@ from typing_extensions import override
 from thunderviz.errors import PlanError
 from thunderviz.parallel.decisions import impossible
 from thunderviz.parallel.options import Bucketing, Parallelism, parse_options
-from thunderviz.parallel.plan import PREFERENCE, candidate_specs, choose, parse_memory
+from thunderviz.parallel.plan import AC_SUFFIX, HYBRID_PREFERENCE, PREFERENCE, candidate_specs, choose, parse_memory
 from thunderviz.strategies.base import ThunderParallelStrategy
 from thunderviz.strategies.ddp import ThunderDDPStrategy
 from thunderviz.strategies.fsdp import ThunderFSDPStrategy
-from thunderviz.strategies.planning import Candidate, Plan, predict_candidates
+from thunderviz.strategies.planning import Candidate, Plan, block_checkpoint_policy, predict_candidates
 from thunderviz.strategies.registry import register_strategy_names
 from thunderviz.thunder import hooks
 from thunderviz.trace.units import format_bytes
@@ -186,11 +190,17 @@ class ThunderAutoStrategy(ThunderParallelStrategy):
         tried: list[Candidate] = []
         # Across hosts every candidate is predicted together: the bytes between hosts come first, which no early
         # stop by this host's order can know (parallel.plan.choose).
-        groups = [None] if per_host else _BY_TRACE
+        policy = block_checkpoint_policy(target)
+        groups: list[Any] = [None] if per_host else list(_BY_TRACE)
+        if policy is not None:
+            every = PREFERENCE + HYBRID_PREFERENCE if per_host else None
+            groups += [[n + AC_SUFFIX for n in g] for g in ([every] if per_host else _BY_TRACE)]
         for names in groups:  # one trace each (both bucketings of a sharding share one, thunder.rehearsal)
+            if names is not None and names[0].endswith(AC_SUFFIX) and _best(tried, budget) is not None:
+                break  # something fits unchecked: checkpointing only when nothing else does
             got, _ = predict_candidates(
                 target,
-                candidate_specs([world], names, per_host),
+                candidate_specs([world], names, per_host, policy),
                 self.example_input,
                 loss_fn=self.loss_fn,
                 optimizer=self._optimizer_for_plan(optimizers),
@@ -233,7 +243,10 @@ class ThunderAutoStrategy(ThunderParallelStrategy):
             else:
                 others.append(f"{c.name} fits but communicates ~{c.comm_seconds * 1000:.1f} ms")
         # (a given plan's candidates are the user's choice; those the rehearsal skipped cost at least the pick's)
-        untried = [] if self.plan is not None else [n for n in PREFERENCE if n not in {c.name for c in self._tried}]
+        names = {c.name for c in self._tried}
+        untried = (
+            [] if self.plan is not None or pick.activation_checkpointing else [n for n in PREFERENCE if n not in names]
+        )
         self._why = (
             f"thunder_auto chose {pick.name} on {pick.world_size} ranks: predicted peak"
             f" {format_bytes(pick.peak_bytes)} per rank within memory_per_rank={format_bytes(budget)}, sending"
@@ -242,6 +255,12 @@ class ThunderAutoStrategy(ThunderParallelStrategy):
             + (
                 f", {format_bytes(pick.inter_host_bytes)} per host across hosts, the least of those that fit"
                 if pick.inter_host_bytes is not None
+                else ""
+            )
+            + (
+                f"; every block's forward checkpointed (recomputed in backward: ~{pick.recompute_seconds * 1000:.1f}"
+                " ms per step)"
+                if pick.activation_checkpointing
                 else ""
             )
             + (f" ({'; '.join(others)})" if others else "")

@@ -29,7 +29,6 @@ from thunderviz.errors import JitDecisionError
 from thunderviz.parallel.decisions import Action, Case, Decision, decide, decide_executors, impossible
 from thunderviz.parallel.options import Parallelism, StateDictType, StrategyOptions, options_for, parse_options
 from thunderviz.strategies import checkpoint, clipping
-from thunderviz.strategies.activation_checkpointing import checkpoint_modules_
 from thunderviz.strategies.front_doors import (
     fabric_compile_kwargs,
     guard_front_door,
@@ -38,6 +37,7 @@ from thunderviz.strategies.front_doors import (
 )
 from thunderviz.strategies.materialize import has_meta_tensors
 from thunderviz.thunder import compile_reuse, hooks
+from thunderviz.thunder.checkpointed_forward import checkpoint_modules_
 from thunderviz.thunder.comm_setup import configure_comm
 from thunderviz.thunder.executors import executor_facts, resolve_executors
 from thunderviz.thunder.facts import inspect_object
@@ -219,7 +219,7 @@ class ThunderParallelStrategy(DDPStrategy):
         how = self._decide_executors(module, decision, facts.door.call)
         self.decisions += [how, decision]
         self.decisions += self._decide_layout(decision)
-        # Before anything traces the module: thunder must see the checkpointed forwards (strategies.activation_...)
+        # Before anything traces the module: thunder must see the checkpointed forwards (thunder.checkpointed_forward)
         # and a transformers model's registrations (thunder.hf).
         checkpoint_modules_(user_module(module), facts.checkpointed)
         prepare_transformers(user_module(module), decision.prepare)

@@ -1,10 +1,13 @@
 """``thunderviz.plan``: per-rank peak memory and communication of every candidate strategy, before a run.
 
-Each candidate (``parallel.plan``: DDP and FSDP ZERO2/ZERO3 x BLOCK/LAYER, at each world size asked) is rehearsed
-on the meta device through the strategies' own path (``thunder.rehearsal``: nothing is allocated, no process group
-is needed), which gives its peak with a breakdown, what it communicates per step, and its traces. A model whose
-repeated blocks number more than three is rehearsed cut to 2 and 3 blocks and extrapolated (``thunder.rehearsal``
-says why that is exact; ``tests/thunder/test_rehearsal.py`` proves it on a model rehearsed whole).
+Each candidate (``parallel.plan``: DDP and FSDP ZERO2/ZERO3 x BLOCK/LAYER, each also with every repeated block
+checkpointed, ``+ac``, at each world size asked) is rehearsed on the meta device through the strategies' own path
+(``thunder.rehearsal``: nothing is allocated, no process group is needed), with the executors the ranks will use,
+which gives its peak with a breakdown, what it communicates per step, and its traces. A model whose repeated blocks
+number more than four is rehearsed cut to 3 and 4 blocks and its step extrapolated moment by moment
+(``parallel.extrapolation`` says why that is exact; ``tests/thunder/test_rehearsal.py`` proves it on a model
+rehearsed whole). With a budget, each candidate that fits also gets the largest micro-batch that does
+(``plan``).
 
 The result, ``Plan``, is what the auto strategy (``strategies.auto``) chooses from and what the Memory views draw
 (``render.memory_view``; in a notebook, ``%load_ext thunderviz`` registers it as a Plan's HTML picture).
@@ -22,8 +25,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from thunderviz.errors import PlanError
-from thunderviz.parallel.options import Parallelism, StrategyOptions
+from thunderviz.parallel.extrapolation import CUTS, extrapolate_peak
+from thunderviz.parallel.options import CheckpointPolicy, Parallelism, StrategyOptions
 from thunderviz.parallel.plan import (
+    HYBRID_PREFERENCE,
+    PREFERENCE,
     CandidateSpec,
     ChoiceRow,
     LinkCost,
@@ -35,6 +41,7 @@ from thunderviz.parallel.plan import (
     inter_host_bytes,
     link_cost,
     parse_memory,
+    recompute_seconds,
     smallest_fitting,
 )
 from thunderviz.trace.memory import MemoryEstimate
@@ -42,11 +49,11 @@ from thunderviz.trace.model import TraceBundle
 from thunderviz.trace.units import format_bytes
 from thunderviz.trace.workload import Workload, tensor_text
 
-__all__ = ["Candidate", "Plan", "default_device", "plan", "predict_candidates"]
+__all__ = ["Candidate", "Plan", "block_checkpoint_policy", "default_device", "plan", "predict_candidates"]
 
 #: Models with more repeated blocks than this are rehearsed cut to ``CUT_BLOCKS`` and extrapolated.
-WHOLE_UP_TO_BLOCKS = 3
-CUT_BLOCKS = (2, 3)
+WHOLE_UP_TO_BLOCKS = CUTS[-1]
+CUT_BLOCKS = CUTS
 
 
 @dataclass
@@ -76,6 +83,20 @@ class Candidate:
     #: the input bytes and number of the reduce_scatters per step (what a hybrid mesh all-reduces across hosts)
     reduced_bytes: int = 0
     reductions: int = 0
+    #: what checkpointing adds to a step: the checkpointed blocks' forward again (``parallel.plan.recompute_seconds``)
+    recompute_seconds: float = 0.0
+    #: the executors the ranks' ``thunder.jit`` gets (the executor rule's choice for the plan's device)
+    executors: tuple[str, ...] = ()
+    #: the largest multiple of the example's batch whose peak fits the budget (``plan`` says how it is found); None
+    #: when even one does not fit, or without a budget
+    max_micro_batch: int | None = None
+    #: the predicted peak at ``max_micro_batch`` times the example's batch (the rehearsal that checked it)
+    max_micro_batch_peak: int | None = None
+
+    @property
+    def activation_checkpointing(self) -> bool:
+        """Whether every repeated block's forward runs under activation checkpointing (``+ac``)."""
+        return self.checkpointing
 
     @property
     def peak_bytes(self) -> int:
@@ -103,6 +124,7 @@ class Candidate:
             self.comm_seconds,
             self.checkpointing,
             self.inter_host_bytes or 0,
+            self.recompute_seconds,
         )
 
     def describe(self) -> str:
@@ -117,9 +139,12 @@ class Candidate:
             across = "; one host"
         else:
             across = f"; {format_bytes(self.inter_host_bytes)} per host across hosts"
+        recompute = f", recomputes ~{self.recompute_seconds * 1000:.1f} ms" if self.checkpointing else ""
+        micro = f"; max micro-batch x{self.max_micro_batch}" if self.max_micro_batch else ""
         return (
             f"{self.name} x{self.world_size}{mesh}: peak {format_bytes(self.peak_bytes)} ({fit}), sends"
-            f" {format_bytes(self.comm_bytes)} in {collectives} per step (~{self.comm_seconds * 1000:.1f} ms){across}"
+            f" {format_bytes(self.comm_bytes)} in {collectives} per step (~{self.comm_seconds * 1000:.1f} ms)"
+            f"{recompute}{across}{micro}"
         )
 
     def __repr__(self) -> str:
@@ -141,6 +166,8 @@ class Plan:
     parameters: int = 0
     batch: tuple[str, ...] = ()
     optimizer: str = ""
+    #: the executors the candidates were rehearsed with, and why (the executor rule's headline and what was assumed)
+    executors: str = ""
 
     def workload(self, world_size: int) -> Workload:
         """What the candidates at ``world_size`` would train (``trace.workload``), as a run reports its own."""
@@ -183,12 +210,22 @@ class Plan:
         return self.candidates[i]
 
     def with_budget(self, memory_per_rank: int | str | None) -> Plan:
-        """The same predictions checked against another budget (bytes or ``"40GiB"``; None: no budget)."""
+        """The same predictions checked against another budget (bytes or ``"40GiB"``; None: no budget); the
+        candidates' ``max_micro_batch`` is None unless the budget is the plan's own (plan again to find it)."""
         try:
             budget = parse_memory(memory_per_rank) if memory_per_rank is not None else None
         except ValueError as exc:
             raise PlanError(str(exc)) from None
-        candidates = [dataclasses.replace(c, fits=budget is None or c.peak_bytes <= budget) for c in self.candidates]
+        # the largest micro-batch was found for the plan's own budget: checking it for another takes rehearsals
+        candidates = [
+            dataclasses.replace(
+                c,
+                fits=budget is None or c.peak_bytes <= budget,
+                max_micro_batch=c.max_micro_batch if budget == self.memory_per_rank else None,
+                max_micro_batch_peak=c.max_micro_batch_peak if budget == self.memory_per_rank else None,
+            )
+            for c in self.candidates
+        ]
         return dataclasses.replace(self, candidates=candidates, memory_per_rank=budget)
 
     def table(self) -> str:
@@ -196,9 +233,16 @@ class Plan:
         pick = self.recommended
         budget = format_bytes(self.memory_per_rank) if self.memory_per_rank else "none"
         lines = [f"plan for {self.model} on {self.device} (budget per rank: {budget}; {self.how}):"]
-        for c in self.candidates:
-            mark = "->" if c is pick else "  "
-            lines.append(f"{mark} {c.describe()}")
+        if self.executors:
+            lines.append(f"   {self.executors}")
+        groups = [("", [c for c in self.candidates if not c.checkpointing])]
+        groups.append(("activation checkpointing per block:", [c for c in self.candidates if c.checkpointing]))
+        for title, members in groups:
+            if members and title:
+                lines.append(f"   {title}")
+            for c in members:
+                mark = "->" if c is pick else "  "
+                lines.append(f"{mark} {c.describe()}")
         return "\n".join(lines)
 
     def __repr__(self) -> str:
@@ -302,14 +346,59 @@ def predict_candidates(
             s, base.memory, comm, collectives, budget, priced, base.bundle, base.reduced_bytes, base.reductions
         )
         out.append(dataclasses.replace(c, inter_host_bytes=across))
+    positions = _positions(example_input)
+    executors: dict[Any, tuple[str, ...]] = {}
+    for i, (s, c) in enumerate(zip(specs, out, strict=True)):
+        key = s.options.executors
+        if key not in executors:
+            executors[key] = tuple(target_executors(s.options, device)[0].executors)
+        recompute = recompute_seconds(_checkpointed_parameters(template, s.options), positions, device)
+        out[i] = dataclasses.replace(c, recompute_seconds=recompute, executors=executors[key])
     return out, how
+
+
+def target_executors(options: StrategyOptions, device: str) -> tuple[Any, str]:
+    """The executor rule's decision for the ranks' ``device`` (``thunder.executors.decided_executors``), and what it
+    assumed about their machine ("" when nothing)."""
+    from thunderviz.thunder.executors import decided_executors
+
+    _, how, assumed = decided_executors(options, device)
+    return how, assumed
+
+
+def _checkpointed_parameters(template: Any, options: StrategyOptions) -> int:
+    """How many parameters the modules ``options`` checkpoint hold (0 without checkpointing)."""
+    from thunderviz.parallel.checkpointing import select_checkpointed
+
+    policy = options.activation_checkpointing_policy
+    if policy is None:
+        return 0
+    params = {}
+    for name in select_checkpointed(template, policy):
+        for p in (template.get_submodule(name) if name else template).parameters():
+            params[id(p)] = p.numel()
+    return sum(params.values())
+
+
+def _positions(example_input: Any) -> int:
+    """How many positions one rank's forward computes, for pricing recomputation: an integer tensor holds token ids
+    (one position each), a float tensor rows of features (every dimension but the last); the first tensor counts."""
+    import torch
+
+    inputs = example_input if isinstance(example_input, (tuple, list)) else (example_input,)
+    for t in inputs:
+        if isinstance(t, torch.Tensor):
+            if t.dtype.is_floating_point and t.dim() >= 2:
+                return t.numel() // t.shape[-1]
+            return max(t.numel(), 1)
+    return 1
 
 
 def _hybrid_base(spec: CandidateSpec) -> CandidateSpec:
     """FSDP of a hybrid candidate's level and bucketing on its shard group's ranks: what one host runs."""
     level = spec.options.sharding_strategy.level
     options = dataclasses.replace(spec.options, sharding_strategy=level, device_mesh=None)
-    return CandidateSpec(candidate_name(options), options, spec.mesh[1])  # type: ignore[index]
+    return CandidateSpec(candidate_name(options), options, spec.mesh[1], spec.checkpointing)  # type: ignore[index]
 
 
 def _predict_rehearsed(
@@ -363,24 +452,20 @@ def _predict_rehearsed(
     whole: dict[tuple[str, int], Any] | None = None
     for s in specs:
         points = {k: cut[k][s.name, s.world_size] for k in CUT_BLOCKS}
-        phases = {r.memory.phase for r in points.values()}
-        if len(phases) != 1:  # the peak moved: the cut models are not like the whole one there
-            whole = whole or run(template, what=" (whole model: the peak moved between cuts)")
-            out.append(_whole(s, whole[s.name, s.world_size], budget, priced, "rehearsed whole (cut, the peak moved)"))
+        peak = extrapolate_peak({k: r.timeline for k, r in points.items()}, n)
+        if peak is None:  # the cuts' steps cannot be paired moment by moment (parallel.extrapolation)
+            whole = whole or run(template, what=" (whole model: the cuts' steps differ in shape)")
+            out.append(_whole(s, whole[s.name, s.world_size], budget, priced, "rehearsed whole (cuts not alike)"))
             continue
-        at = extrapolate({k: _quantities(r) for k, r in points.items()}, n)
-        breakdown = {k[2:]: v for k, v in at.items() if k.startswith("c:")}
-        groups = {k[2:]: v for k, v in at.items() if k.startswith("g:")}
-        memory = MemoryEstimate(sum(breakdown.values()), breakdown, groups, phases.pop(), how)
+        at = extrapolate({k: _communication(r) for k, r in points.items()}, n)
+        memory = MemoryEstimate(peak.peak_bytes, peak.breakdown, peak.groups, peak.phase, how)
         bundle = points[CUT_BLOCKS[-1]].bundle
         out.append(_candidate(s, memory, at["comm"], at["collectives"], budget, priced, bundle, at["rs"], at["rs_n"]))
     return {(s.name, s.world_size): c for s, c in zip(specs, out, strict=True)}, how
 
 
-def _quantities(r: Any) -> dict[str, int]:
+def _communication(r: Any) -> dict[str, int]:
     return {
-        **{f"c:{c}": v for c, v in r.memory.breakdown.items()},
-        **{f"g:{g}": v for g, v in r.memory.groups.items()},
         "comm": r.comm_bytes,
         "collectives": r.collectives,
         "rs": r.reduced_bytes,
@@ -436,6 +521,8 @@ def plan(
     link: LinkCost | None = None,
     progress: bool | Callable[[int, int, str], None] | None = None,
     ranks_per_host: int | None = None,
+    activation_checkpointing: bool = True,
+    executors: Sequence[Any] | None = None,
 ) -> Plan:
     """Predict, before running, every candidate strategy's per-rank peak memory and communication.
 
@@ -463,6 +550,21 @@ def plan(
         ranks_per_host: how many ranks each host runs: world sizes beyond it span hosts, every candidate then says
             what each host sends to the others per step, hybrid candidates (shard within each host, replicate
             across) join, and the recommendation is the fitting candidate sending the least between hosts.
+        activation_checkpointing: also plan every candidate with each repeated block's forward under activation
+            checkpointing (``fsdp-zero3-block+ac``; a model without repeated blocks has none); its recomputation is
+            priced as time (``parallel.plan.recompute_seconds``) beside the communication.
+        executors: the executors the ranks' ``thunder.jit`` gets (names, as the strategies take them); default what
+            the executor rule decides for ``device``. Planning for CUDA on a machine without it, the rule is asked
+            as the CUDA ranks will ask it: triton present (a CUDA torch wheel brings it), so a fusion executor; the
+            table's header says which, and why.
+
+    Every candidate that fits reports ``max_micro_batch``: the largest multiple ``k`` of the example's batch whose
+    peak fits the budget, estimated from the rehearsal's per-sample bytes (what grows with the batch: saved
+    activations, temporaries, inputs) and checked by one rehearsal at ``k`` times the batch (every tensor input's
+    first dimension; a ``loss_fn`` must take that batch's output); the estimate is then redone from the slope the
+    two rehearsals measured (not all temporaries grow with the batch, so the first estimate is low) and checked
+    again, down when the check exceeded the budget, up when it left room (``MICRO_BATCH_TRIES`` checks at most;
+    the largest checked batch that fits is reported).
 
     Raises:
         PlanError: the model, input, loss, optimizer or precision cannot be planned (the message says why).
@@ -471,31 +573,37 @@ def plan(
     device = device or default_device()
     if device not in ("cpu", "cuda"):
         raise PlanError(f"plan(device={device!r}): plan for 'cpu' or 'cuda' ranks")
+    template = _template(model)
+    policy = block_checkpoint_policy(template)
     try:
         budget = parse_memory(memory_per_rank) if memory_per_rank is not None else _device_budget(device)
-        specs = candidate_specs(world_sizes, candidates, ranks_per_host)
+        if candidates is None and not activation_checkpointing:
+            candidates = PREFERENCE + (HYBRID_PREFERENCE if ranks_per_host else ())
+        specs = candidate_specs(world_sizes, candidates, ranks_per_host, policy)
     except ValueError as exc:
         raise PlanError(str(exc)) from None
-    template = _template(model)
+    if executors is not None:
+        chosen = tuple(executors)
+        specs = [dataclasses.replace(s, options=dataclasses.replace(s.options, executors=chosen)) for s in specs]
+    kwargs = {"loss_fn": loss_fn, "optimizer": optimizer, "precision": precision, "device": device}
     with _progress(progress) as tick:
         try:
             out, how = predict_candidates(
                 template,
                 specs,
                 example_input,
-                loss_fn=loss_fn,
-                optimizer=optimizer,
-                precision=precision,
-                device=device,
                 budget=budget,
                 link=link,
                 on_run=tick,
                 ranks_per_host=ranks_per_host,
+                **kwargs,
             )
+            out = _max_micro_batches(template, specs, out, example_input, budget, link, ranks_per_host, kwargs)
         except PlanError:
             raise
         except ValueError as exc:
             raise PlanError(f"plan: {exc}") from exc
+    decision, assumed = target_executors(specs[0].options, device)
     return Plan(
         candidates=out,
         memory_per_rank=budget,
@@ -506,7 +614,108 @@ def plan(
         parameters=sum(p.numel() for p in template.parameters()),
         batch=_batch_text(example_input),
         optimizer=_optimizer_name(optimizer, device),
+        executors=decision.headline + (f" ({assumed})" if assumed else ""),
     )
+
+
+def block_checkpoint_policy(template: Any) -> CheckpointPolicy | None:
+    """Checkpointing per block: the classes of the model's repeated blocks (None: it has none)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="transformer_engine module not found")
+        from thunderviz.thunder.rehearsal import block_container
+
+    found = block_container(template)
+    if found is None:
+        return None
+    container = template.get_submodule(found[0])
+    return CheckpointPolicy(classes=tuple(dict.fromkeys(type(b) for b in container.children())))
+
+
+#: The categories that grow with the batch (the per-sample slope ``max_micro_batch`` starts from).
+PER_SAMPLE = ("saved activations", "temporaries", "inputs")
+#: How many micro-batch checks a candidate gets at most; and the largest multiple looked at.
+MICRO_BATCH_TRIES = 3
+MAX_MICRO_BATCH = 256
+
+
+def _scaled_input(example_input: Any, k: int) -> Any:
+    """The example with every tensor's first dimension ``k`` times as long (meta: only shapes are read)."""
+    import torch
+
+    def scale(t: Any) -> Any:
+        if not isinstance(t, torch.Tensor) or t.dim() == 0:
+            return t
+        return torch.empty((t.shape[0] * k, *t.shape[1:]), dtype=t.dtype, device="meta")
+
+    if isinstance(example_input, (tuple, list)):
+        return type(example_input)(scale(t) for t in example_input)
+    return scale(example_input)
+
+
+def _micro_batch_estimate(peak: int, per_batch: float, budget: int) -> int:
+    """The largest ``k`` with ``peak + (k - 1) * per_batch <= budget`` (at least 1, at most ``MAX_MICRO_BATCH``)."""
+    if per_batch <= 0:
+        return MAX_MICRO_BATCH
+    return int(max(1, min(MAX_MICRO_BATCH, 1 + (budget - peak) // per_batch)))
+
+
+def _max_micro_batches(
+    template: Any,
+    specs: Sequence[CandidateSpec],
+    out: list[Candidate],
+    example_input: Any,
+    budget: int | None,
+    link: LinkCost | None,
+    ranks_per_host: int | None,
+    rehearsal: dict[str, Any],
+) -> list[Candidate]:
+    """Each candidate with its ``max_micro_batch`` (``plan``'s docstring says how)."""
+    if budget is None:
+        return out
+    found: dict[int, tuple[int, int]] = {i: (1, c.peak_bytes) for i, c in enumerate(out) if c.fits}
+    slope = {i: float(sum(out[i].breakdown.get(k, 0) for k in PER_SAMPLE)) for i in found}
+    pending = {i: _micro_batch_estimate(out[i].peak_bytes, slope[i], budget) for i in found}
+    pending = {i: k for i, k in pending.items() if k > 1}
+    for _ in range(MICRO_BATCH_TRIES):
+        if not pending:
+            break
+        by_k: dict[int, list[int]] = {}
+        for i, k in pending.items():
+            by_k.setdefault(k, []).append(i)
+        pending = {}
+        for k, members in sorted(by_k.items()):
+            try:
+                got, _ = predict_candidates(
+                    template,
+                    [specs[i] for i in members],
+                    _scaled_input(example_input, k),
+                    budget=budget,
+                    link=link,
+                    ranks_per_host=ranks_per_host,
+                    **rehearsal,
+                )
+            except Exception as exc:  # a loss_fn bound to the example's targets, say: no larger batch is checked
+                raise PlanError(
+                    f"plan: the largest micro-batch was checked by rehearsing {k} x the example's batch, which"
+                    f" failed ({type(exc).__name__}: {exc}). Give a loss_fn that takes any batch (the default"
+                    " sums the output), or memory_per_rank=None to plan without a budget"
+                ) from exc
+            for i, c in zip(members, got, strict=True):
+                # the slope the two rehearsals measured (what does not grow with the batch drops out), both ways
+                per_batch = (c.peak_bytes - out[i].peak_bytes) / (k - 1)
+                again = _micro_batch_estimate(out[i].peak_bytes, per_batch, budget)
+                if c.peak_bytes <= budget:
+                    found[i] = (k, c.peak_bytes)
+                    if again > k:
+                        pending[i] = again
+                    continue
+                again = min(again, k - 1)
+                if again > found[i][0]:
+                    pending[i] = again
+    return [
+        dataclasses.replace(c, max_micro_batch=found[i][0], max_micro_batch_peak=found[i][1]) if i in found else c
+        for i, c in enumerate(out)
+    ]
 
 
 def _batch_text(example_input: Any) -> tuple[str, ...]:

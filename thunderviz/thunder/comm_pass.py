@@ -18,7 +18,12 @@ What the pass does (``CommTransform``):
   buckets exist beyond those still in use.
 - backward ``reduce_scatter`` (FSDP) / ``all_reduce`` (DDP): the gradients of one bucket are packed — and divided by
   the world size once, instead of once per gradient — as soon as the last of them exists, reduced in one collective,
-  and waited for just before the backward returns. The results are views of the reduced buffer.
+  and waited for: a ``reduce_scatter`` when the next bucket is issued (or at the return), an ``all_reduce`` just
+  before the backward returns. The results are views of the reduced buffer. Why a reduce_scatter is not left until
+  the return: its input, the bucket's unsharded gradients, lives until its wait, so waiting at the return kept every
+  bucket's unsharded gradients to the end of backward (planned for Llama-2-70B under ZERO3 on 64 ranks: 124 GiB of
+  them at the peak); one in flight while the next bucket's gradients are computed is what FSDP2 keeps too. DDP's
+  buckets are the gradients themselves (``.grad`` become views of them), so waiting earlier would free nothing.
 - hybrid sharding (a parameter with a replica group, ``ParamRecord.replica_group``): the gathers and
   reduce_scatters run in the shard group as above, the pack divides by the whole world (shard x replicas), and each
   reduced shard is all-reduced in place across the replica group, issued when the next gradient bucket is issued
@@ -384,8 +389,9 @@ class _BucketCode:
     bucket: Bucket
     issue: list[Any]
     wait: list[Any]
-    #: hybrid sharding: waits for the shard group's reduce_scatter and issues the replica all_reduce of its result;
-    #: laid in when the next bucket is issued (or at the return), so the reduce_scatter overlaps backward compute
+    #: laid in when the next bucket is issued (or at the return), so the reduce_scatter overlaps backward compute:
+    #: a reduce_scatter's wait and unpack; under hybrid sharding, the wait for the shard group's reduce_scatter and
+    #: the issue of the replica all_reduce of its result
     relay: list[Any] = field(default_factory=list)
     #: the replica all_reduce's own bucket (it is a collective of its own in the ledger and the views)
     relayed: Bucket | None = None
@@ -572,7 +578,8 @@ def rewrite_reductions(
     """Bucket the gradient ``reduce_scatter`` / ``all_reduce`` of recorded parameters.
 
     ``grad_records`` maps the name of each *returned* reduced gradient to its parameter. Each bucket is issued right
-    after its last gradient is produced and waited for just before the return; a sharded bucket's pack adds what
+    after its last gradient is produced and waited for when the next bucket is issued (a reduce_scatter) or just
+    before the return (an all_reduce; module docstring); a sharded bucket's pack adds what
     earlier no_backward_sync micro-batches accumulated for its parameters (``thunder.accumulation``).
 
     ``accumulate`` (a backward traced under ``fabric.no_backward_sync``): sharded buckets are not reduced at all;
@@ -704,6 +711,8 @@ def _reduction_code(trace: Any, k: int, g: list[_Member], idx: _Index, trace_nam
     )
     if not hybrid:
         unpack = ops.unpack_views.bind(reduced, shapes, label, back, output=[m.result for m in g])
+        if kind == "reduce_scatter":  # waited when the next bucket is issued (module docstring)
+            return _BucketCode(bucket, made + made_c, [], relay=[*made_w, unpack]), ready
         return _BucketCode(bucket, made + made_c, [*made_w, unpack]), ready
     # Hybrid: the reduced shard (1/world of the bucket) is all-reduced in place across the replicas.
     fut2, made_r = _record_new(
@@ -772,6 +781,8 @@ def _emit_reductions(
 
     def relay() -> None:
         for code in relays:
+            if code.relayed is None:  # the relay is this bucket's own wait
+                code.bucket.wait_index = len(out)
             out.extend(code.relay)
         relays.clear()
 

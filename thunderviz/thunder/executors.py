@@ -18,21 +18,24 @@ the collectives where it always did, outside the fusion regions, and buckets the
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from thunderviz.parallel.decisions import Case, ExecutorFacts, decide_executors
+from thunderviz.parallel.decisions import Case, Decision, ExecutorFacts, decide_executors
 from thunderviz.parallel.options import StrategyOptions
 
 __all__ = [
+    "ASSUMED_TRITON",
     "decided_executors",
     "executor_facts",
     "inductor_fusions_ran",
     "keep_collectives_out_of_fusions",
     "resolve_executors",
+    "target_executor_facts",
     "uncompiled_fusions",
 ]
 
@@ -115,11 +118,37 @@ def resolve_executors(names: tuple[str, ...], given: tuple[Any, ...] | None) -> 
     return [objects.get(n, n) for n in names]
 
 
-def decided_executors(options: StrategyOptions, device: str) -> list[Any]:
+#: Why a plan for CUDA ranks made on a machine without CUDA assumes torch.compile can fuse there.
+ASSUMED_TRITON = (
+    "this machine has no CUDA, so what the CUDA ranks will decide is assumed: triton present (a CUDA torch wheel"
+    " brings it), so torch.compile's inductor fuses there"
+)
+
+
+def target_executor_facts(device: str) -> tuple[ExecutorFacts, str]:
+    """The executor facts of the ranks' machine, and what was assumed about it ("" when nothing was).
+
+    Why not this machine's: a plan made on a laptop for CUDA ranks must trace what those ranks will run, and without a
+    CUDA device torch reports no triton (``has_triton`` needs a device), which would plan thunder without a fusion
+    executor: about twice the saved activations the ranks will have (the executor rule's measurement).
+    """
+    facts = executor_facts(device)
+    if device != "cuda" or facts.inductor_ok:
+        return facts, ""
+    import torch
+
+    if torch.cuda.is_available():  # a CUDA machine without triton: the ranks' own facts
+        return facts, ""
+    return dataclasses.replace(facts, inductor_ok=True, inductor_problem=""), ASSUMED_TRITON
+
+
+def decided_executors(options: StrategyOptions, device: str) -> tuple[list[Any], Decision, str]:
     """What a strategy with ``options`` passes to its own ``thunder.jit`` on ``device`` (case 1): the same rule, for
-    a rehearsal that must trace what the ranks will run."""
-    how = decide_executors(executor_facts(device), options, Case.RAW_MODULE, "")
-    return resolve_executors(how.executors, options.executors)
+    a rehearsal that must trace what the ranks will run; with the decision and what was assumed about the ranks'
+    machine (``target_executor_facts``)."""
+    facts, assumed = target_executor_facts(device)
+    how = decide_executors(facts, options, Case.RAW_MODULE, "")
+    return resolve_executors(how.executors, options.executors), how, assumed
 
 
 def inductor_fusions_ran(since_ns: int) -> bool:

@@ -77,6 +77,7 @@ def meta_collectives(tracker_of: Callable[[], Any]) -> Iterator[None]:
         # A parameter (a one-member bucket) stays a parameter; either way what is sent is a shard.
         tracker.label(input, "communication buffers", sharded=True)
         tracker.label(output, "gathered parameters", force=True)
+        tracker.inherit_block(output, input)
         return _Done(output, input) if _async(args, kwargs, 1) else None
 
     def reduce_scatter_tensor(output: torch.Tensor, input: torch.Tensor, *args: Any, **kwargs: Any) -> Any:

@@ -37,8 +37,11 @@ import torch
 from torch import nn
 
 from thunderviz.parallel.buckets import find_blocks
+from thunderviz.parallel.checkpointing import select_checkpointed
+from thunderviz.parallel.extrapolation import Timeline
 from thunderviz.parallel.options import Bucketing, Parallelism, StrategyOptions
 from thunderviz.thunder import hooks
+from thunderviz.thunder.checkpointed_forward import checkpoint_modules_
 from thunderviz.thunder.comm_setup import configure_comm
 from thunderviz.thunder.distribute import shard_tensor
 from thunderviz.thunder.executors import decided_executors, uncompiled_fusions
@@ -92,6 +95,8 @@ class Rehearsal:
     blocks: int | None
     reduced_bytes: int = 0
     reductions: int = 0
+    #: the step moment by moment, for extrapolating over blocks (``parallel.extrapolation``)
+    timeline: Timeline | None = None
 
 
 # -- the model on the meta device --------------------------------------------------------------------------------
@@ -416,6 +421,7 @@ def rehearsal_runs(
             o.sharding_strategy if o.parallelism is Parallelism.FSDP else None,
             o.executors,
             o.jit_kwargs,
+            o.activation_checkpointing_policy,
         )
         groups.setdefault(key, []).append(i)
     runs = []
@@ -465,6 +471,8 @@ def _rehearse(
     if dtype is not torch.float32:
         module = module.to(dtype)
     found = block_container(module)
+    if options.activation_checkpointing_policy is not None:  # as the strategy does, before anything traces it
+        checkpoint_modules_(module, select_checkpointed(module, options.activation_checkpointing_policy))
     inputs = meta_inputs(example_input, dtype if dtype is not torch.float32 else None)
     group = fake_group(reference)
     grad_hooks: list[Any] = []
@@ -473,7 +481,7 @@ def _rehearse(
     with target_device(device), meta_collectives(lambda: tracker), uncompiled_fusions(lambda: tracker):
         # the executors the strategy's own thunder.jit will get (the decision table's rule): fusion executors change
         # what forward saves for backward (5x on a GPT measured on an H200)
-        executors = decided_executors(options, device)
+        executors = decided_executors(options, device)[0]
         jitted = hooks.jit(module, executors=executors, **dict(options.jit_kwargs))
         _distribute(module, jitted, options, group)
         recorded = record_comm_pass(jitted)
@@ -493,6 +501,10 @@ def _rehearse(
                 tracker = _tracker(reference, others, layout, device)
             with tracker:
                 _register_state(tracker, module, opt, inputs)
+                if found is not None:
+                    blocks = [list(b.parameters()) for b in module.get_submodule(found[0]).children()]
+                    inside = {id(p) for ps in blocks for p in ps}
+                    tracker.mark_blocks(blocks, [p for p in module.parameters() if id(p) not in inside])
                 tracker.reset_peak()
                 opt.zero_grad()
                 _step(jitted, inputs, loss, opt, tracker, dtype)
@@ -537,6 +549,7 @@ def _results(
             blocks=found[1] if found else None,
             reduced_bytes=sum(b.bytes for b in buckets if b.kind == "reduce_scatter"),
             reductions=sum(1 for b in buckets if b.kind == "reduce_scatter"),
+            timeline=tracker.timeline(w),
         )
     return result
 

@@ -44,18 +44,25 @@ padding at any of the world sizes, running the step at one of them (``reference`
 storage at ``bytes * reference / W`` for each other ``W`` gives, event by event, exactly what running at ``W`` would
 count; ``peaks[W]`` is that world size's peak. ``tests/thunder/test_rehearsal.py`` checks it against a rehearsal at
 ``W`` itself.
+
+The step's *timeline* (``timeline(W)``, a ``parallel.extrapolation.Timeline``) is the split at every moment a new
+total was reached, not only at the peak, with the block computing at each moment: the block whose parameters (or
+their gathered copies) the last op read, given by ``mark_blocks``. A pack of one block's shards, the all_gather of it
+and the unpack carry that block's mark to the gathered parameters without being computation themselves. The plan
+extrapolates a model cut to a few blocks from these (``parallel.extrapolation``).
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_map_only
 
+from thunderviz.parallel.extrapolation import MANY, Timeline
 from thunderviz.trace.memory import CATEGORIES, MEASURED_GROUPS, PHASES, MemoryEstimate
 
 __all__ = ["StorageTracker"]
@@ -102,6 +109,10 @@ class _Count:
         self.total = 0
         self.peak = self.snapshot(PHASES[0])
         self.peak_event = 0
+        # the timeline's values at this world size (the moments themselves are the tracker's)
+        self.moments: list[tuple[int, ...]] = []
+        self.moment_groups: list[tuple[int, ...]] = []
+        self.regrads: list[tuple[int, int, list[tuple[int, str]], int]] = []
 
     def became_gradient(self, n: int, old: str) -> None:
         """A storage alive at the peak, counted there as ``old``, is a gradient (see the module docstring)."""
@@ -119,6 +130,10 @@ class _Count:
 
     def snapshot(self, phase: str) -> MemoryEstimate:
         return MemoryEstimate(self.total, dict(self.current), dict(self.groups), phase)
+
+    def record(self) -> None:
+        self.moments.append(tuple(self.current.values()))
+        self.moment_groups.append(tuple(self.groups.values()))
 
 
 def _category_at(history: list[tuple[int, str]], event: int) -> str | None:
@@ -165,6 +180,15 @@ class StorageTracker(TorchDispatchMode):
         # inside a fusion region: id(storage) -> weak reference of the storages no kernel has materialized yet
         self._region_depth = 0
         self._virtual: dict[int, Any] = {}
+        # the timeline's moments (``timeline``) and the block each storage of a block's parameters belongs to
+        self._moment_events: list[int] = []
+        self._moment_phases: list[str] = []
+        self._moment_marks: list[Any] = []
+        self._moment_ops: list[str] = []
+        self._op = ""
+        self._block_of: dict[int, int | None] = {}
+        self._mark: Any = None
+        self.blocks = 0
 
     def __enter__(self) -> StorageTracker:
         self.active = True
@@ -242,6 +266,7 @@ class StorageTracker(TorchDispatchMode):
         return out
 
     def _forget(self, key: int, _ref: Any = None) -> None:
+        self._block_of.pop(key, None)
         info = self._info.pop(key, None)
         if info is not None:
             self.resolve()
@@ -295,6 +320,7 @@ class StorageTracker(TorchDispatchMode):
                 then = _category_at(history, count.peak_event)
                 if then is not None and then != "gradients":
                     count.became_gradient(sizes[w], then)
+                count.regrads.append((history[0][0], self._event + 1, list(history), sizes[w]))
         for w, count in self.counts.items():
             count.add(-sizes[w], old, old_group)
             count.add(new_sizes[w], new_category, new_group)
@@ -338,13 +364,92 @@ class StorageTracker(TorchDispatchMode):
             if count.total > count.peak.peak_bytes:
                 count.peak = count.snapshot(self.phase)
                 count.peak_event = self._event
+        self._record()
+
+    def _record(self) -> None:
+        self._moment_events.append(self._event)
+        self._moment_phases.append(self._phase)
+        self._moment_marks.append(self._mark)
+        self._moment_ops.append(self._op)
+        for count in self.counts.values():
+            count.record()
 
     def reset_peak(self) -> None:
-        """Start a new window: the peak from here on (what ``torch.cuda.reset_peak_memory_stats`` does)."""
+        """Start a new window: the peak from here on (what ``torch.cuda.reset_peak_memory_stats`` does), and the
+        timeline from here on."""
         self._pending = False
+        self._moment_events, self._moment_phases, self._moment_marks, self._moment_ops = [], [], [], []
         for count in self.counts.values():
             count.peak = count.snapshot(self.phase)
             count.peak_event = self._event
+            count.moments, count.moment_groups = [], []
+        self._record()
+
+    def timeline(self, world_size: int) -> Timeline:
+        """Every moment of the window at ``world_size`` (see the module docstring)."""
+        count = self.counts[world_size]
+        return Timeline(
+            self.blocks,
+            list(self._moment_events),
+            list(self._moment_phases),
+            list(self._moment_marks),
+            list(self._moment_ops),
+            list(count.moments),
+            list(count.moment_groups),
+            list(count.regrads),
+        )
+
+    # -- which block computes ----------------------------------------------------------------------------------
+
+    def mark_blocks(self, blocks: Sequence[Iterable[torch.Tensor]], outside: Iterable[torch.Tensor] = ()) -> None:
+        """The parameters of each repeated block, in order, and those outside the blocks: an op reading them (or
+        their gathered copies) marks the moments after it as that block's, or as no block's (module docstring)."""
+        self.blocks = len(blocks)
+        for p in outside:
+            self._block_of[id(p.untyped_storage())] = None
+        for index, params in enumerate(blocks):
+            for p in params:
+                self._block_of[id(p.untyped_storage())] = index
+
+    def inherit_block(self, t: torch.Tensor, source: torch.Tensor) -> None:
+        """``t`` holds what ``source`` held (an all_gather's result): the same block's."""
+        key = id(source.untyped_storage())
+        if key in self._block_of:
+            self._set_block(t, self._block_of[key])
+
+    def _set_block(self, t: Any, mark: int | None) -> None:
+        key = id(t.untyped_storage()) if isinstance(t, torch.Tensor) else None
+        if self.active and key in self._info:  # a storage counted is forgotten when it dies, and its mark with it
+            self._block_of[key] = mark
+
+    def _blocks_read(self, args: Any, kwargs: Any) -> set[int | None]:
+        found: set[int | None] = set()
+        for a in (*args, *kwargs.values()):
+            for t in a if isinstance(a, (list, tuple)) else (a,):
+                if isinstance(t, torch.Tensor):
+                    key = id(t.untyped_storage())
+                    if key in self._block_of:
+                        found.add(self._block_of[key])
+        return found
+
+    def _note_block(self, func: Any, args: tuple, kwargs: dict, out: Any) -> None:
+        """Move the mark to the block this op computes with; a pack or unpack of one block's parameters passes the
+        block on to what it makes instead; a view computes nothing (packing a bucket flattens its shards)."""
+        if func.is_view:
+            return
+        found = self._blocks_read(args, kwargs)
+        if not found:
+            return
+        if func is torch.ops.aten.cat.default:
+            if len(found) == 1:
+                self._set_block(out, next(iter(found)))
+            return
+        if func is torch.ops.aten.split_with_sizes_copy.out:
+            for t in kwargs.get("out", ()):
+                self._set_block(t, next(iter(found)))
+            return
+        blocks = found - {None}
+        self._mark = (next(iter(blocks)) if len(blocks) == 1 else MANY) if blocks else None
 
     # -- fusion regions ----------------------------------------------------------------------------------------
 
@@ -381,12 +486,15 @@ class StorageTracker(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         self.resolve()
+        self._op = func._opname
         if self._region_depth and self.active:
             if _reads_buffers(func):
                 self._materialize_live()
             elif _virtual_output(func):
                 out = func(*args, **(kwargs or {}))
                 tree_map_only(torch.Tensor, self._keep_virtual, out)
+                if self._block_of:
+                    self._note_block(func, args, kwargs or {}, out)
                 return out
         out = func(*args, **(kwargs or {}))
         packed = (
@@ -401,4 +509,6 @@ class StorageTracker(TorchDispatchMode):
             # flat buffer they come from was only the collective's.
             self.label_all((kwargs or {}).get("out", ()), "gathered parameters")
             self.label(args[0], "communication buffers", force=True)
+        if self._block_of and self.active:
+            self._note_block(func, args, kwargs or {}, out)
         return out
