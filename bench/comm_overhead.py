@@ -228,8 +228,8 @@ def _across_hosts(jitted: Any, world: int) -> int:
     rank of the host; shard-group collectives stay inside)."""
     import thunder
 
-    from thunderviz.parallel.plan import ring_bytes
     from thunderviz.thunder import hooks
+    from thunderviz.trace.wire import ring_bytes
 
     per_host = world // HOSTS
     total = 0

@@ -20,21 +20,19 @@ from __future__ import annotations
 import json
 import os
 import re
-import secrets
 import shutil
-import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers.browser import CHROMIUM, CHROMIUM_ARGS, MISSING_REASON, chromium_missing
+from tests.helpers.browser import MISSING_REASON, chromium_missing
 from tests.helpers.bucketed_traces import bucketed_trace_files, run_report
 from tests.helpers.gpt_traces import decisions_for, gpt_trace_files
+from tests.helpers.jupyterlab import open_lab, run_all
 from tests.helpers.memory_view import memory_view_file, memory_view_inputs
 from tests.helpers.timeline_runs import recorded
 
@@ -73,30 +71,22 @@ _PANE_GEOMETRY_JS = """
 })
 """
 
+# Observers installed before JupyterLab loads: long main-thread tasks, to report (not assert) whether expanding a
+# block freezes the page; every rank chip ever drawn, to see the states a running cell went through (not the last).
+_OBSERVERS = (
+    "window.__longtasks = []; new PerformanceObserver((l) => { for (const e of "
+    "l.getEntries()) window.__longtasks.push([e.startTime, e.duration]); })"
+    ".observe({entryTypes: ['longtask']});",
+    "window.__rankStates = []; new MutationObserver((ms) => { for (const m of ms) "
+    "for (const n of m.addedNodes) if (n.classList && n.classList.contains('tv-rank')) "
+    "window.__rankStates.push([n.dataset.rank, n.dataset.state]); })"
+    ".observe(document, {childList: true, subtree: true});",
+)
+
 pytestmark = [
     pytest.mark.skipif(chromium_missing(), reason=MISSING_REASON),
     pytest.mark.timeout(420),
 ]
-
-
-def _free_port() -> int:
-    from thunderviz.ranks.rendezvous import free_port
-
-    return free_port()
-
-
-def _wait_http(url: str, proc: subprocess.Popen, log: Path, timeout: float = 90) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"jupyter lab exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.3)
-    raise RuntimeError(f"jupyter lab did not answer {url} in {timeout} s:\n{log.read_text()[-3000:]}")
 
 
 class Lab:
@@ -178,7 +168,12 @@ def _expected(
             "memory_titles": [c["title"] for c in tutorial_view.panels["memory"]["columns"]],
             "trace_names": tutorial_view.trace_names,
         },
-        "timeline_worst": {"key": timeline.data["worst"], "label": worst["label"], "message": worst["message"]},
+        "timeline_worst": {
+            "key": timeline.data["worst"],
+            "label": worst["label"],
+            "message": worst["message"],
+            "bytes": worst["ledger"]["bytes"],
+        },
         "timeline_block_spans": sum(len(v) for v in block_spans.values()),
         "collective_nodes": collective_nodes,
         "groups": [g["name"] for g in pane["groups"]],
@@ -194,7 +189,6 @@ def _expected(
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
-    from playwright.sync_api import sync_playwright
 
     t_start = time.monotonic()
     files = gpt_trace_files()
@@ -204,84 +198,21 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     expected = _expected(files, timeline_run, bucketed)
     root = tmp_path_factory.mktemp("lab")
     shutil.copy(HERE / "widgets_tour.ipynb", root / "tour.ipynb")
-    port, token = _free_port(), secrets.token_hex(16)
     pypath = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)  # the tour imports tests.*
-    env = dict(
-        os.environ,
-        THUNDERVIZ_WIDGET_TRACES=json.dumps(files),
-        THUNDERVIZ_TIMELINE_RUN=json.dumps(timeline_run),
-        THUNDERVIZ_BUCKETED_RUNS=json.dumps(bucketed),
-        THUNDERVIZ_MEMORY_VIEW=str(memory_view_file(root)),
-        JUPYTER_CONFIG_DIR=str(root / ".cfg"),
-        PYTHONPATH=pypath,
-        JUPYTER_RUNTIME_DIR=str(root / ".runtime"),
-        PYTHONWARNINGS="ignore::DeprecationWarning",
-    )
-    log = root / "lab.log"
-    cmd = [
-        sys.executable,
-        "-m",
-        "jupyter",
-        "lab",
-        "--no-browser",
-        "--ip=127.0.0.1",
-        f"--port={port}",
-        f"--IdentityProvider.token={token}",
-        f"--ServerApp.root_dir={root}",
-        "--LabApp.expose_app_in_browser=True",
-        "--LabApp.news_url=",
-        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-        f"--LabApp.workspaces_dir={root / '.ws'}",
-        f"--LabApp.user_settings_dir={root / '.settings'}",
-        "--LabApp.extension_manager=readonly",
-    ]
-    if os.geteuid() == 0:  # CI containers run as root; the server refuses without this
-        cmd.append("--allow-root")
-    # No "get notified about Jupyter news?" toast over the widgets (and no fetch of news from the network).
-    notif = root / ".settings" / "@jupyterlab" / "apputils-extension" / "notification.jupyterlab-settings"
-    notif.parent.mkdir(parents=True)
-    notif.write_text(json.dumps({"fetchNews": "false", "checkForUpdates": False}))
-    with open(log, "w") as logf:
-        server = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env, cwd=root)
-    errors: list[str] = []
+    env = {
+        "THUNDERVIZ_WIDGET_TRACES": json.dumps(files),
+        "THUNDERVIZ_TIMELINE_RUN": json.dumps(timeline_run),
+        "THUNDERVIZ_BUCKETED_RUNS": json.dumps(bucketed),
+        "THUNDERVIZ_MEMORY_VIEW": str(memory_view_file(root)),
+        "PYTHONPATH": pypath,
+    }
     timings: dict[str, float] = {"traces_s": t_traces - t_start}
     try:
-        _wait_http(f"http://127.0.0.1:{port}/api/status?token={token}", server, log)
-        timings["server_s"] = time.monotonic() - t_traces
-        with sync_playwright() as pw:
-            ctx = pw.chromium.launch_persistent_context(
-                str(root / ".chromium"),
-                executable_path=CHROMIUM,
-                args=CHROMIUM_ARGS,
-                headless=True,
-                viewport={"width": 1500, "height": 1400},
-            )
-            page = ctx.pages[0] if ctx.pages else ctx.new_page()
-            page.on("console", lambda m: errors.append(f"console.{m.type}: {m.text}") if m.type == "error" else None)
-            page.on("pageerror", lambda e: errors.append(f"pageerror: {e}"))
-            page.on("dialog", lambda d: (errors.append(f"dialog: {d.message}"), d.dismiss()))
-            # Long main-thread tasks, to report (not assert) whether expanding a block freezes the page.
-            page.add_init_script(
-                "window.__longtasks = []; new PerformanceObserver((l) => { for (const e of "
-                "l.getEntries()) window.__longtasks.push([e.startTime, e.duration]); })"
-                ".observe({entryTypes: ['longtask']});"
-            )
-            # Every rank chip ever drawn, to see the states a running cell went through (not just the last).
-            page.add_init_script(
-                "window.__rankStates = []; new MutationObserver((ms) => { for (const m of ms) "
-                "for (const n of m.addedNodes) if (n.classList && n.classList.contains('tv-rank')) "
-                "window.__rankStates.push([n.dataset.rank, n.dataset.state]); })"
-                ".observe(document, {childList: true, subtree: true});"
-            )
+        with open_lab(root / "tour.ipynb", env, viewport=(1500, 1400), init_scripts=_OBSERVERS) as opened:
+            timings.update(opened.timings)
+            page = opened.page
             t0 = time.monotonic()
-            page.goto(f"http://127.0.0.1:{port}/lab/tree/tour.ipynb?token={token}")
-            # The kernel status in the status bar reads "Python 3 (ipykernel) | Idle" once the kernel is up.
-            page.wait_for_function(
-                "(document.querySelector('#jp-main-statusbar') || {}).textContent?.includes('| Idle')", timeout=90_000
-            )
-            timings["lab_open_s"] = time.monotonic() - t0
-            t0 = time.monotonic()
-            page.evaluate("window.jupyterapp.commands.execute('runmenu:run-all')")
+            run_all(opened)
             page.locator(".tv-root[data-mode=trace][data-drawn]").first.wait_for(timeout=120_000)
             page.locator(".tv-root[data-mode=compare][data-drawn]").first.wait_for(timeout=60_000)
             page.locator(".tv-rank[data-state=done]").nth(1).wait_for(timeout=60_000)
@@ -289,20 +220,16 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             page.locator(".tl-root[data-drawn]").first.wait_for(timeout=120_000)
             page.locator(".tv-root[data-mode=trace][data-drawn]").nth(3).wait_for(timeout=120_000)
             page.locator(".tv-root[data-mode=compare][data-drawn]").nth(2).wait_for(timeout=120_000)
-            # the memory view, the tour's last cell
+            # the memory view, then the fused run, then the "which strategy?" table, the tour's last cell
             page.locator(".tv-root[data-mode=trace][data-drawn]").nth(4).wait_for(timeout=120_000)
+            page.locator(".tv-root[data-mode=trace][data-drawn]").nth(5).wait_for(timeout=120_000)
+            page.locator(".thunderviz-strategies").first.wait_for(timeout=120_000)
             timings["run_all_s"] = time.monotonic() - t0
-            yield Lab(page, errors, expected, timings)
+            yield Lab(page, opened.errors, expected, timings)
             SHOTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(SHOTS / "00-notebook-at-the-end.png"))
             print(f"\nbrowser screenshots: {SHOTS}")
-            ctx.close()
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
         timings["total_s"] = time.monotonic() - t_start
         print("\nbrowser timings (s):", json.dumps({k: round(v, 2) for k, v in timings.items()}))
 
@@ -342,7 +269,9 @@ def test_click_collective_shows_details(lab: Lab) -> None:
     text = details.text_content()
     assert "reduce_scatter" in text and "grad of " in text, text[:500]
     # The chosen op's full trace line and its ledger row (bytes, group, wait distance).
+    row = details.locator(".tv-ledger-row tr", has_text="bytes (this rank)").locator("td").nth(1).inner_text()
     assert "group size" in details.locator(".tv-ledger-row").text_content()
+    assert re.fullmatch(r"\d+ B|\d+\.\d (KiB|MiB|GiB)", row), row  # no raw byte count beside it
     assert root.locator("svg g.tv-selected").count() == 1
     lab.shot("02-collective-details", root)
 
@@ -414,7 +343,7 @@ def test_memory_view_bars_budget_and_saved_tensors(lab: Lab) -> None:
     category), the budget line where the plan put it, the saved-for-backward tables and the lines where thunder saves
     more, all as the model computed them."""
     exp = lab.expected["memory"]
-    root = lab.page.locator(".tv-root[data-mode=trace]").last  # the tour's last cell
+    root = lab.page.locator(".tv-root[data-mode=trace]").nth(4)  # the memory view
     root.scroll_into_view_if_needed()
     root.locator("button.tv-tab[data-tab=memory]").click()
     view = root.locator(".tv-panel .tv-memory")
@@ -536,7 +465,29 @@ def test_timeline_click_on_a_collective_shows_every_ranks_arrival(lab: Lab) -> N
     last = root.locator(".tl-arrivals tr.tl-last")
     assert last.get_attribute("data-rank") == "1" and "arrived last" in last.inner_text()
     assert root.locator(".tl-message").inner_text() == worst["message"]
+    # the ledger row's size as every view prints one (it read 221952)
+    heads = root.locator(".tl-ledger th").evaluate_all("els => els.map(e => e.textContent)")
+    cells = root.locator(".tl-ledger td").evaluate_all("els => els.map(e => e.textContent)")
+    shown = dict(zip(heads, cells, strict=True))["bytes"]
+    assert shown == worst["bytes"] and re.fullmatch(r"\d+ B|\d+\.\d (KiB|MiB|GiB)", shown), shown
     lab.shot("10-timeline-arrivals", root)
+
+
+def test_the_timeline_breakdown_reads_in_words_and_milliseconds(lab: Lab) -> None:
+    """The static picture's per-rank breakdown: headings in words with their unit (it read ``step_time (ms)``) and
+    each time as every duration is printed, one decimal, two below 1 ms (it read 242.079 and 0.008)."""
+    from thunderviz.render.timeline_svg import BREAKDOWN_COLUMNS
+
+    table = lab.page.locator(".thunderviz-timeline-static table.thunderviz-breakdown").first
+    table.scroll_into_view_if_needed()
+    heads = table.locator("th").evaluate_all("els => els.map(e => e.textContent)")
+    assert [h.removesuffix(" (ms)") for h in heads] == list(BREAKDOWN_COLUMNS.values()), heads
+    assert not any("_" in h for h in heads) and sum(h.endswith(" (ms)") for h in heads) == len(heads) - 2
+    rows = table.locator("tbody tr").evaluate_all("els => els.map(e => [...e.cells].map(c => c.textContent))")
+    assert [r[0] for r in rows] == ["0", "1"]
+    times = [c for r in rows for c in r[2:]]
+    assert times and all(re.fullmatch(r"-?[1-9]\d*\.\d|-?0\.\d\d", t) for t in times), times
+    lab.shot("11b-timeline-breakdown", table)
 
 
 def test_a_graph_node_outlines_its_spans_on_the_timeline(lab: Lab) -> None:
@@ -645,10 +596,19 @@ def test_comparisons_name_the_runs_and_their_configuration_with_a_legend(lab: La
         a, b = exp["runs"]
         assert f"added: only in {b}" in legend and f"removed: only in {a}" in legend and "changed: in both" in legend
         assert "\u22120" not in exp["summary"] and "~0" not in exp["summary"]
+        # The panes sit side by side only where both fit their half readably (at a notebook's width: one above the
+        # other), so every word names a run, never a side: the legend, and each search hit (it said "left: ...")
+        assert root.get_attribute("data-arrangement") in ("side-by-side", "stacked")
+        root.locator("input.tv-search").fill("wait")
+        root.locator(".tv-match-item").first.wait_for(timeout=20_000)
+        hits = root.locator(".tv-match-item").evaluate_all("els => els.map(e => e.textContent)")
+        assert {h.split(": ", 1)[0] for h in hits} == {a, b}, hits
+        assert not re.search(r"\b(left|right)\b", legend + " ".join(hits)), (legend, hits)
+        root.locator("input.tv-search").fill("")
         lab.shot(f"{13 + i:02d}-compare-{'zero2-vs-zero3' if i == 1 else 'ddp-vs-fsdp'}", root)
     first = lab.expected["compares"][0]
     assert first["title"] == "zero2: FSDP ZERO2 BLOCK vs zero3: FSDP ZERO3 BLOCK"
-    assert "saved for backward" in first["summary"]
+    assert "saved tensors (trace)" in first["summary"]
     assert first["verdict"].startswith("zero3 sends ") and "bytes per step" in first["verdict"]
 
 
@@ -753,6 +713,35 @@ def test_tutorial_trace_view_reads_at_a_glance(lab: Lab) -> None:
     assert svg.get_attribute("viewBox") == collapsed
 
 
+def test_fusion_regions_sit_where_their_modules_are_and_open_in_place(lab: Lab) -> None:
+    """The forward of a torchcompile run: the region running the last block's MLP, ln_f and lm_head is one node named
+    for what it spans (it read "lm_head · 1 op · 1 TorchCompile5", with no ln_f anywhere); search finds ln_f in it;
+    a double-click opens it to its ops, framed by module."""
+    root = lab.page.locator(".tv-root[data-mode=trace]").nth(5)  # the tour's last cell
+    root.scroll_into_view_if_needed()
+    groups = root.locator("svg g.node.tv-kind-group").evaluate_all("els => els.map(e => e.textContent)")
+    span = next((g for g in groups if "blocks.1 -> lm_head" in g), None)
+    assert span is not None and "spans blocks.1, ln_f, lm_head" in span and "1 op" not in span, groups
+    root.locator("input.tv-search").fill("ln_f")
+    root.locator(".tv-match-item").first.wait_for(timeout=20_000)
+    hits = root.locator(".tv-match-item").evaluate_all("els => els.map(e => e.textContent)")
+    assert any("blocks.1 -> lm_head" in h for h in hits), hits
+    root.locator("input.tv-search").fill("")
+    before = int(root.get_attribute("data-drawn"))
+    root.locator("svg g.node.tv-kind-group", has_text="blocks.1 -> lm_head").first.dblclick()
+    region = root.locator("svg g.cluster.tv-kind-region")
+    region.first.wait_for(timeout=30_000)
+    assert int(root.get_attribute("data-drawn")) > before
+    frames = root.locator("svg g.cluster").evaluate_all(
+        "els => els.map(e => [...e.querySelectorAll('text')].filter(t => t.closest('g.node, g.cluster') === e)"
+        ".map(t => t.textContent).join(' '))"
+    )
+    assert {"blocks.1", "ln_f", "lm_head"} <= set(frames), frames  # a frame per module inside the region
+    assert root.locator("svg g.node.tv-kind-op").count() > 50  # the region's ops, each a node
+    lab.shot("23-fusion-region-opened", root)
+    root.locator("button.tv-btn", has_text="collapse all").click()
+
+
 def test_status_chips_tick_while_a_rank_is_starting(lab: Lab) -> None:
     chip = lab.page.locator(".tv-ranks", has_text="still starting").locator(".tv-rank").first
     chip.scroll_into_view_if_needed()
@@ -775,3 +764,29 @@ def test_rank_status_and_no_console_errors(lab: Lab) -> None:
         assert "running" in states and states.index("running") < states.index("done"), seen
     assert lab.errors == [], "\n".join(lab.errors)
     print("\nbrowser timings:", json.dumps({k: round(v, 2) for k, v in lab.timings.items()}))
+
+
+#: The tour's cell that shows the same view as each of the docs' pictures (``docs/screenshots.py`` SHOTS).
+_SHOT_CELLS = {
+    "trace-view": 'TraceView(zero3, trace="backward")',
+    "compare-zero2-zero3": 'compare(zero2, zero3, trace="backward")',
+    "timeline": "timeline_view = TimelineView(",
+    "memory-plan": "memory_view = TraceView(",
+    "which-strategy": "compare_runs(zero2, zero3, ddp)",
+}
+
+
+def test_the_docs_screenshot_script_still_pictures_every_view(lab: Lab, tmp_path: Path) -> None:
+    """``docs/screenshots.py`` takes the docs' pictures with ``shoot`` over the tutorial; the same ``shoot`` over the
+    tour's outputs of the same views must still give a picture of each (its size and more than a handful of colours,
+    not pixel equality), so a change to a view that breaks a picture fails here, not when the docs are next shot.
+    Runs last: it presses "fit" and opens tabs."""
+    sys.path.insert(0, str(REPO / "docs"))
+    import screenshots
+
+    tour = json.loads((HERE / "widgets_tour.ipynb").read_text())
+    assert set(_SHOT_CELLS) == {shot.name for shot in screenshots.SHOTS}, "a docs picture has no tour cell here"
+    for shot in screenshots.SHOTS:
+        path = screenshots.shoot(lab, shot, screenshots.cell_index(tour, _SHOT_CELLS[shot.name]), tmp_path)
+        width, height, distinct = screenshots.png_facts(path.read_bytes())
+        assert width >= 300 and height >= 150 and distinct > 16, (shot.name, width, height, distinct)

@@ -150,19 +150,26 @@ def test_pip_install_then_thunderviz_demo_runs_the_packaged_tutorial(tmp_path: P
     for name in names:
         assert f"<h2>{name}</h2>" in page
     assert page.count("<section id='run-") == len(names)  # named reports only (not IPython's _, __ output history)
-    # contents first, linking every section; then the "which strategy?" table of the cells that trained
-    assert page.index("<h2>Contents</h2>") < page.index("<h4>Which strategy?</h4>") < page.index("<section ")
+    # contents first, linking every section and the two summaries; then the "which strategy?" table of the cells
+    # that trained
+    strategies = "<h4 id='which-strategy'>Which strategy?</h4>"
+    assert page.index("<h2>Contents</h2>") < page.index(strategies) < page.index("<section ")
     assert all(f"href='#run-{i}'>{n}</a>" in page for i, n in enumerate(names))
+    assert (
+        "<a href='#which-strategy'>Which strategy?</a>" in page and "<a href='#runs-compared'>Runs compared</a>" in page
+    )
     assert re.search(r"<td>zero2</td><td>measured</td><td>thunder_fsdp \(FSDP ZERO2", page)
     assert re.search(r"<td>zero3</td><td>measured</td><td>thunder_fsdp \(FSDP ZERO3", page)
     assert "TinyGPT" in page
     # the runs compared, as the compare view's header says it, before the sections (issue 30: the page had none)
-    assert page.index("<h4>Which strategy?</h4>") < page.index("<h2>Runs compared</h2>") < page.index("<section id=")
+    assert page.index(strategies) < page.index("<h2 id='runs-compared'>Runs compared</h2>") < page.index("<section id=")
     assert re.search(r"<h3>zero2 against zero3 \(\w+\)</h3><p>zero3 sends [\d.]+x zero2&#x27;s bytes per step", page)
     assert "changed: ops" in page and "only in zero3" in page
     assert len(page.encode()) < 2 * 2**20  # issue 30's size budget for the tutorial's page (3.9 MB before)
     assert not re.search(r"""(src|href)=["']?https?://""", page)  # offline: nothing fetched from the network
     _check_the_plan_is_drawn(executed["cells"], page)
+    _check_every_view_says_the_same_numbers(executed["cells"], page)
+    _check_the_words_match_what_is_drawn(executed["cells"])
     _check_the_chips_and_the_header_agree(executed["cells"], page)
 
     # the terminal story: each cell's decisions and rank 0's collectives, then where everything is
@@ -184,6 +191,15 @@ def test_pip_install_then_thunderviz_demo_runs_the_packaged_tutorial(tmp_path: P
     assert f"work through the tutorial yourself: jupyter lab --ip=127.0.0.1 {out / 'tutorial.ipynb'}" in story
     assert (out / "tutorial.ipynb").read_text(encoding="utf-8") == "my edited copy"
     assert "thunderviz, further" in (out / "further.ipynb").read_text(encoding="utf-8")  # the sequel, clean
+
+    # the documentation site builds from this run's executed tutorial: mkdocs build --strict, offline
+    from tests.test_docs import build_site
+
+    build_site(out / "tutorial.executed.ipynb", tmp_path / "site")
+    # the tutorial's last section, the "which strategy?" table, drawn with this run's reports
+    which = next(c for c in executed["cells"] if c.get("id") == "which-strategy")
+    html = "".join(next(o["data"]["text/html"] for o in which["outputs"] if o["output_type"] == "execute_result"))
+    assert "<div class='thunderviz-strategies'>" in html and "ddp_timed" in html and "fsdp-zero2-block" in html
 
 
 def _check_the_plan_is_drawn(cells: list[dict], page: str) -> None:
@@ -210,6 +226,24 @@ def _check_the_plan_is_drawn(cells: list[dict], page: str) -> None:
     assert "with its plan: 2 candidates against the budget, 1 over it" in page  # the contents line says so
 
 
+def _check_the_words_match_what_is_drawn(cells: list[dict]) -> None:
+    """The compare view stacks its panes at a notebook's width, so the tutorial names a run's pane, never its side
+    ("red on the left and green on the right"); and no cell ends with an empty stderr block (the plan's progress bar
+    sent its closing newline after the table the cell printed)."""
+    words = " ".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    assert not re.search(r"\bon the (left|right)\b", words)
+    for cell in cells:
+        blocks: list[list[str]] = []  # [stream name, text]: consecutive outputs of one stream show as one block
+        for o in cell.get("outputs", []):
+            if o["output_type"] != "stream":
+                blocks.append(["", "(not a stream)"])
+            elif blocks and blocks[-1][0] == o["name"]:
+                blocks[-1][1] += "".join(o["text"])
+            else:
+                blocks.append([o["name"], "".join(o["text"])])
+        assert all(text.strip() for _name, text in blocks), (cell.get("id"), blocks)
+
+
 def _check_the_chips_and_the_header_agree(cells: list[dict], page: str) -> None:
     """Issue 30: the first cell's chips said 20.1 s and its header 13.61 s; both now say the same split."""
     header = re.search(r"<h3>zero2: [^<]*, gloo: ([^<]*)</h3>", page).group(1)
@@ -222,3 +256,58 @@ def _check_the_chips_and_the_header_agree(cells: list[dict], page: str) -> None:
         if "thunderviz-status" in "".join(o.get("data", {}).get("text/html", ""))
     ]
     assert len(status) == 1 and f"the cell: {header}" in status[0], (header, status)
+
+
+def _check_every_view_says_the_same_numbers(cells: list[dict], page: str) -> None:
+    """One number per fact across the tutorial's views: a run's bytes per step, step peak and its parts, and step
+    time are the same in the "which strategy?" table, the run's section, the verdicts and the plan's table; the
+    central ZERO2 / ZERO3 / DDP comparison is measured and ranked with the plan's candidates against its budget;
+    nothing contradicts the plan's recommendation (ZERO2 BLOCK fits, DDP with AdamW does not). Before: three answers
+    for ZERO2's bytes, three of five rows "not measured", two rows "the leanest", DDP with SGD the page's pick."""
+    from tests.helpers.view_numbers import assert_page_agrees, page_numbers
+
+    numbers = page_numbers(page)
+    assert assert_page_agrees(numbers) >= 12
+    table = numbers.table
+    for run in ("zero2", "zero3", "ddp", "planned", "ddp_timed"):
+        assert re.fullmatch(r"[0-9.]+ (KiB|MiB) \((steps? [0-9-]+)\)", table[run]["peak per rank"]), table[run]
+    # one workload, so one group: the central runs, the planned one and the plan's candidates, against its budget
+    outputs = next(c for c in cells if c.get("id") == "plan-make")["outputs"]
+    plan_text = "".join(next(o["text"] for o in outputs if o.get("name") == "stdout"))
+    budget = re.search(r"budget per rank: ([0-9.]+ \w+)", plan_text)[1]
+    assert numbers.budget == budget
+    for candidate in ("ddp", "fsdp-zero2-block"):
+        line = re.search(rf"{candidate} x2: peak (\S+ \w+) \(([^)]*)\), sends (\S+ \w+)", plan_text)
+        row = table[f"{candidate} (plan)"]
+        assert (row["peak per rank"], row["sent per step per rank"]) == (line[1], line[3]), (row, line[0])
+        assert row["fits"] == ("yes" if line[2] == "fits" else "no")
+    # each candidate's parts: the plan's own picture, the planned run's memory section and the table draw one account
+    from tests.helpers.view_numbers import bar_parts
+
+    picture = "".join(next(o["data"]["text/html"] for o in outputs if o["output_type"] == "execute_result"))
+    section = page[page.index("<h2>planned</h2>") :]
+    section = section[section.index("<h4>Memory per rank") :]
+    in_plan, in_section = bar_parts(picture), bar_parts(section[: section.index("</svg>")])
+    for candidate in ("ddp", "fsdp-zero2-block"):
+        drawn = numbers.table_bars[f"{candidate} (plan) x2"]
+        assert drawn == in_plan[f"{candidate} x2"] == in_section[f"{candidate} x2"], (drawn, in_plan, in_section)
+    for run in ("zero2", "zero3", "ddp", "planned"):
+        assert table[run]["fits"] in ("yes", "no"), table[run]
+    assert table["ddp"]["fits"] == "no" and table["zero2"]["fits"] == table["planned"]["fits"] == "yes"
+    assert table["zero2"]["sent per step per rank"] == table["ddp"]["sent per step per rank"]  # ring: ZERO2 = DDP
+    groups = re.split(r"<h5>", page[page.index("Which strategy?") : page.index("<h2 id='runs-compared'>")])[1:]
+    assert len(groups) == 2, len(groups)  # AdamW runs with the plan, and the SGD run alone
+    assert [sum(1 for r in table_rows if "the leanest" in r["why"]) for table_rows in map(_rows, groups)] == [1, 0]
+    assert "compared with no other run: SGD instead of AdamW" in groups[1]
+    # pairs of one workload under different strategies; the tutorial's own DDP against ZERO2 among them
+    assert set(numbers.verdicts) == {("zero2", "zero3"), ("zero2", "ddp"), ("zero3", "ddp")}, numbers.verdicts
+    # the timed cell: the step time from steps timed with the profiler stopped, memory on a step no timer saw
+    timed = numbers.runs["ddp_timed"]
+    assert timed.step_time.endswith("(steps 7-8)") and timed.memory_steps == "step 9", timed
+    assert "unprofiled" in table["ddp_timed"]["step"]
+
+
+def _rows(fragment: str) -> list[dict[str, str]]:
+    from tests.helpers.view_numbers import table_rows
+
+    return table_rows(fragment)

@@ -1,7 +1,8 @@
 """A real 2-rank gloo FSDP run recorded with ``record_timeline``, shared by the timeline tests (once per test run).
 
-Each rank builds a 1-block GPT under ``ThunderFSDPStrategy`` through Fabric, runs STEPS + 2 training steps inside
-``record_timeline(steps=STEPS)`` (rank 1 sleeps SLEEP_S before every backward, the straggler the analysis must
+Each rank builds a 1-block GPT under ``ThunderFSDPStrategy`` through Fabric, runs the training steps a
+``record_timeline(steps=STEPS)`` observes (``observed_steps``: one to compile, STEPS recorded, one settling, two timed
+with the profiler stopped) inside it (rank 1 sleeps SLEEP_S before every backward, the straggler the analysis must
 name), saves its recording to its own file as a torchrun job would (and the model's trace bundle next to it, for a
 graph of the same run), and reports what it checked from inside (patches undone, recording stopped by itself).
 Then, in the same processes (the model already compiled), QUIET_REPEATS more recordings with nobody sleeping, under
@@ -52,7 +53,7 @@ def record_fsdp(rank: int, world_size: int, out_dir: str, kind: str = "fsdp", sl
 
     from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
     from thunderviz.demos.models import TinyGPT, make_batch
-    from thunderviz.timeline.record import record_timeline
+    from thunderviz.timeline.record import observed_steps, record_timeline
 
     strategy = ThunderFSDPStrategy() if kind == "fsdp" else ThunderDDPStrategy()
     fabric = Fabric(accelerator="cpu", devices=world_size, strategy=strategy)
@@ -65,7 +66,8 @@ def record_fsdp(rank: int, world_size: int, out_dir: str, kind: str = "fsdp", sl
         name: getattr(dist, name) for name in ("all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor")
     }
     with record_timeline(steps=STEPS, fabric=fabric, name=f"gpt-{kind}") as rec:
-        for _ in range(STEPS + 2):  # one warm-up step, STEPS recorded, one more after recording stopped
+        # one warm-up step, STEPS recorded, and after the recording stopped one settling step and the unprofiled ones
+        for _ in range(observed_steps(STEPS)):
             logits = model(x)
             loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.flatten())
             if rank == 1 and sleep_s:

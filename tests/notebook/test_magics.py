@@ -96,6 +96,8 @@ def test_strategy_flags_come_from_the_option_table(shell) -> None:
         ("--nproc 0", "--nproc must be at least 1"),
         ("--nproc x", "--nproc takes a whole number of ranks"),
         ("--nproc 2 --frobnicate", "unrecognized arguments: --frobnicate"),
+        # a typo gets the flag it most likely meant, from the same rule as the strategies' keywords
+        ("--nrpoc 2", r"unrecognized arguments: --nrpoc 2 \(--nrpoc: did you mean --nproc\?\)\. .*%%thunder_fsdp\?"),
         ("--nproc 2 --sharding zero9", "invalid choice: 'zero9'"),
         ("--nproc 2 --no-jit --executors torch", r"jit=False, executors=\.\.\."),
         ("--nproc 2 --name 1bad", "--name must be a Python variable name"),
@@ -180,6 +182,52 @@ def test_no_jit_reports_the_users_jitted_function(shell) -> None:
     assert quiet.bundles == {} and quiet.decisions == []
 
 
+FAILING_FORWARD = """%%thunder_fsdp --nproc 2 --backend gloo --output none
+class Bad(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x) @ torch.ones(3, 3)
+
+bad = fabric.setup(Bad())
+bad(torch.randn(2, 4, device=device))
+"""
+
+
+def test_a_forward_that_raises_on_every_rank_prints_one_short_traceback(shell, capsys) -> None:
+    """Both ranks raise the same error deep inside thunder's interpreter (34 library frames): the error says it once
+    for both ranks, the user's frame leads, library frames are one line, and every rank's full traceback is folded
+    above it (and printed by ``%thunder_ranks traceback``). It was 517 lines, the user's frame at line 161."""
+    from IPython.utils.capture import capture_output
+
+    with capture_output(stdout=False, stderr=False) as displayed:
+        result = shell.run_cell(FAILING_FORWARD)
+    assert isinstance(result.error_in_exec, CellError)
+    shown = capsys.readouterr().out.splitlines()
+    start = next(i for i, line in enumerate(shown) if line.startswith("CellError: "))
+    error = shown[start:]
+    user = next(i for i, line in enumerate(error) if "in Bad.forward" in line)
+    assert len(error) < 60 and user < 10, "\n".join(error)
+    # once for both ranks; a rank still formatting its own error when we stopped it (a loaded machine, PEER_GRACE_S)
+    # is named in one line instead of a second traceback
+    assert error[0].count("RuntimeError") == 1, error[0]
+    both = "ranks 0, 1 raised RuntimeError" in error[0]
+    assert both == ("--- ranks 0, 1 (the same traceback): traceback ---" in error), error
+    assert both or any("stopped by us after that failure" in line for line in error), "\n".join(error)
+    assert any("library frames folded" in line for line in error) and not any("interpreter.py" in x for x in error)
+    # the full output, one click away: a collapsed <details> with every rank's traceback
+    full = [
+        o.data["text/html"] for o in displayed.outputs if "thunderviz-full-traceback" in o.data.get("text/html", "")
+    ]
+    assert len(full) == 1 and full[0].startswith("<details") and "open" not in full[0].split(">", 1)[0]
+    assert "[rank 0]" in full[0] and "[rank 1]" in full[0] and full[0].count("interpreter.py") > 5
+    shell.run_line_magic("thunder_ranks", "traceback")
+    printed = capsys.readouterr().out
+    assert printed.count("in Bad.forward") == (2 if both else 1) and "--- rank 1 traceback ---" in printed
+
+
 def test_pool_is_reused_then_restarted_on_mismatch(shell, capsys) -> None:
     magics = _magics(shell)
     shell.run_cell_magic("thunder_fsdp", "--nproc 2 --backend gloo --output none", "pass")  # reused if running
@@ -206,7 +254,7 @@ def test_failing_cell_shows_rank_traceback_and_kernel_survives(shell, capsys) ->
     shown = capsys.readouterr()
     text = shown.out + shown.err
     assert "rank 0 raised RuntimeError: rank-side failure" in text
-    assert "[rank 0] RuntimeError: rank-side failure" in text
+    assert "--- rank 0: traceback ---\n  RuntimeError: rank-side failure\n  Cell In[" in text, text
     ok = shell.run_cell("%%thunder_ddp --nproc 1 --backend gloo --output none\nvalue = 7\n")
     assert ok.success
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from pathlib import Path
@@ -18,7 +19,7 @@ pytestmark = pytest.mark.timeout(600)
 
 # A minimal anywidget host: the model object the front end talks to, with listeners, and nothing else.
 _HOST_JS = """
-async ([esm, state]) => {
+async ([esm, state, width]) => {
   const url = URL.createObjectURL(new Blob([esm], {type: 'text/javascript'}));
   const mod = (await import(url)).default;
   const listeners = {};
@@ -26,11 +27,12 @@ async ([esm, state]) => {
   const model = { get: (k) => state[k], set: (k, v) => { state[k] = v; },
     save_changes: () => { window.__tl.saved.push(JSON.stringify(state.selected)); },
     on: (ev, fn) => { (listeners[ev] = listeners[ev] || []).push(fn); }, off: () => {} };
-  const el = document.createElement('div'); el.style.width = '1200px';
+  const el = document.createElement('div'); el.style.width = `${width || 1200}px`;
   document.body.append(el);
   const t0 = performance.now();
   mod.render({model, el});
   const root = el.querySelector('.tl-root');
+  if (width) root.id = `tl-${width}`;
   await new Promise((res) => {
     const f = () => Number(root.dataset.drawn || 0) >= 1 ? res() : requestAnimationFrame(f); f();
   });
@@ -179,6 +181,37 @@ def test_in_chromium_lanes_per_rank_a_clicked_collective_shows_arrivals_and_the_
             assert a1 - a0 < b1 - b0
             SHOTS.mkdir(parents=True, exist_ok=True)
             page.screenshot(path=str(SHOTS / "timeline-widget.png"), full_page=True)
+            _step_labels_never_overlap(page)
             assert errors == []
         finally:
             browser.close()
+
+
+# Each step label's box and each step marker's tooltip, in a timeline root.
+_STEP_LABELS_JS = """
+(root) => ({
+  labels: [...root.querySelectorAll('text.tl-step-label')].map((t) => {
+    const b = t.getBBox();
+    return [Number(t.dataset.step), b.x, b.x + b.width, t.textContent];
+  }),
+  markers: [...root.querySelectorAll('line.tl-step-marker')].map((l) => [Number(l.dataset.step), l.textContent]),
+})
+"""
+
+
+def _step_labels_never_overlap(page) -> None:
+    """A recording of 12 short steps at the narrowest width the widget draws: "step 4" and "step 5" were drawn over
+    each other at fit where steps were short beside long ones; a label now fits between its marker and the next
+    ("step 10", else "10", else none, the marker's tooltip still naming it)."""
+    quiet = [next(p for kind, p in r.quiet if kind == "fsdp") for r in recorded("fsdp")]
+    view = TimelineView(load(*quiet, name="12 short steps"))
+    state = json.loads(json.dumps({k: v for k, v in view.get_state().items() if not k.startswith("_")}))
+    page.evaluate(_HOST_JS, [view._esm, state, 480])
+    root = page.locator("#tl-480")
+    root.locator("button.tl-btn", has_text="fit").click()
+    drawn = root.evaluate(_STEP_LABELS_JS)
+    labels = sorted(drawn["labels"], key=lambda b: b[1])
+    assert labels and all(a[2] <= b[1] for a, b in itertools.pairwise(labels)), labels  # no two overlap
+    assert len(drawn["markers"]) == len(view.timeline.steps) >= 10
+    assert all(t == f"step {n}" for n, t in drawn["markers"]), drawn["markers"]
+    assert all(text in (f"step {n}", str(n)) for n, _, _, text in labels), labels

@@ -440,7 +440,7 @@ def test_trace_view_of_a_rank_engine_report(fsdp: list[TraceBundle], ddp: list[T
     memory = w.panels["memory"]
     assert [row["rank"] for row in memory["rows"]] == [0, 1]
     titles = [c["title"] for c in memory["columns"]]
-    assert titles == ["trace estimate, forward", "trace estimate, backward", "saved for backward", "process RSS"], (
+    assert titles == ["trace estimate, forward", "trace estimate, backward", "saved tensors (trace)", "process RSS"], (
         titles
     )
     for row in memory["rows"]:  # every rank filled: its own bundle's estimates and its measured RSS

@@ -18,9 +18,9 @@ from thunderviz.parallel.plan import (
     inter_host_bytes,
     link_cost,
     parse_memory,
-    ring_bytes,
     smallest_fitting,
 )
+from thunderviz.trace.wire import ring_bytes
 
 
 def test_every_candidate_at_every_world_size_in_preference_order() -> None:

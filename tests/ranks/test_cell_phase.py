@@ -8,7 +8,7 @@ import time
 import thunder
 import torch
 
-from thunderviz.ranks.cell_phase import CellPhaseWatch
+from thunderviz.ranks.cell_phase import INTERPRETER, PASSES, CellPhaseWatch, compile_split
 from thunderviz.ranks.protocol import PHASE_DATA_KEY
 from thunderviz.ranks.status import Phase
 
@@ -22,6 +22,11 @@ def test_the_watch_says_compiling_during_a_thunder_compile_and_running_after_it(
     model(x).sum().backward()  # the first call compiles forward and backward
     watch.stop()
     assert [d[PHASE_DATA_KEY] for d in said] == [Phase.COMPILING, Phase.RUNNING]
+    # the same samples say where the compile's time went: the interpreter, then thunder's passes after it
+    assert watch.spent.get(INTERPRETER, 0) > 0 and watch.spent.get(PASSES, 0) > 0, watch.spent
+    line = compile_split(watch.spent, total_s=sum(watch.spent.values()) + 1.0)
+    assert line.startswith("of this rank's ") and "thunder's interpreter" in line, line
+    assert "the rest (the cell's own code and steps) 1.0 s" in line, line
     # the same call again runs from thunder's cache: nothing compiles, nothing is said
     said.clear()
     watch.start()
@@ -29,4 +34,9 @@ def test_the_watch_says_compiling_during_a_thunder_compile_and_running_after_it(
         model(x).sum().backward()
     time.sleep(0.05)
     watch.stop()
-    assert said == []
+    assert said == [] and watch.spent == {}
+    assert compile_split(watch.spent) == ""  # nothing compiled: nothing to split
+    assert (
+        compile_split(watch.spent, total_s=1.0)
+        == "of this rank's 1.0 s: the rest (the cell's own code and steps) 1.0 s"
+    )

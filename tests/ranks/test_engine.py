@@ -239,6 +239,10 @@ def test_a_rerun_cell_reports_that_it_reused_the_trace_and_the_option_turns_it_o
     assert sorted(first.compiles) == [0, 1] and first.compile_story.startswith("interpreted in")
     assert again.compile_story.startswith("reused an earlier set-up's trace"), again.compile_story
     assert "compile: reused" in repr(again) and "compile: reused" in again.to_html()
+    # a reused compile still spends seconds on the ranks: the line says in which part (sampled every 0.1 s on each
+    # rank, so this small model's parts may be too short to be seen; test_cell_phase.py samples a compile finely)
+    assert "reused an earlier set-up's trace (interpreting it took " in again.compile_story
+    assert "; of this rank's " in again.compile_story, again.compile_story
     assert off.compile_story.startswith("interpreted in"), off.compile_story
 
 
@@ -297,3 +301,47 @@ def test_compare_runs_tables_two_real_runs_with_their_peaks_and_ring_bytes(engin
     assert {"parameters", "gradients", "optimizer state"} <= set(drawn) and set(drawn) <= set(ACCOUNT), drawn
     assert "&lt;zero3&gt;" in html and "<zero3>" not in html
     assert "sends 0.80x <zero3>'s bytes" in str(table)
+    _every_view_of_the_two_runs_says_the_same_numbers(ddp, zero3, table)
+
+
+def _every_view_of_the_two_runs_says_the_same_numbers(ddp: RunReport, zero3: RunReport, table: Any) -> None:
+    """One number per fact: the bytes a run sends per step, its step peak and each part of it are the same in the
+    "which strategy?" table (text, HTML, bars), each run's report (memory table, bars, ledgers), the "Runs compared"
+    verdict, the comparison widget's verdict and the TraceView's panels. Before, the verdict summed each collective's
+    input (DDP's all_reduce counted once, ZERO3's reduce_scatter whole) while the table used ring formulas."""
+    from tests.helpers.view_numbers import assert_page_agrees, page_numbers, verdict_bytes
+    from thunderviz import compare
+    from thunderviz.notebook import viewdata
+    from thunderviz.render.run_report import reports_page
+    from thunderviz.render.runs_compared import runs_compared_html
+    from thunderviz.trace.units import format_bytes
+
+    runs = {"run 1": ddp, "<zero3>": zero3}
+    assert ddp.workload == zero3.workload and ddp.workload.optimizer == "AdamW" and ddp.workload.world_size == 2
+    assert ddp.workload.batch == ("float32[8, 64]",) and ddp.workload.parameters == 2 * (64 * 64 + 64)
+    page = reports_page(runs, title="t", summary=table._repr_html_() + runs_compared_html(runs))
+    numbers = page_numbers(page)
+    assert set(numbers.verdicts) == {("run 1", "<zero3>")}  # one workload, two strategies: one pair
+    assert assert_page_agrees(numbers) >= 2 * 4 + 1
+    rows = {r.name: r for r in table.rows}
+    for name, report in runs.items():
+        row, sent = rows[name], format_bytes(report.sent_per_step())
+        assert numbers.table[name]["sent per step per rank"] == sent and f"sends {sent}/step" in str(table)
+        assert f"peak {format_bytes(row.peak_bytes)}" in str(table)
+        subject = viewdata.subject_of(report)
+        panel = viewdata.ledger_table(subject)
+        assert max(panel["bytes"].values()) == report.sent_per_step()  # the TraceView's ledger panel
+        peaks = [r["measured_step_peak"] for r in viewdata.memory_rows(subject)]
+        assert max(peaks) == row.peak_bytes  # the TraceView's memory panel
+        bars = {b["label"]: b for b in viewdata.memory_view(subject)["bars"]}
+        _, largest = report.step_peak()
+        drawn = {
+            s["category"]: s["bytes"] for s in bars[f"rank {report.step_peak()[0]} (measured, memtracker)"]["segments"]
+        }
+        assert drawn == {k: v for k, v in largest.account.items() if v} == {k: v for k, v in row.parts.items() if v}
+    widget = compare(ddp, zero3, trace="backward").verdict
+    assert verdict_bytes(widget, "run 1", "<zero3>") == verdict_bytes(numbers.verdicts["run 1", "<zero3>"], "a", "b")
+    assert verdict_bytes(widget, "run 1", "<zero3>") == (
+        format_bytes(ddp.sent_per_step()),
+        format_bytes(zero3.sent_per_step()),
+    )

@@ -83,7 +83,8 @@ def test_the_message_names_every_rank_and_the_restart() -> None:
     assert "rank(s) 1 finished the cell without entering it" in text
     assert text.endswith("The ranks will be restarted before the next cell (their state is lost).")
     assert err.rank == 0 and err.remote_traceback == "tb0" and err.pool_restart_pending
-    assert "[rank 0] tb0" in err._render_traceback_()
+    assert "--- rank 0: traceback ---" in err._render_traceback_() and "  tb0" in err._render_traceback_()
+    assert "[rank 0] tb0" in err.full_traceback()
 
 
 def test_the_message_leads_with_the_rank_that_failed_not_the_one_we_stopped() -> None:
@@ -99,4 +100,42 @@ def test_all_interrupted_is_ranks_interrupted() -> None:
     failures = {r: RankFailure(r, FailureKind.INTERRUPTED, "stopped by KeyboardInterrupt") for r in (0, 1)}
     err = cell_error(failures, ranks=[0, 1], timeout_s=60, restart_pending=False, what="Configuring fabric")
     assert isinstance(err, RanksInterrupted)
-    assert str(err).startswith("Configuring fabric failed on 2 of 2 ranks: rank 0 interrupted")
+    assert str(err).startswith("Configuring fabric failed on 2 of 2 ranks: ranks 0, 1 interrupted")
+
+
+def _ipython_traceback() -> str:
+    """A real IPython traceback, as a rank's shell formats it: this file's frame calls into the standard library."""
+    import json
+
+    from IPython.core.ultratb import AutoFormattedTB
+
+    def load_config(text: str) -> object:
+        return json.loads(text)  # raises inside the standard library
+
+    try:
+        load_config("{not json")
+    except ValueError:
+        import sys
+
+        lines = AutoFormattedTB(mode="Context", theme_name="nocolor").structured_traceback(*sys.exc_info())
+    return "\n".join(lines)
+
+
+def test_identical_tracebacks_show_once_with_the_users_frame_first_and_library_frames_folded() -> None:
+    tb = _ipython_traceback()
+    failures = {r: RankFailure(r, FailureKind.RAISED, "JSONDecodeError: Expecting property name", tb) for r in (0, 1)}
+    err = cell_error(failures, ranks=[0, 1], timeout_s=60, restart_pending=False)
+    assert str(err).startswith("The cell failed on 2 of 2 ranks: ranks 0, 1 raised JSONDecodeError")
+    shown = err._render_traceback_()
+    assert shown[1] == "--- ranks 0, 1 (the same traceback): traceback ---"
+    assert shown[2].startswith("  JSONDecodeError: Expecting property name")
+    assert "load_config" in shown[3] and "json.loads(text)" in shown[5], shown  # the user's frame, its arrow line
+    folded = next(line for line in shown if "library frames folded" in line)
+    assert "the standard library" in folded and "raised in " in shown[shown.index(folded) + 1]
+    assert sum("decoder.py" in line for line in shown) == 1  # only where it was raised
+    assert shown[-1].startswith("Every rank's full traceback: %thunder_ranks traceback")
+    assert err.full_traceback().count("decoder.py") >= 2 and "[rank 1] " in err.full_traceback()
+    # another traceback on one rank is shown on its own
+    failures[1] = RankFailure(1, FailureKind.RAISED, "ValueError: other", "ValueError: other")
+    shown = cell_error(failures, ranks=[0, 1], timeout_s=60, restart_pending=False)._render_traceback_()
+    assert "--- rank 0: traceback ---" in shown and "--- rank 1: traceback ---" in shown

@@ -47,7 +47,9 @@ def test_rank_that_raises_fails_fast_with_its_traceback(engine: RankEngine) -> N
     assert err.failures[0].kind is FailureKind.KILLED
     assert elapsed < 5.0  # well under the 5 s collective timeout + the 10 s slack
     rendered = "\n".join(err._render_traceback_())
-    assert "[rank 1] ValueError: bad batch on rank one" in rendered
+    assert "--- rank 1: traceback ---\n  ValueError: bad batch on rank one\n" in rendered, rendered
+    assert "(rank 0: stopped by us after that failure" in rendered  # its own traceback only in the full output
+    assert "[rank 0] " in err.full_traceback() or not err.failures[0].traceback
     _next_cell_works(engine)
 
 
@@ -90,7 +92,7 @@ def test_rank_that_dies_is_reported_with_its_rank(engine: RankEngine, how: str) 
     if "SIGSEGV" in how:
         assert "Fatal Python error: Segmentation fault" in err.failures[1].summary
         assert "Fatal Python error: Segmentation fault" in err.failures[1].traceback
-        assert "--- rank 1 the end of its process log ---" in rendered
+        assert "--- rank 1: the end of its process log ---" in rendered
     else:
         assert "no fatal error in its log" in err.failures[1].summary and "memory available now" in str(err)
     _next_cell_works(engine)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from thunderviz.parallel.plan import hybrid_communication, inter_host_bytes, ring_bytes
+from thunderviz.parallel.plan import hybrid_communication, inter_host_bytes
 from thunderviz.ranks.traffic import host_traffic
 from thunderviz.trace.ledger import Ledger, LedgerEntry
+from thunderviz.trace.wire import ring_bytes
 
 
 def _entry(kind: str, nbytes: int, group: int, mesh_group: str = "") -> LedgerEntry:

@@ -8,10 +8,10 @@ import re
 import pytest
 
 from tests.helpers.plans import synthetic_plan
-from thunderviz.ranks.strategy_table import StrategyRow, StrategyTable
+from thunderviz.ranks.strategy_table import StrategyGroup, StrategyRow, StrategyTable
 from thunderviz.render.memory_view import MemoryBar, plan_bars, plan_html, plan_run_bars, run_bars, run_memory_html
 from thunderviz.render.strategy_table import strategy_table_html
-from thunderviz.trace.memory import ACCOUNT, COLORS, StepMemory
+from thunderviz.trace.memory import ACCOUNT, COLORS, LEGEND, StepMemory
 
 
 def test_plan_bars_and_budget_line() -> None:
@@ -50,7 +50,7 @@ def test_run_memory_section_puts_measured_first_and_rss_last() -> None:
             "memtracker",
             {"parameters": 2500, "gradients": 0, "optimizer": 0, "activations and temporaries": 7600},
             (2, 3),
-            parts={"parameters": 2500, "gradients": 0, "saved for backward": 7000, "temporaries": 600},
+            parts={"parameters": 2500, "gradients": 0, "saved for backward": 7500, "temporaries": 100},
         ),
         1: StepMemory(None, "memtracker", note="no step was measured"),
     }
@@ -59,8 +59,11 @@ def test_run_memory_section_puts_measured_first_and_rss_last() -> None:
     assert headers[0:4] == ["rank", "step peak, measured", "measured with", "step peak, predicted"]
     assert headers[-1] == "process RSS (not tensor memory)"
     assert "within 10%" in html and "no step was measured" in html and "3.0 MiB" in html
-    # one definition of "step peak", said once, and what each side can tell apart
-    assert html.count("Step peak: the most tensor bytes alive at once") == 1 and "only the total" in html
+    # one definition of "step peak", folded (it is a definition, not news), and what each side can tell apart
+    note = re.search(r"<details class='note'><summary>What .step peak. means</summary><p>([^<]*)</p></details>", html)
+    assert note and html.count("most tensor bytes alive at once") == 1 and "only" in note[1], html
+    assert len(note[1]) < 420 and "cannot tell them apart" in note[1]
+    assert "<td>memtracker, steps 2-3</td>" in html  # which steps the peak was measured on
     bars = run_bars(measured, predicted, "x2")
     assert [b.kind for b in bars] == ["predicted", "measured"]  # rank 1 measured nothing: no bar
     assert [c for c, _ in bars[0].segments] == ["parameters", "saved for backward"]  # the same account both sides
@@ -99,8 +102,13 @@ def test_every_bar_of_every_view_is_drawn_in_one_account_with_one_colour_each() 
     measured = {0: StepMemory(4500, "memtracker", {"parameters": 1000}, (2, 3), parts=parts | {"temporaries": 0})}
     table = StrategyTable(
         (
-            StrategyRow("ddp", "measured", "DDP", 2, 4500, measured[0].account),
-            StrategyRow("ddp (plan)", "planned", "ddp", 2, 4000, plan.candidates[0].memory.account),
+            StrategyGroup(
+                None,
+                (
+                    StrategyRow("ddp", "measured", "DDP", 2, 4500, measured[0].account),
+                    StrategyRow("ddp (plan)", "planned", "ddp", 2, 4000, plan.candidates[0].memory.account),
+                ),
+            ),
         )
     )
     views = {
@@ -114,7 +122,8 @@ def test_every_bar_of_every_view_is_drawn_in_one_account_with_one_colour_each() 
         legend = re.findall(
             r"<rect x='[0-9.]+' y='[0-9.]+' width='10' height='10' fill='[^']*'/><text[^>]*>([^<]*)<", svg
         )
-        assert legend == [c for c in ACCOUNT if c in {c for c, _ in drawn}], (name, legend)  # the account's order
+        shown = [LEGEND.get(c, c) for c in ACCOUNT if c in {c for c, _ in drawn}]
+        assert legend == shown, (name, legend)  # the account's order
     run = [c for c, _ in _drawn(views["run"])]
     assert run == [
         "parameters",

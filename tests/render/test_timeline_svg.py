@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -144,3 +145,17 @@ def test_saved_rank_files_open_later_in_the_offline_page(tmp_path, capsys):
         main(["render", "--out", str(out)])
     assert exit_info.value.code == 2
     assert "give trace files, --timeline files (one per rank), or both" in capsys.readouterr().err
+
+
+def test_step_labels_of_short_steps_beside_long_ones_never_overlap():
+    """The tutorial's DDP steps (622, 392, 33, 28 ms) printed "step 4" and "step 5" over each other: a label now fits
+    between its marker and the next ("step 4", else "4", else the marker's tooltip alone)."""
+    ends = [0.0, 622_000.0, 1_014_000.0, 1_047_000.0, 1_075_000.0]
+    steps = [Region("step", a, b, n) for n, (a, b) in enumerate(itertools.pairwise(ends), start=2)]
+    tl = Timeline.from_ranks([RankTimeline(rank=0, world_size=1, steps=steps, aligned=True)])
+    root = ET.fromstring(timeline_svg(tl))
+    ns = "{http://www.w3.org/2000/svg}"
+    labels = [(float(t.get("x")), t.text) for t in root.iter(f"{ns}text") if t.get("y") == "29"]
+    assert [text for _, text in labels] == ["step 2", "step 3", "4", "5"], labels
+    markers = [ln.find(f"{ns}title").text for ln in root.iter(f"{ns}line") if ln.get("class") == "step-marker"]
+    assert markers == ["step 2", "step 3", "step 4", "step 5"]  # each still named, on its marker

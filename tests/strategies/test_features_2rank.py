@@ -97,12 +97,14 @@ def test_checkpointing_trades_saved_tensors_for_recomputation_and_says_so():
     assert base.backward.recomputed_ops == 0
     n = ck.backward.recomputed_ops
     assert n > 0 and ck.saved_for_backward["bytes"] < base.saved_for_backward["bytes"] / 2
-    saved = f"saved for backward {_kib(base)} -> {_kib(ck)}"
+    saved = f"saved tensors (trace) {_kib(base)} -> {_kib(ck)}"
     assert collective_changes(base, ck) == f"the same collectives; {saved}; +{n} recomputed ops"
     assert diff_traces(base.backward, ck.backward).summary.endswith(f"; +{n} recomputed ops")
     # ZERO3 on top: the parameters are gathered again in backward as well.
     z3 = r0[("checkpointing", "fsdp-zero3", "jitted_ran")]["bundle"]
-    assert collective_changes(base, z3).startswith("+3 all_gather (backward), +3 wait (backward); saved for backward")
+    assert collective_changes(base, z3).startswith(
+        "+3 all_gather (backward), +3 wait (backward); saved tensors (trace)"
+    )
     assert z3.saved_for_backward["bytes"] < ck.saved_for_backward["bytes"]
 
 

@@ -110,6 +110,32 @@ def test_a_changed_attribute_compiles(ns):
     assert _why().endswith(": attribute norm.eps changed (1e-05 -> 0.001)")
 
 
+def test_a_strategy_switch_is_said_in_the_users_words(ns):
+    """What DDP sets on the module it replicates (``use_ddp``, its group and bucket size: ``hooks.mark_module_ddp``)
+    is no attribute the user wrote: switching FSDP to DDP read "attribute bucket_size_in_mb was added"."""
+    import torch.distributed as dist
+
+    from thunderviz.thunder.hooks import mark_module_ddp
+
+    ours = not dist.is_initialized()
+    if ours:  # a world of one: the group DDP's marks name
+        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        _did(ns["Net"](), _x())
+        replicated = ns["Net"]()
+        mark_module_ddp(replicated, None, dist.group.WORLD, 25.0)
+        assert _did(replicated, _x()) == "compiled"
+        said = "the strategy changed: the model is now replicated by DDP (before: sharded by FSDP, or not distributed)"
+        assert _why().endswith(f": {said}"), _why()
+        smaller = ns["Net"]()
+        mark_module_ddp(smaller, None, dist.group.WORLD, 0.0)
+        assert _did(smaller, _x()) == "compiled"
+        assert _why().endswith(": DDP's gradient bucket size changed (25.0 -> 0.0 MB)"), _why()
+    finally:
+        if ours:
+            dist.destroy_process_group()
+
+
 def test_changed_parameters_compile(ns):
     _did(ns["Net"](), _x())
     assert _did(ns["Net"](d=16), _x(16)) == "compiled"  # shapes

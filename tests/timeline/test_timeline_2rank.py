@@ -33,6 +33,21 @@ def test_the_recorder_cleans_up_and_stops_by_itself(runs):
         assert r.boundaries == STEPS + 1
 
 
+def test_the_steps_after_the_recording_are_timed_unprofiled_and_give_the_step_time(timeline, runs):
+    """The run's step time is read from steps the profiler did not record (its per-op cost is in the drawn ones): one
+    settling step after the recording, then UNPROFILED_STEPS timed by the recorder's clock, kept in the files."""
+    from thunderviz.timeline.record import UNPROFILED_STEPS
+
+    timed = list(range(STEPS + 3, STEPS + 3 + UNPROFILED_STEPS))
+    for t in timeline.ranks.values():
+        assert sorted(t.unprofiled_steps) == timed, t.unprofiled_steps
+    analysis = timeline.analysis()
+    assert analysis.timed_steps() == (tuple(timed), True)
+    slowest = [max(t.unprofiled_steps[n] for t in timeline.ranks.values()) for n in timed]
+    assert analysis.step_time() == pytest.approx(sum(slowest) / len(slowest))
+    assert min(slowest) >= SLEEP_S * 1e6  # rank 1 sleeps in every step: the slowest rank's step holds the sleep
+
+
 def test_every_rank_has_the_recorded_steps_with_their_regions(timeline):
     assert timeline.rank_ids == [0, 1]
     assert timeline.steps == list(range(2, 2 + STEPS))  # step 1 compiled: recorded, then dropped

@@ -395,6 +395,29 @@ def test_explicit_step_calls_define_the_steps():
     assert [r.kind for r in rec.result.regions] == ["forward", "forward"]
 
 
+def test_explicit_steps_after_the_recording_are_timed_unprofiled_after_one_settling_step(tmp_path):
+    """The run's step time comes from the steps after the recording (the profiler's per-op cost is not in them),
+    the first of them left to settle; a file keeps them, and without them the recorded steps are used."""
+    from thunderviz.timeline.record import UNPROFILED_STEPS, observed_steps
+
+    net = torch.nn.Linear(4, 4)
+    with record_timeline(steps=2, modules=[net], clock_rounds=0) as rec:
+        for _ in range(observed_steps(2) + 3):  # three more: nothing times them
+            net(torch.randn(2, 4))
+            rec.step()
+    assert [s.step for s in rec.result.steps] == [2, 3]
+    assert sorted(rec.result.unprofiled_steps) == [5, 6] and len(rec.result.unprofiled_steps) == UNPROFILED_STEPS
+    assert all(us > 0 for us in rec.result.unprofiled_steps.values())
+    save(rec.result, tmp_path / "r0.json")
+    timeline = load(tmp_path / "r0.json")
+    assert timeline.ranks[0].unprofiled_steps == rec.result.unprofiled_steps
+    analysis = timeline.analysis()
+    assert analysis.timed_steps() == ((5, 6), True)
+    assert analysis.step_time() == pytest.approx(sum(rec.result.unprofiled_steps.values()) / 2)
+    timeline.ranks[0].unprofiled_steps = {}
+    assert timeline.analysis().timed_steps() == ((2, 3), False)
+
+
 def test_the_timeline_model_opens_without_thunder_or_ipython():
     """Loading and drawing a saved timeline needs neither thunder nor IPython (nor more than ``import thunderviz``)."""
     from tests.helpers.fresh_interpreter import HEAVY, NOTEBOOK, light_paths, present

@@ -36,7 +36,10 @@ def test_fsdp_ledger_lists_every_gather_scatter_and_wait(ranks):
         if e.kind == "wait":
             assert e.waits_for is not None and ledger.entries[e.waits_for].kind in ("all_gather", "reduce_scatter")
             assert e.waits_for < e.position
-    assert ledger.total_bytes() == sum(e.bytes for e in gathers + scatters)
+    # what the rank puts on the wire (trace.wire): a ring all_gather sends its shard once to the other rank, a ring
+    # reduce_scatter half of its input: on 2 ranks each entry's bytes, halved for the reduce_scatters
+    assert all(e.sent_bytes() == e.bytes for e in gathers) and all(2 * e.sent_bytes() == e.bytes for e in scatters)
+    assert ledger.sent_bytes() == sum(e.bytes for e in gathers) + sum(e.bytes // 2 for e in scatters)
 
 
 def _numel(shape):

@@ -238,3 +238,29 @@ def test_fusion_regions_round_trip_and_bad_indices_are_refused():
     d["forward"]["fused"] = {"9": ["linear"]}
     with pytest.raises(Invalid, match="fusion region '9' is not an op index"):
         bundle_from_dict(d)
+
+
+def test_a_fusion_regions_own_ops_round_trip_and_must_belong_to_a_region():
+    """``OpRecord.inner`` (what attribution and an opened region read) survives a file, module included; ops inside
+    something that is no fusion region, or numbered out of order, are refused."""
+    from dataclasses import replace
+
+    from tests.helpers.small_traces import fsdp_bundle
+
+    b = fsdp_bundle(0)
+    ops = list(b.forward.ops)
+    inner = tuple(replace(op, index=k, module="proj") for k, op in enumerate(ops[1:3]))
+    ops[2] = replace(ops[2], op="TorchCompile0", fused=tuple(op.op for op in inner), inner=inner)
+    b = replace(b, forward=replace(b.forward, ops=ops))
+    d = json.loads(json.dumps(bundle_to_dict(b)))
+    assert [o["module"] for o in d["forward"]["inner"]["2"]] == ["proj", "proj"]
+    back = bundle_from_dict(d)
+    assert back == b and back.forward.ops[2].inner == inner
+    bad = json.loads(json.dumps(d))
+    bad["forward"]["inner"] = {"1": bad["forward"]["inner"]["2"]}  # op 1 is no fusion region
+    with pytest.raises(Invalid, match="'1' is not the op index of a fusion region"):
+        bundle_from_dict(bad)
+    bad = json.loads(json.dumps(d))
+    bad["forward"]["inner"]["2"][1]["index"] = 0
+    with pytest.raises(Invalid, match=r"forward\.inner\['2'\]\[1\]\.index: op at position 1 says index 0"):
+        bundle_from_dict(bad)

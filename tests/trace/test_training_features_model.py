@@ -102,11 +102,11 @@ def test_the_diff_and_collective_changes_say_what_checkpointing_traded():
     assert diff_traces(CHECKPOINTED.backward, PLAIN.backward).summary_parts()[-1] == "-2 recomputed ops"
     assert "recomputed" not in diff_traces(PLAIN.backward, PLAIN.backward).summary
     # memory_changes is memory only: the recomputed ops are the trace's change (the diff's summary names them)
-    assert memory_changes(PLAIN, CHECKPOINTED)[0] == "saved for backward 384 B -> 128 B"
+    assert memory_changes(PLAIN, CHECKPOINTED)[0] == "saved tensors (trace) 384 B -> 128 B"
     assert not any("recomputed" in c for c in memory_changes(PLAIN, CHECKPOINTED))
     assert (
         collective_changes(PLAIN, CHECKPOINTED)
-        == "the same collectives; saved for backward 384 B -> 128 B; +2 recomputed ops"
+        == "the same collectives; saved tensors (trace) 384 B -> 128 B; +2 recomputed ops"
     )
 
 
@@ -114,7 +114,7 @@ def test_an_accumulating_backward_shows_no_collective_and_what_it_keeps():
     assert [e.trace for e in ledger_from_bundle(ACCUMULATING).collectives()] == []
     assert ledger_from_bundle(PLAIN).counts() == {"reduce_scatter": 1, "wait": 1}
     assert collective_changes(PLAIN, ACCUMULATING) == (
-        "-1 reduce_scatter (backward), -1 wait (backward); saved for backward 384 B -> 384 B;"
+        "-1 reduce_scatter (backward), -1 wait (backward); saved tensors (trace) 384 B -> 384 B;"
         " kept for accumulation 0 B -> 128 B"
     )
 
@@ -134,6 +134,6 @@ def test_the_graph_marks_recomputed_groups_and_ops():
 
 def test_the_report_overview_shows_saved_recomputed_and_kept_memory():
     html = render_report_body([CHECKPOINTED], svg=False)
-    assert "<th>saved for backward</th>" in html and "128 B (1); \u21bb 2 recomputed" in html
+    assert "<th>saved tensors (trace)</th>" in html and "128 B (1); \u21bb 2 recomputed" in html
     html = render_report_body([ACCUMULATING], svg=False)
     assert "kept for accumulation 128 B (1 buckets, no reduction)" in html

@@ -45,22 +45,36 @@ _write_reports(_reports, {path!r})
 
 def write_reports(reports: dict[str, Any], path: str) -> str:
     """One self-contained page (no script, no network): contents, the "which strategy?" table of the cells that
-    trained and what each changed against the one before, then each named report as a section; and its terminal
-    summary beside it."""
+    trained (with the plan a cell ran by) and the runs compared in pairs of one workload, then each named report as a
+    section; and its terminal summary beside it."""
     unique: dict[str, Any] = {}
     for name, report in reports.items():
         if all(report is not r for r in unique.values()):  # a loop variable holding a report already named
             unique[name] = report
     from thunderviz.ranks.strategy_table import compare_runs
     from thunderviz.render.run_report import reports_page
-    from thunderviz.render.runs_compared import runs_compared_html
+    from thunderviz.render.runs_compared import RUNS_COMPARED_ID, runs_compared_html
+    from thunderviz.render.strategy_table import STRATEGIES_ID
 
-    # the "which strategy?" table over the cells that trained under a strategy, at the top of the page, then what
-    # each run changed against the one before it (the compare view's verdict and groups, as static text)
+    # the "which strategy?" table over the cells that trained under a strategy, grouped by workload, with the plan a
+    # cell ran by (its candidates and its budget), at the top of the page; then each pair of runs of one workload
+    # under different strategies (the compare view's verdict and groups, as static text); both in the contents
     trained = {n: r for n, r in unique.items() if r.strategy is not None and (r.step_memory or r.ledgers)}
-    summary = (compare_runs(trained)._repr_html_() + runs_compared_html(trained)) if trained else ""
+    plan = next((r.plan for r in trained.values() if getattr(r, "plan", None) is not None), None)
+    links, summary = [], ""
+    if trained:
+        summary = compare_runs(trained, plan=plan)._repr_html_()
+        links.append((STRATEGIES_ID, "Which strategy?"))
+        compared = runs_compared_html(trained)
+        if compared:
+            summary += compared
+            links.append((RUNS_COMPARED_ID, "Runs compared"))
     page = reports_page(
-        unique, title="thunderviz demo", heading="thunderviz demo: the tutorial on 2 CPU ranks", summary=summary
+        unique,
+        title="thunderviz demo",
+        heading="thunderviz demo: the tutorial on 2 CPU ranks",
+        summary=summary,
+        summary_links=links,
     )
     Path(path).write_text(page, encoding="utf-8")
     Path(path).with_suffix(".txt").write_text(summarize(unique), encoding="utf-8")

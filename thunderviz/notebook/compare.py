@@ -21,8 +21,9 @@ def compare(
     """Show ``a`` and ``b`` side by side; ``a`` is the baseline (left), ``b`` the one compared with it (right).
 
     Args:
-        a, b: each a ``TraceBundle``, a list of per-rank bundles, a saved trace file's path (or a list of them),
-            a ``TraceSnapshot``, a ``render.html.Report`` or the rank engine's ``RunReport``.
+        a: the baseline: a ``TraceBundle``, a list of per-rank bundles, a saved trace file's path (or a list of
+            them), a ``TraceSnapshot``, a ``render.html.Report`` or the rank engine's ``RunReport``.
+        b: the run compared with it, any of the same.
         trace: ``"forward"``, ``"backward"`` or a stage label both have; default: the first they share
             (``"forward"``).
         name: which jitted object to take when an input holds several: one name for both, or ``(name_a, name_b)``.

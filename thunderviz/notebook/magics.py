@@ -20,9 +20,10 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, argument_group, magic_arguments, parse_argstring
 from traitlets import Bool
 
+from thunderviz.notebook.cell_failure import FullTracebacks
 from thunderviz.notebook.strategy_flags import flag_values, strategy_arguments
 from thunderviz.notebook.timeline_cell import STEPS_HELP, TIMELINE_HELP, steps_arg, timeline_options
-from thunderviz.parallel.options import Parallelism
+from thunderviz.parallel.options import Parallelism, closest_name
 from thunderviz.ranks import (
     BACKENDS,
     DEFAULT_TIMEOUT_S,
@@ -217,6 +218,8 @@ class ThundervizMagics(Magics):
         self._recent_reports: collections.deque[Any] = collections.deque()
         self._pool_key: tuple[Any, ...] | None = None
         self._status: _LiveStatus | None = None
+        #: the last failed cell's error (``%thunder_ranks traceback`` prints every rank's traceback in full)
+        self._last_error: CellError | None = None
 
     # ----------------------------------------------------------------- pool
 
@@ -292,10 +295,12 @@ class ThundervizMagics(Magics):
             report = engine.run(cell, strategy=spec, output=args.output, cell_label=self._cell_label(), **timeline)
             report.start_seconds += starting
         except CellError as exc:
-            if exc.partial_report is not None:  # --timeline: what the ranks that returned recorded
-                from IPython.display import display
+            from IPython.display import display
 
+            self._last_error = exc
+            if exc.partial_report is not None:  # --timeline: what the ranks that returned recorded
                 display(exc.partial_report)
+            display(FullTracebacks(exc))  # every rank's traceback in full, folded; the error below is the short form
             raise
         finally:
             self._status = None
@@ -372,7 +377,7 @@ class ThundervizMagics(Magics):
         ``thunder``, and keeps its state across cells. Output streams prefixed by rank; a failure on any rank
         fails the cell with that rank's traceback.
         """
-        args = parse_argstring(self.thunder_fsdp, line)
+        args = _parse(self.thunder_fsdp, line)
         return self._run("thunder_fsdp", Parallelism.FSDP, args, cell)
 
     @magic_arguments()
@@ -384,7 +389,7 @@ class ThundervizMagics(Magics):
 
         Same namespace, streaming and failure reporting as ``%%thunder_fsdp``.
         """
-        args = parse_argstring(self.thunder_ddp, line)
+        args = _parse(self.thunder_ddp, line)
         return self._run("thunder_ddp", Parallelism.DDP, args, cell)
 
     @magic_arguments()
@@ -392,13 +397,17 @@ class ThundervizMagics(Magics):
         "action",
         nargs="?",
         default="status",
-        choices=["status", "restart", "stop"],
-        help="status (default): per-rank phase, pid, host; restart: fresh rank processes; stop: end them",
+        choices=["status", "restart", "stop", "traceback"],
+        help="status (default): per-rank phase, pid, host; restart: fresh rank processes; stop: end them; "
+        "traceback: every rank's full traceback of the last cell that failed",
     )
     @line_magic
     def thunder_ranks(self, line: str) -> Any:
         """Inspect or control the rank pool used by ``%%thunder_fsdp`` / ``%%thunder_ddp``."""
-        args = parse_argstring(self.thunder_ranks, line)
+        args = _parse(self.thunder_ranks, line)
+        if args.action == "traceback":
+            print(self._last_error.full_traceback() if self._last_error is not None else "No cell has failed yet.")
+            return None
         if self.engine is None and self.warm is not None and args.action != "restart":
             if args.action == "stop":
                 self._stop()
@@ -425,6 +434,22 @@ class ThundervizMagics(Magics):
             alive = "  (process gone)" if info.alive is False else ""
             print(f"  rank {rank}: {info.phase!s:<11} engine {info.engine_id}  pid {info.pid}  host {info.host}{alive}")
         return None
+
+
+def _parse(magic: Any, line: str) -> argparse.Namespace:
+    """``parse_argstring``, with "did you mean" for a flag the magic does not have (``--nrpoc 2``: ``--nproc``)."""
+    try:
+        return parse_argstring(magic, line)
+    except UsageError as exc:
+        text = str(exc)
+        if "unrecognized arguments:" not in text:
+            raise
+        given = [w.split("=", 1)[0] for w in text.split("unrecognized arguments:", 1)[1].split() if w.startswith("-")]
+        flags = [s for a in magic.parser._actions for s in a.option_strings if s.startswith("--")]
+        hints = [f"{flag}: did you mean {close}?" for flag in given if (close := closest_name(flag, flags))]
+        name = magic.__name__
+        more = " See %thunder_ranks?" if name == "thunder_ranks" else f" The flags of %%{name}: %%{name}?"
+        raise UsageError(f"{text}{' (' + '; '.join(hints) + ')' if hints else ''}.{more}") from None
 
 
 def _attach_prediction(report: Any, plan: Any, plan_name: str, spec: StrategySpec) -> None:

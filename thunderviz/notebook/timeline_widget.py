@@ -24,6 +24,7 @@ from thunderviz.render.style import wrap
 from thunderviz.render.timeline_svg import COLOURS, group_colour, timeline_html
 from thunderviz.timeline.analysis import STRAGGLER_RULE, close_gaps, idle_intervals, union
 from thunderviz.timeline.model import Timeline
+from thunderviz.trace.units import format_bytes
 
 __all__ = ["TimelineView", "common_span_ms", "view_data"]
 
@@ -73,7 +74,7 @@ def view_data(timeline: Timeline, *, span_us: float | None = None) -> dict[str, 
                 "tensor": c.tensor,
                 "shape": None if c.shape is None else list(c.shape),
                 "dtype": c.dtype,
-                "bytes": c.bytes,
+                "bytes": format_bytes(c.bytes, unknown=""),  # as every view prints a size (it read 221952)
                 "group size": c.group_size,
                 "trace": c.trace,
                 "ledger position": c.ledger_position,

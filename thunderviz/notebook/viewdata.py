@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from thunderviz.parallel.decisions import Decision
-from thunderviz.render.graph import graph_view, op_summary, short_op_name
+from thunderviz.render.graph import graph_view, group_holding, inner_node, op_summary, short_op_name
 from thunderviz.render.memory_view import PEAK_NOTE, plan_bars, plan_predicted, plan_run_bars, run_bars
 from thunderviz.trace.diff import GroupChange, TraceDiff, diff_traces, group_changes, memory_changes, verdict
 from thunderviz.trace.file import bundle_from_dict, load
 from thunderviz.trace.ledger import Ledger, find_mismatches, ledger_from_bundle
-from thunderviz.trace.memory import MemoryEstimate, StepMemory, compare
+from thunderviz.trace.memory import MemoryEstimate, StepMemory, compare, largest_peak
 from thunderviz.trace.model import TraceBundle, TraceSnapshot
-from thunderviz.trace.saved import SavedComparison, saved_by_group, saved_by_line
+from thunderviz.trace.saved import TRACE_SAVED, TRACE_SAVED_NOTE, SavedComparison, saved_by_group, saved_by_line
 
 __all__ = [
     "MEMORY_COLUMNS",
@@ -65,10 +65,12 @@ class GroupRow(TypedDict):
     name: str
     n_ops: int
     expanded: bool
+    #: the modules its fusion regions run when they span several (``blocks.3 -> lm_head``: blocks.3, ln_f, lm_head)
+    spans: list[str]
 
 
-#: A node's outline in a comparison: ``status`` (``added``: only the right run has what it draws, ``removed``: only
-#: the left, ``changed``: both, with other ops) and how many of its ops the diff tagged ``+``, ``-`` and ``~``.
+#: A node's outline in a comparison: ``status`` (``added``: only the second run has what it draws, ``removed``: only
+#: the first, ``changed``: both, with other ops) and how many of its ops the diff tagged ``+``, ``-`` and ``~``.
 NodeMark = TypedDict("NodeMark", {"status": str, "+": int, "-": int, "~": int})
 
 
@@ -84,6 +86,8 @@ class PaneData(TypedDict):
     n_ops: int
     n_collectives: int
     n_waits: int
+    #: each module a fusion region spans -> the group it is drawn in (``ln_f`` -> ``blocks.3 -> lm_head``)
+    holding: dict[str, str]
 
 
 class SearchHit(TypedDict):
@@ -401,8 +405,8 @@ def pane_data(
                 "kind": "cluster",
                 "id": g.id,
                 "name": g.name,
-                "n_ops": len(g.ops),
-                "n_compute": len(g.compute),
+                "n_ops": len(g.ops) - len(g.compute) + len(g.work),
+                "n_compute": len(g.work),  # a fusion region counts the ops it runs
             }
     for meta in nodes.values():
         _attach_ledger(meta, rows)
@@ -433,7 +437,11 @@ def pane_data(
         prefix=id_prefix,
         dot=gv.dot,
         nodes=nodes,
-        groups=[GroupRow(id=g.id, name=g.name, n_ops=len(g.ops), expanded=g.id in gv.expanded) for g in gv.groups],
+        groups=[
+            GroupRow(id=g.id, name=g.name, n_ops=len(g.ops), expanded=g.id in gv.expanded, spans=g.spans)
+            for g in gv.groups
+        ],
+        holding={m: h for g in gv.groups for m in g.spans if (h := group_holding(gv.groups, m)) is not None},
         marks={k: m for k, m in node_marks.items() if m["status"]},
         n_ops=len(snapshot.ops),
         n_collectives=sum(1 for op in snapshot.ops if op.is_collective),
@@ -448,13 +456,17 @@ def search_ops(
 
     Returns up to ``limit`` hits (``{"index", "node", "group", "op", "label", "kind"}``; ``node`` is the drawn node
     that holds the op in the current expansion) and the total number of hits. Bookkeeping ops are skipped, as in
-    the graph.
+    the graph. A fusion region is searched op by op (``OpRecord.inner``): ``ln_f`` finds the ops of ``ln_f`` inside
+    ``blocks.3 -> lm_head``, each drawn in the region's group, or as its own node when the group is open.
     """
     q = query.strip().lower()
     if not q:
         return [], 0
     gv = graph_view(snapshot, [n for n in expanded if n in {g.name for g in graph_view(snapshot).groups}])
-    node_of = gv.node_of
+    node_of = dict(gv.node_of)
+    for g in gv.groups:  # an open group draws its regions' ops: each its own node
+        for op in g.regions if g.id in gv.expanded else ():
+            node_of.update({(op.index, k): inner_node(op, k) for k in range(len(op.inner))})
     group_of = {op.index: g.name for g in gv.groups for op in g.ops}
     bucket_of = {op.index: g.bucket for g in gv.groups if g.bucket is not None for op in g.ops}
     # A gathered parameter is found where it is used too: each unpacked result of a bucket is its parameter.
@@ -464,8 +476,11 @@ def search_ops(
             pn.update(zip(b.results, b.params, strict=True))
     hits: list[SearchHit] = []
     total = 0
-    for op in snapshot.ops:
-        if op.index not in node_of:
+    searched = [(op, op, None) for op in snapshot.ops if op.index in node_of]  # a region by its name too
+    searched += [(i, op, k) for op in snapshot.ops if op.index in node_of for k, i in enumerate(op.inner)]
+    searched.sort(key=lambda x: (x[1].index, -1 if x[2] is None else x[2]))
+    for op, drawn, k in searched:
+        if op.is_bookkeeping:
             continue
         tensors = [t.name for t in (*op.inputs, *op.outputs)]
         names = tensors + [pn[t] for t in tensors if t in pn]
@@ -477,15 +492,15 @@ def search_ops(
             continue
         named = [pn[t] for t in tensors if t in pn]
         shown = next((n for n in named if q in n.lower()), None) or next(iter(named), None) or (op.module or "")
-        bucket = bucket_of.get(op.index)
+        bucket = bucket_of.get(drawn.index) if k is None else None
         if bucket is not None and not (q in shown.lower() and shown in bucket.params):
             shown = bucket.short_name  # a bucket's op by the bucket's short name, not its first parameter
         kind = "collective" if op.is_collective else "wait" if op.is_wait else "op"
         hits.append(
             SearchHit(
-                index=op.index,
-                node=node_of[op.index],
-                group=group_of.get(op.index, ""),
+                index=drawn.index,
+                node=node_of.get((drawn.index, k), node_of[drawn.index]),
+                group=group_of.get(drawn.index, ""),
                 op=short_op_name(op.op),
                 label=f"{short_op_name(op.op)} {shown}".strip(),
                 kind=kind,
@@ -539,13 +554,14 @@ def run_names(a: Subject, b: Subject) -> tuple[str, str]:
 
 
 def compare_verdict(a: Subject, b: Subject) -> str:
-    """The comparison's one sentence (``trace.diff.verdict``): bytes sent per step, why, and the measured step peak
-    of the lowest rank when both runs measured one (else the predicted one, else what forward saves for backward)."""
+    """The comparison's one sentence (``trace.diff.verdict``): bytes sent per step, why, and the runs' measured step
+    peaks (each its largest rank's, as every table says it) when both measured one (else the predicted one, else
+    what forward's trace hands to backward)."""
     na, nb = run_names(a, b)
     memory = None
-    ma, mb = a.step_memory.get(a.primary.rank), b.step_memory.get(b.primary.rank)
-    if ma is not None and mb is not None and ma.peak_bytes is not None and mb.peak_bytes is not None:
-        memory = ("step peak (measured)", ma.peak_bytes, mb.peak_bytes)
+    ma, mb = largest_peak(a.step_memory), largest_peak(b.step_memory)
+    if ma is not None and mb is not None:
+        memory = ("step peak (measured)", ma[1].peak_bytes, mb[1].peak_bytes)
     elif a.prediction is not None and b.prediction is not None:
         memory = ("step peak (predicted)", a.prediction.peak_bytes, b.prediction.peak_bytes)
     return verdict(a.primary, b.primary, na, nb, memory)
@@ -572,7 +588,7 @@ def ledger_table(subject: Subject) -> LedgerPanel:
         bad=sorted(bad_positions),
         mismatches=subject.mismatches(),
         counts={r: subject.ledgers[r].counts() for r in ranks},
-        bytes={r: subject.ledgers[r].total_bytes() for r in ranks},
+        bytes={r: subject.ledgers[r].sent_bytes() for r in ranks},
     )
 
 
@@ -582,14 +598,17 @@ MEMORY_COLUMNS: tuple[MemoryColumn, ...] = (
     MemoryColumn(key="predicted_step_peak", title="step peak, predicted", unit="bytes", source="predicted"),
     MemoryColumn(key="est_peak_forward", title="trace estimate, forward", unit="bytes", source="estimated"),
     MemoryColumn(key="est_peak_backward", title="trace estimate, backward", unit="bytes", source="estimated"),
-    MemoryColumn(key="saved_for_backward", title="saved for backward", unit="bytes", source="estimated"),
+    MemoryColumn(key="saved_for_backward", title=TRACE_SAVED, unit="bytes", source="estimated"),
     MemoryColumn(key="recomputed_ops", title="recomputed ops", unit="count", source="estimated"),
     MemoryColumn(key="kept_for_accumulation", title="kept for accumulation", unit="bytes", source="estimated"),
     MemoryColumn(key="rss_bytes", title="process RSS", unit="bytes", source="measured"),
     MemoryColumn(key="cuda_max_allocated_bytes", title="CUDA peak allocated", unit="bytes", source="measured"),
     MemoryColumn(key="cuda_allocated_bytes", title="CUDA allocated now", unit="bytes", source="measured"),
 )
-MEMORY_NOTE = PEAK_NOTE
+MEMORY_NOTE = (
+    f"Step peak: {PEAK_NOTE} {TRACE_SAVED_NOTE} Trace estimate: thunder's get_alloc_memory of one trace's"
+    " intermediates, not a step peak. Process RSS is not tensor memory."
+)
 
 
 def memory_rows(subject: Subject) -> list[dict[str, Any]]:

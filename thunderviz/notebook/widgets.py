@@ -157,10 +157,12 @@ class _GraphWidget(anywidget.AnyWidget):
     def expand(self, *groups: str) -> None:
         """Open groups (by name, e.g. ``"blocks.0"``) into their ops, as a double-click in the graph does."""
         known = {g["name"] for p in self.panes for g in p["groups"]}
-        unknown = [g for g in groups if g not in known]
+        # a module a fusion region runs opens that region's group (``ln_f`` opens ``blocks.3 -> lm_head``)
+        held = {g: next((h for p in self.panes if (h := p["holding"].get(g))), g) for g in groups}
+        unknown = [g for g, h in held.items() if h not in known]
         if unknown:
             raise ValueError(f"expand({', '.join(map(repr, unknown))}): no such group; groups: {sorted(known)!r}")
-        self.expanded = list(dict.fromkeys([*self.expanded, *groups]))
+        self.expanded = list(dict.fromkeys([*self.expanded, *held.values()]))
 
     def collapse(self, *groups: str) -> None:
         """Close groups again; with no argument, close all."""
@@ -357,7 +359,7 @@ class TraceView(_GraphWidget):
 class CompareView(_GraphWidget):
     """Two traces over the same label on one scale, synced zoom, the structural diff outlined on both graphs.
 
-    Outlines (``viewdata.pane_data``): ``added`` only on what the left run has nothing of (a bucket ZERO3 adds),
+    Outlines (``viewdata.pane_data``): ``added`` only on what the first run has nothing of (a bucket ZERO3 adds),
     ``removed`` the reverse, ``changed`` on a block both runs have whose ops differ (clicking it says which ops,
     collectives and bytes sent: ``changes``). On top, the verdict (``viewdata.compare_verdict``: bytes sent per step,
     why, one memory difference), then the summary (``TraceDiff.summary``). The panes sit side by side when both

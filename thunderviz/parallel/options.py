@@ -51,6 +51,7 @@ __all__ = [
     "StrategyOptions",
     "TextEnum",
     "UnknownOptionError",
+    "closest_name",
     "executor_names",
     "flag_options",
     "options_for",
@@ -846,8 +847,8 @@ def _jit_kwargs(
         if name in accepted:
             continue
         ours = [o.name for o in options_for(parallelism)]
-        close = difflib.get_close_matches(name, [*ours, *sorted(accepted)], n=1, cutoff=0.6)
-        hint = f" Did you mean `{close[0]}`?" if close else ""
+        close = closest_name(name, [*ours, *sorted(accepted)])
+        hint = f" Did you mean `{close}`?" if close else ""
         takes = ", ".join(o.name for o in options_for(parallelism) if not o.fabric)
         where = " or a keyword of `thunder.jit`" if jit_keywords is not None else ""
         raise UnknownOptionError(
@@ -855,6 +856,13 @@ def _jit_kwargs(
             f" {strategy} takes: {takes}" + ("; and the keywords `thunder.jit` reads." if jit_keywords else ".")
         )
     return dict(unknown)
+
+
+def closest_name(name: str, known: Iterable[str]) -> str | None:
+    """The known option (or flag) a mistyped name most likely meant (``nrpoc`` -> ``nproc``), or None when none is
+    close: the one "did you mean" rule of the strategies' keywords and the magics' flags."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return close[0] if close else None
 
 
 def _check_combination(options: StrategyOptions) -> None:

@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from thunderviz.parallel.options import Bucketing, Parallelism, Sharding, StrategyOptions, parse_options
+from thunderviz.trace.wire import ring_bytes
 
 __all__ = [
     "HYBRID_PREFERENCE",
@@ -55,7 +56,6 @@ __all__ = [
     "inter_host_bytes",
     "link_cost",
     "parse_memory",
-    "ring_bytes",
     "smallest_fitting",
 ]
 
@@ -189,22 +189,6 @@ def hybrid_communication(
     """
     per_rank = ring_bytes("all_reduce", reduced_bytes // shard, replicas)
     return shard_comm_bytes + per_rank, shard_collectives + reductions, shard * per_rank
-
-
-def ring_bytes(kind: str, nbytes: int, world_size: int) -> int:
-    """Bytes one rank sends for one collective whose input on this rank is ``nbytes``, with ring algorithms (what
-    NCCL and gloo use for large messages): all_gather (W-1) x its shard, reduce_scatter (W-1)/W of its input,
-    all_reduce 2(W-1)/W of its buffer. On one rank nothing moves."""
-    w = world_size
-    if w <= 1:
-        return 0
-    if kind == "all_gather":
-        return (w - 1) * nbytes
-    if kind == "reduce_scatter":
-        return (w - 1) * nbytes // w
-    if kind == "all_reduce":
-        return 2 * (w - 1) * nbytes // w
-    raise ValueError(f"ring_bytes: unknown collective kind {kind!r}")
 
 
 @dataclass(frozen=True)

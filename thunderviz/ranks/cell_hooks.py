@@ -39,19 +39,18 @@ def prepare_cell(config: CellConfig) -> None:
 
 
 def before_user_cell(_info: Any) -> None:
-    """The ``pre_run_cell`` hook: measure the cell's steps' memory, and with ``--timeline`` start recording this rank,
-    just before the user's code."""
-    memory_measure.cell_started(user_namespace)
+    """The ``pre_run_cell`` hook: with ``--timeline`` start recording this rank, and measure the memory of the cell's
+    steps the recording does not keep (``memory_measure``), just before the user's code."""
     _forget_compiles()
     _watch_phase()
-    if not STATE.timeline_steps:
-        return
-    from thunderviz.ranks.timeline_rank import start_cell_recording
+    if STATE.timeline_steps:
+        from thunderviz.ranks.timeline_rank import start_cell_recording
 
-    fabric = user_namespace().get("fabric")
-    STATE.recorder, STATE.timeline_problems = start_cell_recording(
-        STATE.timeline_steps, fabric=fabric, previous=STATE.recorder
-    )
+        fabric = user_namespace().get("fabric")
+        STATE.recorder, STATE.timeline_problems = start_cell_recording(
+            STATE.timeline_steps, fabric=fabric, previous=STATE.recorder
+        )
+    memory_measure.cell_started(user_namespace, STATE.timeline_steps if STATE.recorder is not None else 0)
 
 
 def _forget_compiles() -> None:
@@ -87,7 +86,7 @@ def after_user_cell(result: Any) -> None:
     captured: dict[int, Any] = {}
     try:
         if succeeded and STATE.collect:
-            data = collect(ns, STATE.before, keep_bundles=True, by_object=captured)
+            data = collect(ns, STATE.before, keep_bundles=True, by_object=captured, watch=STATE.phase_watch)
         forget_unreachable_modules(ns)
         STATE.before = snapshot(ns)
     except Exception:

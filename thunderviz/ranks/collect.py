@@ -9,6 +9,7 @@ this module is cheap: psutil, torch and thunder load inside the functions.
 from __future__ import annotations
 
 import socket
+import time
 import traceback
 from typing import Any
 
@@ -17,6 +18,7 @@ from thunderviz.ranks.cell_targets import CellSnapshot, cell_targets, strategy_o
 from thunderviz.ranks.protocol import PHASE_DATA_KEY, MemoryReading, ReportData
 from thunderviz.ranks.rank_state import STATE, publish, this_rank
 from thunderviz.ranks.status import Phase
+from thunderviz.trace.workload import Workload, tensor_text
 
 __all__ = ["collect", "read_memory"]
 
@@ -45,20 +47,27 @@ def _compiles() -> list[str]:
 
 
 def collect(
-    ns: dict[str, Any], before: CellSnapshot, *, keep_bundles: bool, by_object: dict[int, Any] | None = None
+    ns: dict[str, Any],
+    before: CellSnapshot,
+    *,
+    keep_bundles: bool,
+    by_object: dict[int, Any] | None = None,
+    watch: Any = None,
 ) -> ReportData:
     """What the report needs from this rank for the cell that ran since ``before``.
 
     ``keep_bundles``: send the trace bundles themselves (else only their ledgers). ``by_object`` receives each
     captured bundle under the id of the object's compile data (the timeline names its collectives from them
-    instead of capturing the traces again).
+    instead of capturing the traces again). ``watch``: the cell's ``CellPhaseWatch``; when the cell compiled, the
+    compile line ends with where this rank's seconds went (``cell_phase.compile_split``).
     """
     rank = this_rank()
+    step_memory, optimizers = memory_measure.cell_finished()
     result = ReportData(
         rank=rank,
         host=socket.gethostname(),
         memory=read_memory(cuda=STATE.setup is not None and STATE.setup.backend == "nccl"),
-        step_memory=memory_measure.cell_finished(),
+        step_memory=step_memory,
         # only this cell's decisions: the log of a Fabric reused across cells keeps growing
         decisions=list(getattr(strategy_of(ns), "decisions", None) or [])[before.decisions :],
         bundles={},
@@ -72,8 +81,10 @@ def collect(
         result["problems"].append("could not list the traced objects:\n" + traceback.format_exc())
         return result
     if not targets:
+        _add_split(result, watch, 0.0)
         return result
     publish({PHASE_DATA_KEY: Phase.COLLECTING})
+    capturing = time.perf_counter()
     try:
         from thunderviz.thunder.capture import capture
         from thunderviz.thunder.hooks import compile_key
@@ -81,9 +92,10 @@ def collect(
     except ImportError as exc:
         result["problems"].append(f"the trace model is not available in this build ({exc}); traces were not captured")
         return result
+    captured: dict[str, Any] = {}
     for name, obj in targets:
         try:
-            bundle = capture(obj, name, rank=rank)
+            bundle = captured[name] = capture(obj, name, rank=rank)
             result["ledgers"][name] = ledger_from_bundle(bundle)
             if by_object is not None:
                 by_object[compile_key(obj)] = bundle
@@ -91,4 +103,36 @@ def collect(
                 result["bundles"][name] = bundle
         except Exception:
             result["problems"].append(f"capturing {name!r} failed:\n" + traceback.format_exc())
+    result["workload"] = _workload(targets, captured, optimizers)
+    _add_split(result, watch, time.perf_counter() - capturing)
     return result
+
+
+def _workload(targets: list[tuple[str, Any]], bundles: dict[str, Any], optimizers: list[str]) -> Workload | None:
+    """What the cell trained (``trace.workload``): its first traced module, that module's batch as its forward trace
+    read it, the optimizers that stepped, the ranks; None when no module was traced."""
+    from thunderviz.process_rank import process_rank
+    from thunderviz.thunder.modules import model_size
+
+    for name, obj in targets:
+        size = model_size(obj)
+        if size is None:
+            continue
+        bundle = bundles.get(name)
+        inputs = bundle.forward.tensor_inputs() if bundle is not None else []
+        batch = tuple(tensor_text(t.dtype or "?", t.shape or ()) for t in inputs)
+        return Workload(size[0], size[1], batch, " + ".join(optimizers), process_rank().world_size)
+    return None
+
+
+def _add_split(result: ReportData, watch: Any, captured_s: float) -> None:
+    """Where this rank's seconds went, after what its compiles did (only for a cell that compiled something)."""
+    if watch is None or not result["compile"]:
+        return
+    from thunderviz.ranks.cell_phase import compile_split
+
+    reused = all(e.startswith("reused") for e in result["compile"])
+    total = time.perf_counter() - watch.started_at
+    split = compile_split(watch.spent, captured_s=captured_s, total_s=total, reused=reused)
+    if split:
+        result["compile"].append(split)

@@ -21,6 +21,7 @@ from typing import Any
 
 from thunderviz.errors import RankError, ThundervizError
 from thunderviz.parallel.options import TextEnum
+from thunderviz.ranks.tracebacks import compact, same_text
 
 __all__ = [
     "CellError",
@@ -127,15 +128,42 @@ class CellError(RankError):
         self.pool_restart_pending = restarted
 
     def _render_traceback_(self) -> list[str]:
-        """IPython shows this instead of the kernel-side stack, which says nothing about the ranks."""
+        """IPython shows this instead of the kernel-side stack, which says nothing about the ranks: each distinct
+        traceback once, for every rank that raised it, the user's frames first and library frames folded
+        (``tracebacks.compact``); ``full_traceback()`` (``%thunder_ranks traceback``) has every rank's in full."""
         lines = [f"{type(self).__name__}: {self}"]
+        failures = [f for f in sorted(self.failures.values(), key=_cause_first) if f.traceback]
+        on_their_own = [f for f in failures if not f.was_stopped_by_us]
+        shown = on_their_own or failures  # a rank we stopped because another failed has nothing to add
+        groups: dict[str, list[RankFailure]] = {}
+        for f in shown:
+            groups.setdefault(same_text(f.traceback), []).append(f)
+        for same in groups.values():
+            who = _ranks([f.rank for f in same]) + (" (the same traceback)" if len(same) > 1 else "")
+            died = same[0].kind is FailureKind.DIED  # its log's end, already cut to what matters: shown whole
+            lines.append(f"--- {who}: {'the end of its process log' if died else 'traceback'} ---")
+            text = same[0].traceback.rstrip().splitlines() if died else compact(same[0].traceback)
+            lines.extend(f"  {line}" for line in text)
+        stopped = [f for f in sorted(self.failures.values(), key=_cause_first) if f.was_stopped_by_us]
+        left_out = [f for f in stopped if on_their_own]  # we stopped them because another rank failed
+        if left_out:
+            where = "; where it was is in the full output" if any(f.traceback for f in left_out) else ""
+            lines.append(f"({_ranks([f.rank for f in left_out])}: stopped by us after that failure{where})")
+        if failures:
+            lines.append("Every rank's full traceback: %thunder_ranks traceback (or CellError.full_traceback()).")
+        return lines
+
+    def full_traceback(self) -> str:
+        """Every rank's traceback in full, each line tagged with its rank (what the cell printed before tracebacks
+        were shortened)."""
+        lines: list[str] = []
         for rank in sorted(self.failures):
             failure = self.failures[rank]
             if failure.traceback:
                 what = "the end of its process log" if failure.kind is FailureKind.DIED else "traceback"
                 lines.append(f"--- rank {rank} {what} ---")
                 lines.extend(f"[rank {rank}] {line}" for line in failure.traceback.rstrip().splitlines())
-        return lines
+        return "\n".join(lines)
 
 
 class RanksInterrupted(CellError):
@@ -192,20 +220,34 @@ def classify_remote_error(rank: int, exc: Any, *, interrupt_sent: bool) -> RankF
     return RankFailure(rank, FailureKind.RAISED, f"{exc.ename}: {exc.evalue}", tb)
 
 
-def _describe(failure: RankFailure, timeout_s: float) -> str:
-    rank = failure.rank
+def _describe(failure: RankFailure, timeout_s: float, who: str = "") -> str:
+    """One rank's story (``who`` names it: ``rank 1``, or ``ranks 0, 1`` for several with the same story)."""
+    who = who or f"rank {failure.rank}"
     if failure.kind is FailureKind.RAISED:
-        return f"rank {rank} raised {failure.summary}"
+        return f"{who} raised {failure.summary}"
     if failure.kind is FailureKind.DIED:
-        return f"rank {rank} died: {failure.summary}"
+        return f"{who} died: {failure.summary}"
     if failure.kind is FailureKind.TIMEOUT:
         where = f" in {failure.collective}" if failure.collective else " in a collective"
-        return f"rank {rank} is stuck: it waited {timeout_s:.0f} s (--timeout){where} that not every rank entered"
+        return f"{who} is stuck: it waited {timeout_s:.0f} s (--timeout){where} that not every rank entered"
     if failure.kind is FailureKind.INTERRUPTED:
-        return f"rank {rank} interrupted ({failure.summary})"
+        return f"{who} interrupted ({failure.summary})"
     if failure.kind is FailureKind.UNREACHABLE:
-        return f"rank {rank} could not connect: {failure.summary}"
-    return f"rank {rank} {failure.summary}"  # killed: the summary says why
+        return f"{who} could not connect: {failure.summary}"
+    return f"{who} {failure.summary}"  # killed: the summary says why
+
+
+def _stories(failures: list[RankFailure], timeout_s: float) -> list[str]:
+    """Each distinct story once, naming every rank that told it (``ranks 0, 1 raised ValueError: ...``)."""
+    groups: dict[tuple[FailureKind, str, str | None], list[RankFailure]] = {}
+    for f in failures:
+        groups.setdefault((f.kind, f.summary, f.collective), []).append(f)
+    return [_describe(same[0], timeout_s, _ranks([f.rank for f in same])) for same in groups.values()]
+
+
+def _ranks(ranks: list[int]) -> str:
+    """``rank 1`` or ``ranks 0, 1``."""
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
 
 
 def cell_error(
@@ -228,7 +270,7 @@ def cell_error(
     """
     # The rank that failed on its own leads (a ValueError on rank 1), then those we stopped because of it (rank 0,
     # killed while it waited for rank 1): read in rank order, the message began with the consequence.
-    parts = [_describe(f, timeout_s) for f in sorted(failures.values(), key=_cause_first)]
+    parts = _stories(sorted(failures.values(), key=_cause_first), timeout_s)
     finished = [r for r in ranks if r not in failures]
     if finished and any(f.kind is FailureKind.TIMEOUT for f in failures.values()):
         parts.append(f"rank(s) {', '.join(map(str, finished))} finished the cell without entering it")

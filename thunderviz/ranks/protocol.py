@@ -36,6 +36,7 @@ from thunderviz.parallel.decisions import Decision
 from thunderviz.parallel.options import REGISTERED_STRATEGIES, OptionError, StrategyOptions, parse_options
 from thunderviz.ranks.failures import RankUsageError
 from thunderviz.trace.memory import StepMemory
+from thunderviz.trace.workload import Workload
 
 if TYPE_CHECKING:
     from thunderviz.timeline.model import RankTimeline
@@ -200,6 +201,8 @@ class ReportData(TimelinePart, total=False):
     problems: list[str]
     #: what each compile of the cell did: ``reused an earlier set-up's trace (...)`` / ``interpreted in 9.1 s``
     compile: list[str]
+    #: what the cell trained (model, batch, optimizer, world): which runs the "which strategy?" table compares
+    workload: Workload | None
 
 
 def missing_report(rank: int, why: str) -> ReportData:

@@ -10,9 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from thunderviz.parallel.decisions import Decision
+from thunderviz.ranks.cell_phase import SPLIT
 from thunderviz.ranks.protocol import MemoryReading, ReportData, StrategySpec
 from thunderviz.trace.ledger import find_mismatches
-from thunderviz.trace.memory import MemoryComparison, MemoryEstimate, StepMemory, compare
+from thunderviz.trace.memory import MemoryComparison, MemoryEstimate, StepMemory, compare, largest_peak
+from thunderviz.trace.workload import Workload
 
 __all__ = ["RunReport"]
 
@@ -57,6 +59,8 @@ class RunReport:
     start_seconds: float = 0.0
     #: the host each rank ran on (what the rank pool knows): ``traffic()`` splits communication by it
     rank_hosts: dict[int, str] = field(default_factory=dict)
+    #: what the cell trained (model, one rank's batch, optimizer, ranks): the runs it is compared with share it
+    workload: Workload | None = None
 
     @property
     def timeline(self) -> Any:
@@ -102,6 +106,7 @@ class RunReport:
         rank0 = collected.get(0, {})
         report.decisions = list(rank0.get("decisions", []))
         report.bundles = dict(rank0.get("bundles", {}))
+        report.workload = rank0.get("workload")
         for rank in sorted(collected):
             data = collected[rank]
             report.memory[rank] = MemoryReading(**data.get("memory", {}))
@@ -117,6 +122,32 @@ class RunReport:
         report.problems = sorted(set(report.problems), key=report.problems.index)
         report.mismatches = _mismatches(report.ledgers)
         return report
+
+    # -- the run's facts, computed here once and read by every view ---------------------------------------------
+
+    def sent_per_step(self) -> int | None:
+        """Bytes the busiest rank puts on the wire per step (``trace.wire``: every traced object's collectives, ring
+        algorithms); None without ledgers. What the verdicts, the ledgers and the "which strategy?" table say."""
+        per_rank: dict[int, int] = {}
+        for by_rank in self.ledgers.values():
+            for rank, ledger in by_rank.items():
+                per_rank[rank] = per_rank.get(rank, 0) + ledger.sent_bytes()
+        return max(per_rank.values()) if per_rank else None
+
+    def step_peak(self) -> tuple[int, StepMemory] | None:
+        """The largest rank's measured step peak, ``(rank, StepMemory)`` (ties: the lowest rank); None when no rank
+        measured one. The run's peak wherever one number stands for the run."""
+        return largest_peak(self.step_memory)
+
+    def step_time(self) -> tuple[float, tuple[int, ...], bool] | None:
+        """The run's step time from its timeline, ``(milliseconds, step numbers, unprofiled)``: the median over
+        those steps of the slowest rank's step, timed with the profiler stopped when ``unprofiled``
+        (``TimelineAnalysis.step_time``); None without a timeline."""
+        if self.timeline_data is None:
+            return None
+        analysis = self.timeline_data.analysis()
+        us = analysis.step_time()
+        return None if us is None else (us / 1000.0, *analysis.timed_steps())
 
     def traffic(self) -> Any:
         """What the run sent per step within hosts and between them (``ranks.traffic.HostTraffic``; None without
@@ -176,8 +207,12 @@ def compile_summary(compiles: dict[int, list[str]]) -> str:
     first, story = next(iter(stories.items()))
     if len(stories) == 1:
         return story
-    # ranks that did the same, in seconds that differ a little: one line with the first rank's numbers
-    if len({re.sub(r"\d+(\.\d+)?", "N", s) for s in stories.values()}) == 1:
+    # ranks that did the same, in seconds that differ a little: one line with the first rank's numbers (where their
+    # seconds went is sampled, and a part under 0.05 s on one rank may be missing on another: it does not count)
+    done = {
+        re.sub(r"\d+(\.\d+)?", "N", "; ".join(e for e in ev if not e.startswith(SPLIT))) for ev in compiles.values()
+    }
+    if len(done) == 1:
         return f"{story} (rank {first}; every rank alike)"
     return "; ".join(f"rank {rank}: {story}" for rank, story in stories.items())
 

@@ -4,7 +4,14 @@ Why one table: a user choosing a strategy ran ZERO2, ZERO3 and DDP in three cell
 its own memory bars, ledger and timeline; the choice is made across them. Each row is one run (measured on its
 ranks) or one plan candidate (predicted), with the same columns: peak per rank and what it is made of, bytes each
 rank sends per step, the step time when a timeline measured it, whether it fits a budget, and one sentence of why
-it differs from the leanest row. Numbers come from the reports and plans as they are: nothing is re-measured.
+it differs from the leanest row of its group. Numbers come from the reports and plans as they are (the report's own
+``sent_per_step``, ``step_peak``, ``step_time``): nothing is re-measured or re-counted here.
+
+Rows are compared only within one workload (``trace.workload``: the same model, batch, optimizer and world size):
+a DDP cell with SGD is lean next to ZERO2 with AdamW because SGD keeps no optimizer state, and a table that ranked
+them together called DDP "the leanest" while the plan said DDP with AdamW does not fit. So the table is a list of
+groups, each ranked on its own with exactly one leanest row, and a run that shares its workload with nothing says
+so and why.
 """
 
 from __future__ import annotations
@@ -13,22 +20,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from thunderviz.parallel.plan import ring_bytes
-from thunderviz.trace.units import format_bytes
+from thunderviz.trace.units import format_bytes, steps_text
+from thunderviz.trace.workload import Workload
 
-__all__ = ["StrategyRow", "StrategyTable", "compare_runs"]
-
-_COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
+__all__ = ["StrategyGroup", "StrategyRow", "StrategyTable", "compare_runs"]
 
 
 @dataclass(frozen=True)
 class StrategyRow:
     """One run or candidate. ``peak_bytes`` is the largest rank's step peak (None: nothing measured, ``note`` says
     why); ``parts`` splits it in the one memory account (``trace.memory.ACCOUNT``), measured for a run, predicted
-    for a candidate; ``sent_bytes`` is
-    what one rank sends per step with ring algorithms, the largest over the ranks; ``step_ms`` the median step of
-    the slowest rank (None without a timeline); ``across_hosts`` what the busiest host sends to the others per step
-    (None on one host, or when the hosts are unknown: ``ranks.traffic``)."""
+    for a candidate; ``sent_bytes`` is what the busiest rank puts on the wire per step (``trace.wire``); ``step_ms``
+    the median step of the slowest rank (None without a timeline); ``peak_steps`` / ``timed_steps`` the step
+    numbers the peak and the step time were measured on (``timed_unprofiled``: with the profiler stopped);
+    ``across_hosts`` what the busiest host sends to the others per step (None on one host, or when the hosts are
+    unknown: ``ranks.traffic``)."""
 
     name: str
     source: str  # "measured" or "planned"
@@ -42,28 +48,57 @@ class StrategyRow:
     why: str = ""
     note: str = ""
     across_hosts: int | None = None
+    peak_steps: tuple[int, ...] = ()
+    timed_steps: tuple[int, ...] = ()
+    timed_unprofiled: bool = False
+
+
+@dataclass(frozen=True)
+class StrategyGroup:
+    """The rows of one workload, leanest peak first among those that fit. ``workload`` is None for runs whose
+    workload is unknown (no module was traced); ``alone`` says why a single run is compared with nothing;
+    ``recommended`` what the plan in the group recommends (the leanest row need not be it: the plan picks, among
+    what fits, DDP, else the least communication)."""
+
+    workload: Workload | None
+    rows: tuple[StrategyRow, ...]
+    alone: str = ""
+    recommended: str = ""
+
+    @property
+    def title(self) -> str:
+        return self.workload.describe() if self.workload is not None else "workload unknown (no module was traced)"
 
 
 @dataclass(frozen=True)
 class StrategyTable:
-    """The rows, leanest peak first among those that fit; shows itself as an HTML table in a notebook."""
+    """The groups (``StrategyGroup``), in the order their first run came; shows itself as HTML in a notebook."""
 
-    rows: tuple[StrategyRow, ...]
+    groups: tuple[StrategyGroup, ...]
     budget: int | None = None
+
+    @property
+    def rows(self) -> tuple[StrategyRow, ...]:
+        """Every row, group after group."""
+        return tuple(r for g in self.groups for r in g.rows)
 
     def __str__(self) -> str:
         lines = [f"which strategy? (budget per rank: {format_bytes(self.budget) if self.budget else 'none'})"]
-        for r in self.rows:
-            peak = format_bytes(r.peak_bytes, unknown="not measured")
-            sent = format_bytes(r.sent_bytes, unknown="?")
-            step = "" if r.step_ms is None else f", step {r.step_ms:.1f} ms"
-            fits = "" if r.fits is None else (", fits" if r.fits else ", does not fit")
-            across = "" if r.across_hosts is None else f" ({format_bytes(r.across_hosts)} per host across hosts)"
-            lines.append(
-                f"- {r.name} ({r.source}, {r.ranks} ranks): peak {peak}, sends {sent}/step{across}{step}{fits}"
-            )
-            if r.why:
-                lines.append(f"    {r.why}")
+        for g in self.groups:
+            said = "; ".join(x for x in (g.alone, g.recommended and f"the plan recommends {g.recommended}") if x)
+            lines.append(f"{g.title}:" + (f" {said}" if said else ""))
+            for r in g.rows:
+                peak = format_bytes(r.peak_bytes, unknown="not measured")
+                sent = format_bytes(r.sent_bytes, unknown="?")
+                how = "unprofiled" if r.timed_unprofiled else "profiled"
+                step = "" if r.step_ms is None else f", step {r.step_ms:.1f} ms ({steps_text(r.timed_steps)}, {how})"
+                fits = "" if r.fits is None else (", fits" if r.fits else ", does not fit")
+                across = "" if r.across_hosts is None else f" ({format_bytes(r.across_hosts)} per host across hosts)"
+                lines.append(
+                    f"- {r.name} ({r.source}, {r.ranks} ranks): peak {peak}, sends {sent}/step{across}{step}{fits}"
+                )
+                if r.why:
+                    lines.append(f"    {r.why}")
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
@@ -74,13 +109,13 @@ class StrategyTable:
 
 def compare_runs(*runs: Any, plan: Any = None, budget: int | None = None) -> StrategyTable:
     """One table of every run (``RunReport`` of a ``%%thunder_fsdp`` / ``%%thunder_ddp`` cell) and, with ``plan``,
-    every candidate of a ``thunderviz.plan(...)``.
+    every candidate of a ``thunderviz.plan(...)``, grouped by workload (see the module docstring).
 
     Args:
         runs: the reports to compare (at least one, or a plan); or one mapping of name -> report, whose names the
             rows take (a report's own ``--name`` otherwise, else "run N").
-        plan: a ``Plan``; its candidates become rows marked "planned", and its budget is used unless ``budget`` is
-            given.
+        plan: a ``Plan``; its candidates become rows marked "planned", in the group of the runs whose workload it
+            predicted, and its budget is used unless ``budget`` is given.
         budget: bytes per rank; a row fits when its peak is at most this.
 
     Raises:
@@ -99,63 +134,72 @@ def compare_runs(*runs: Any, plan: Any = None, budget: int | None = None) -> Str
             )
     if budget is None and plan is not None:
         budget = getattr(plan, "memory_per_rank", None)
-    rows = [_run_row(r, i, name) for i, (r, name) in enumerate(zip(runs, names, strict=True))]
+    grouped: dict[Any, list[StrategyRow]] = {}
+    picks: dict[Any, str] = {}
+    for i, (report, name) in enumerate(zip(runs, names, strict=True)):
+        workload = getattr(report, "workload", None)
+        key = workload if workload is not None else ("unknown", i)  # an unknown workload is compared with nothing
+        grouped.setdefault(key, []).append(_run_row(report, i, name))
     if plan is not None:
-        rows += [_candidate_row(c) for c in plan.candidates]
-    rows = [_with_fit(r, budget) for r in rows]
-    rows = _explained(rows)
+        for c in plan.candidates:
+            key = plan.workload(c.world_size) if hasattr(plan, "workload") else ("plan", c.world_size)
+            grouped.setdefault(key, []).append(_candidate_row(c))
+            pick = plan.recommended_for(c.world_size)
+            picks[key] = f"{pick.name} (plan)" if pick is not None else "none (nothing fits)"
+    groups = [
+        replace(_group(key, rows, budget, grouped), recommended=picks.get(key, "")) for key, rows in grouped.items()
+    ]
+    return StrategyTable(tuple(groups), budget)
+
+
+def _group(key: Any, rows: list[StrategyRow], budget: int | None, grouped: Mapping[Any, Any]) -> StrategyGroup:
+    workload = key if isinstance(key, Workload) else None
+    rows = _explained([_with_fit(r, budget) for r in rows])
     rows.sort(key=lambda r: (r.fits is False, r.peak_bytes is None, r.peak_bytes or 0))
-    return StrategyTable(tuple(rows), budget)
+    alone = ""
+    if len(rows) == 1:
+        others = [k for k in grouped if isinstance(k, Workload) and k != workload]
+        if workload is None:
+            alone = "compared with no other run: its workload is not known (no module was traced in its cell)"
+        elif not others:
+            alone = "the only run of its workload"
+        else:
+            nearest = min(others, key=lambda k: len(workload.differences(k)))
+            alone = f"compared with no other run: {'; '.join(nearest.differences(workload))}"
+    return StrategyGroup(workload, tuple(rows), alone)
 
 
 def _run_row(report: Any, index: int, name: str | None) -> StrategyRow:
     strategy = report.strategy.describe() if report.strategy is not None else "no strategy"
     name = name or report.name or f"run {index + 1}"
-    measured = {r: m for r, m in report.step_memory.items() if m.peak_bytes is not None}
-    if measured:
-        rank = max(sorted(measured), key=lambda r: measured[r].peak_bytes)  # ties: the lowest rank, every time
-        peak, parts, note = measured[rank].peak_bytes, measured[rank].account, ""
+    peak = report.step_peak()
+    if peak is not None:
+        measured = peak[1]
+        peak_bytes, parts, note, steps = measured.peak_bytes, measured.account, "", measured.steps
     else:
         notes = {m.note for m in report.step_memory.values() if m.note}
-        peak, parts, note = None, {}, "; ".join(sorted(notes)) or "no step was measured"
+        peak_bytes, parts, note, steps = None, {}, "; ".join(sorted(notes)) or "no step was measured", ()
+    timed = report.step_time()
     return StrategyRow(
         name=name,
         source="measured",
         strategy=strategy,
         ranks=report.world_size,
-        peak_bytes=peak,
+        peak_bytes=peak_bytes,
         parts=parts,
-        sent_bytes=sent_per_step(report.ledgers),
-        step_ms=_step_ms(report),
+        sent_bytes=report.sent_per_step(),
+        step_ms=None if timed is None else timed[0],
         note=note,
         across_hosts=_across_hosts(report),
+        peak_steps=tuple(steps),
+        timed_steps=() if timed is None else timed[1],
+        timed_unprofiled=timed is not None and timed[2],
     )
 
 
 def _across_hosts(report: Any) -> int | None:
     traffic = report.traffic() if hasattr(report, "traffic") else None
     return traffic.across_hosts if traffic is not None and traffic.hosts > 1 else None
-
-
-def sent_per_step(ledgers: Mapping[str, Mapping[int, Any]]) -> int | None:
-    """Bytes one rank sends in one step (every traced object's collectives, ring algorithms), the largest rank."""
-    per_rank: dict[int, int] = {}
-    for by_rank in ledgers.values():
-        for rank, ledger in by_rank.items():
-            for e in ledger.entries:
-                if e.kind in _COLLECTIVES and e.bytes is not None:
-                    per_rank[rank] = per_rank.get(rank, 0) + ring_bytes(e.kind, e.bytes, e.group_size or 1)
-                else:
-                    per_rank.setdefault(rank, 0)
-    return max(per_rank.values()) if per_rank else None
-
-
-def _step_ms(report: Any) -> float | None:
-    timeline = getattr(report, "timeline_data", None)
-    if timeline is None:
-        return None
-    us = timeline.analysis().step_time()
-    return None if us is None else us / 1000.0
 
 
 def _candidate_row(c: Any) -> StrategyRow:
@@ -178,29 +222,24 @@ def _with_fit(row: StrategyRow, budget: int | None) -> StrategyRow:
 
 
 def _explained(rows: Sequence[StrategyRow]) -> list[StrategyRow]:
-    """Each row's sentence: what makes its peak larger than the leanest comparable row's (same source), and how
-    its traffic compares."""
+    """Each row's sentence: what makes its peak larger than its group's leanest row's (the smallest peak; on a tie
+    the measured row, then the first), and how its traffic compares. Exactly one row of a group is the leanest."""
+    peaked = [r for r in rows if r.peak_bytes is not None]
+    lean = min(peaked, key=lambda r: (r.peak_bytes or 0, r.source != "measured")) if len(peaked) > 1 else None
     out = []
     for row in rows:
-        peers = [r for r in rows if r.source == row.source and r.peak_bytes is not None and r is not row]
-        if row.peak_bytes is None or not peers:
+        if row.peak_bytes is None or lean is None:
             out.append(replace(row, why=row.note))
-            continue
-        lean = min(peers, key=lambda r: r.peak_bytes or 0)
-        if (lean.peak_bytes or 0) >= row.peak_bytes:
-            out.append(replace(row, why=_leanest(row, peers)))
-            continue
-        grew = {k: v - lean.parts.get(k, 0) for k, v in row.parts.items()}
-        part, extra = max(grew.items(), key=lambda kv: kv[1], default=("", 0))
-        what = f", most of it {part} (+{format_bytes(extra)})" if extra > 0 else ""
-        traffic = _traffic(row, lean)
-        out.append(
-            replace(
-                row,
-                why=f"{format_bytes(row.peak_bytes - (lean.peak_bytes or 0))} more per rank than {lean.name}"
-                f"{what}{traffic}",
-            )
-        )
+        elif row is lean:
+            out.append(replace(row, why=_leanest(row, [r for r in peaked if r is not row])))
+        else:
+            grew = {k: v - lean.parts.get(k, 0) for k, v in row.parts.items()}
+            part, extra = max(grew.items(), key=lambda kv: kv[1], default=("", 0))
+            # the part that grew most, by its own amount: other parts may have shrunk (ZERO3 saves less for backward
+            # than ZERO2 and gathers more into temporaries), so it can exceed the whole's difference
+            what = f"; the largest difference: {part} +{format_bytes(extra)}" if extra > 0 else ""
+            more = format_bytes(row.peak_bytes - (lean.peak_bytes or 0))
+            out.append(replace(row, why=f"{more} more per rank than {lean.name}{what}{_traffic(row, lean)}"))
     return out
 
 
@@ -214,7 +253,7 @@ def _leanest(row: StrategyRow, peers: Sequence[StrategyRow]) -> str:
 
 def _traffic(row: StrategyRow, other: StrategyRow) -> str:
     if row.across_hosts is not None and other.across_hosts and row.across_hosts != other.across_hosts:
-        # across hosts the slow link decides (issue 31): say what moved off it, or onto it
+        # across hosts the slow link decides: say what moved off it, or onto it
         ratio = row.across_hosts / other.across_hosts
         return f"; sends {ratio:.2f}x {other.name}'s bytes between hosts per step"
     if row.sent_bytes is None or other.sent_bytes is None or row.sent_bytes == other.sent_bytes:

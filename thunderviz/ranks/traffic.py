@@ -2,10 +2,11 @@
 
 Why here and in these terms: across hosts the link is the slow one, and hybrid sharding exists to keep the heavy
 collectives off it (issue 31); a report that only says "bytes per step" cannot show that. The accounting is the
-plan's (``parallel.plan.inter_host_bytes``, ``hybrid_communication``), so a measured run and its prediction use the
-same words: ring algorithms; a collective whose group lies inside one host never leaves it; a ring over a group that
-spans hosts leaves each host once per ring step, so each host sends what one rank of the group sends, once for every
-such group it has ranks in (hybrid's replica groups: one per rank of the host).
+plan's (``parallel.plan.inter_host_bytes``, ``hybrid_communication``) and every view's (``trace.wire``), so a
+measured run and its prediction use the same words: ring algorithms; a collective whose group lies inside one host
+never leaves it; a ring over a group that spans hosts leaves each host once per ring step, so each host sends what
+one rank of the group sends, once for every such group it has ranks in (hybrid's replica groups: one per rank of
+the host).
 """
 
 from __future__ import annotations
@@ -14,12 +15,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from thunderviz.parallel.plan import ring_bytes
 from thunderviz.trace.units import format_bytes
+from thunderviz.trace.wire import SENDING_KINDS
 
 __all__ = ["HostTraffic", "host_traffic"]
-
-_SENDING = ("all_gather", "reduce_scatter", "all_reduce")
 
 
 @dataclass(frozen=True)
@@ -68,10 +67,10 @@ def host_traffic(ledgers: Mapping[str, Mapping[int, Any]], rank_hosts: Mapping[i
         for rank, ledger in by_rank.items():
             host = rank_hosts.get(rank)
             for e in ledger.entries:
-                if e.kind not in _SENDING or e.bytes is None:
+                if e.kind not in SENDING_KINDS or e.bytes is None:
                     continue
                 members = _members(rank, world, e)
-                n = ring_bytes(e.kind, e.bytes, e.group_size or world)
+                n = e.sent_bytes(world)
                 sent[rank] = sent.get(rank, 0) + n
                 hosts = {rank_hosts.get(r) for r in members}
                 if len(hosts) == 1:

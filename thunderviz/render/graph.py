@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from thunderviz.render.markup import counted
-from thunderviz.trace.attribution import top_group
+from thunderviz.trace.attribution import SPAN, region_modules, top_group
 from thunderviz.trace.buckets import Bucket
 from thunderviz.trace.diff import sent_bytes
 from thunderviz.trace.model import OpRecord, TensorRef, TraceSnapshot, short_op_name
@@ -38,7 +38,9 @@ __all__ = [
     "format_bytes",
     "fused_summary",
     "graph_view",
+    "group_holding",
     "group_ops",
+    "inner_node",
     "node_metadata",
     "op_importance",
     "op_summary",
@@ -129,6 +131,22 @@ class Group:
         """Ops that recompute forward values in backward (activation checkpointing, ZERO3): drawn dashed."""
         return [op for op in self.ops if op.recomputed]
 
+    @property
+    def work(self) -> list[OpRecord]:
+        """The compute ops as a person counts them: each fusion region whose ops were captured as those ops."""
+        return [i for op in self.compute for i in ([x for x in op.inner if not x.is_bookkeeping] or [op])]
+
+    @property
+    def regions(self) -> list[OpRecord]:
+        return [op for op in self.ops if op.fused]
+
+    @property
+    def spans(self) -> list[str]:
+        """The modules this group's fusion regions run (several for a region named ``blocks.3 -> lm_head``), in order;
+        [] for a group of one module's ops."""
+        mods = dict.fromkeys(m for op in self.regions for m in region_modules(op))
+        return list(mods) if SPAN in self.name or len(mods) > 1 else []
+
 
 @dataclass
 class GraphView:
@@ -201,7 +219,7 @@ def group_ops(snapshot: TraceSnapshot, *, include_bookkeeping: bool = False) -> 
 def _resolve_expand(groups: list[Group], expand: Collection[str] | None) -> frozenset[str]:
     if not expand:
         return frozenset()
-    wanted = set(expand)
+    wanted = {group_holding(groups, w) or w for w in expand}
     known = {g.id for g in groups} | {g.name for g in groups}
     unknown = wanted - known
     if unknown:
@@ -210,6 +228,16 @@ def _resolve_expand(groups: list[Group], expand: Collection[str] | None) -> froz
             f"to_dot(expand={sorted(unknown)!r}): no such group in this trace; pass group names or ids from: {names}"
         )
     return frozenset(g.id for g in groups if g.id in wanted or g.name in wanted)
+
+
+def group_holding(groups: list[Group], name: str) -> str | None:
+    """The group a module is drawn in: its own, else the group whose fusion regions run most of its ops (``ln_f`` is
+    in ``blocks.3 -> lm_head``); None when no group holds it."""
+    if any(g.name == name for g in groups):
+        return name
+    holding = {g.name: sum(top_group(i.module) == name for op in g.regions for i in op.inner) for g in groups}
+    best = max(holding, key=lambda n: holding[n], default=None)
+    return best if best is not None and holding[best] else None
 
 
 def _op_label(op: OpRecord, param_names: dict[str, str], bucket: Bucket | None = None) -> str:
@@ -306,7 +334,7 @@ def graph_view(
         node_of = {**node_of, **dict.fromkeys(inputs, INPUT_NODE)}
     for g in groups:
         lines += draw.open_group(g) if g.id in opened else draw.collapsed_group(g)
-    lines += _edges(snapshot, node_of)
+    lines += _edges(snapshot, node_of, _opened_regions(groups, opened))
     lines.append("}")
     return GraphView(dot="\n".join(lines) + "\n", nodes=draw.nodes, groups=groups, expanded=opened, node_of=node_of)
 
@@ -345,6 +373,16 @@ def _node_of(groups: list[Group], opened: frozenset[str]) -> dict[int, str]:
             else:
                 node_of[op.index] = g.id
     return node_of
+
+
+def _opened_regions(groups: list[Group], opened: frozenset[str]) -> dict[int, OpRecord]:
+    """The fusion regions drawn as their ops: every captured region of an open group, by op index."""
+    return {op.index: op for g in groups if g.id in opened for op in g.ops if op.inner}
+
+
+def inner_node(region: OpRecord, k: int) -> str:
+    """The node id of a fusion region's ``k``-th op, drawn when its group is open."""
+    return f"op{region.index}_{k}"
 
 
 def _header(snapshot: TraceSnapshot, title: str | None) -> list[str]:
@@ -388,23 +426,59 @@ class _Drawing:
             f'color="#3d6e9e"; id="{self.prefix}{g.id}"; tooltip="{dot_escape(g.name)}";',
         ]
         for op in g.ops:
-            style = (
-                _COLLECTIVE_STYLE
-                if op.is_collective
-                else _WAIT_STYLE
-                if op.is_wait
-                else _RECOMPUTED_OP_STYLE
-                if op.recomputed
-                else _OP_STYLE
-            )
-            nid = f"op{op.index}"
-            label = _op_label(op, self.pn, self.buckets.get(op.index))
-            lines.append(
-                f'    {nid} [id="{self.prefix}{nid}", label="{dot_escape(label)}", '
-                f'tooltip="{dot_escape(_op_tooltip(op))}", {style}];'
-            )
-            self.nodes[nid] = _op_meta(op, g, self.pn, self.buckets.get(op.index))
+            if op.inner:
+                lines += self._open_region(op, g)
+                continue
+            lines.append(self._op_node(op, g, f"op{op.index}", self.buckets.get(op.index)))
         lines.append("  }")
+        return lines
+
+    def _op_node(self, op: OpRecord, g: Group, nid: str, bucket: Bucket | None = None, indent: str = "    ") -> str:
+        style = (
+            _COLLECTIVE_STYLE
+            if op.is_collective
+            else _WAIT_STYLE
+            if op.is_wait
+            else _RECOMPUTED_OP_STYLE
+            if op.recomputed
+            else _OP_STYLE
+        )
+        label = _op_label(op, self.pn, bucket)
+        self.nodes[nid] = _op_meta(op, g, self.pn, bucket)
+        return (
+            f'{indent}{nid} [id="{self.prefix}{nid}", label="{dot_escape(label)}", '
+            f'tooltip="{dot_escape(_op_tooltip(op))}", {style}];'
+        )
+
+    def _open_region(self, region: OpRecord, g: Group) -> list[str]:
+        """A fusion region opened in place: a frame named for it around its ops, which sit in a frame per module
+        when it spans several (the region ``blocks.3 -> lm_head`` shows ``blocks.3``, ``ln_f`` and ``lm_head``)."""
+        rid = f"op{region.index}"
+        lines = [
+            f"    subgraph cluster_{rid} {{",
+            f'      label="{dot_escape(_clip(region.op) + chr(10) + fused_summary(region))}"; style="rounded,dashed"; '
+            f'color="#8a6d00"; id="{self.prefix}{rid}"; tooltip="{dot_escape(_op_tooltip(region))}";',
+        ]
+        self.nodes[rid] = {**_op_meta(region, g, self.pn), "kind": "region", "modules": region_modules(region)}
+        by_module: dict[str, list[tuple[int, OpRecord]]] = {}
+        for k, op in enumerate(region.inner):
+            if not op.is_bookkeeping:
+                by_module.setdefault(top_group(op.module), []).append((k, op))
+        framed = len(by_module) > 1
+        for n, (module, ops) in enumerate(by_module.items()):
+            if framed:
+                lines.append(
+                    f'      subgraph cluster_{rid}m{n} {{ label="{dot_escape(_clip(module))}"; style="rounded"; '
+                    f'color="#3d6e9e";'
+                )
+            for k, op in ops:
+                nid = inner_node(region, k)
+                lines.append(self._op_node(op, g, nid, indent="        "))
+                # the index is the region's (what diff marks and search key on); its place in the region: position
+                self.nodes[nid] |= {"index": region.index, "in_region": region.op, "position": k}
+            if framed:
+                lines.append("      }")
+        lines.append("    }")
         return lines
 
     def collapsed_group(self, g: Group) -> list[str]:
@@ -412,11 +486,16 @@ class _Drawing:
         bucket's communication is one collective node."""
         if g.bucket is not None:
             return [self._bucket_node(g, g.bucket)]
-        compute = g.compute
-        label = f"{_clip(g.name)}\n{counted(len(compute), 'op')}"
-        top = op_summary(compute)[:3]
+        work = g.work
+        label = f"{_clip(g.name)}\n{counted(len(work), 'op')}"
+        if g.regions:  # "71 ops in 1 fusion region" when the regions are all it runs
+            alone = all(op.fused for op in g.compute)
+            label += f"{' in' if alone else ','} {counted(len(g.regions), 'fusion region')}"
+        top = op_summary(work)[:3]
         if top:
             label += "\n" + ", ".join(f"{n} {k}" for k, n in top)
+        if g.spans:
+            label += "\n" + _clip("spans " + ", ".join(g.spans), 44)
         recomputed = g.recomputed
         if recomputed:
             label += f"\n{RECOMPUTED_MARK} {len(recomputed)} recomputed"
@@ -426,9 +505,10 @@ class _Drawing:
             if recomputed
             else ""
         )
+        spans = f" (one fusion region spanning {', '.join(g.spans)})" if g.spans else ""
         lines = [
-            f'  {g.id} [id="{self.prefix}{g.id}", label="{dot_escape(label)}", tooltip="{dot_escape(g.name)}{tip}: '
-            f'click to expand", {style}];'
+            f'  {g.id} [id="{self.prefix}{g.id}", label="{dot_escape(label)}", tooltip="{dot_escape(g.name)}{spans}'
+            f'{tip}: click to expand", {style}];'
         ]
         self.nodes[g.id] = _group_meta(g, self.snapshot)
         if g.collectives or g.waits:
@@ -476,14 +556,33 @@ class _Drawing:
         )
 
 
-def _edges(snapshot: TraceSnapshot, node_of: dict[int, str]) -> list[str]:
-    """Edges between drawn nodes, merged: two collapsed groups get one edge however many tensors cross."""
+def _edges(snapshot: TraceSnapshot, node_of: dict[int, str], regions: dict[int, OpRecord]) -> list[str]:
+    """Edges between drawn nodes, merged: two collapsed groups get one edge however many tensors cross. An opened
+    fusion region has no node of its own: a tensor enters at the region's ops that read it and leaves from the one
+    that computed it, and its ops are joined as inside any trace."""
+    produced = {
+        r: {t.name: inner_node(op, k) for k, i in enumerate(op.inner) for t in i.outputs} for r, op in regions.items()
+    }
+    read: dict[int, dict[str, list[str]]] = {}
+    for r, op in regions.items():
+        for k, i in enumerate(op.inner):
+            for t in i.inputs:
+                read.setdefault(r, {}).setdefault(t.name, []).append(inner_node(op, k))
     edge_count: Counter[tuple[str, str]] = Counter()
-    for src, dst, _name in snapshot.edges:
-        a, b = node_of.get(src), node_of.get(dst)
-        if a is None or b is None or a == b:
-            continue
-        edge_count[(a, b)] += 1
+    for src, dst, name in snapshot.edges:
+        a = produced[src].get(name) if src in regions else node_of.get(src)
+        bs = read.get(dst, {}).get(name, []) if dst in regions else [node_of.get(dst)]
+        for b in bs:
+            if a is not None and b is not None and a != b:
+                edge_count[(a, b)] += 1
+    for op in regions.values():
+        inside: dict[str, str] = {}
+        for k, i in enumerate(op.inner):
+            for t in i.inputs:
+                if t.name in inside and inside[t.name] != inner_node(op, k):
+                    edge_count[(inside[t.name], inner_node(op, k))] += 1
+            for t in i.outputs:
+                inside[t.name] = inner_node(op, k)
     lines = []
     for (a, b), n in edge_count.items():
         width = 1.0 if n == 1 else min(4.0, 1.0 + n / 8)
@@ -519,18 +618,20 @@ def _op_meta(op: OpRecord, g: Group, pn: dict[str, str], bucket: Bucket | None =
 
 
 def _group_meta(g: Group, snap: TraceSnapshot) -> dict[str, Any]:
-    modules = Counter(op.module for op in g.ops if op.module)
+    modules = Counter(i.module for op in g.ops for i in (op.inner or (op,)) if i.module)
     sources = Counter(f"{op.source.short()}: {op.source.code}" for op in g.ops if op.source is not None)
     return {
         "kind": "group",
         "id": g.id,
         "name": g.name,
-        "n_ops": len(g.ops),
-        "n_compute": len(g.compute),
+        "n_ops": len(g.ops) - len(g.compute) + len(g.work),
+        "n_compute": len(g.work),  # a fusion region counts the ops it runs
         "n_recomputed": len(g.recomputed),
         "first_index": g.ops[0].index if g.ops else None,
         "last_index": g.ops[-1].index if g.ops else None,
-        "op_counts": dict(op_summary(g.compute)),
+        "op_counts": dict(op_summary(g.work)),
+        "spans": g.spans,
+        "regions": {op.op: len(op.fused) for op in g.regions},
         "collectives": dict(Counter(op.collective for op in g.ops if op.collective)),
         "modules": dict(modules.most_common()),
         "sources": [s for s, _ in sources.most_common(8)],

@@ -28,7 +28,8 @@ from thunderviz.render.timeline_svg import timeline_html
 from thunderviz.timeline.model import Timeline
 from thunderviz.trace.diff import TraceDiff, diff_traces
 from thunderviz.trace.ledger import Ledger, find_mismatches, ledger_from_bundle
-from thunderviz.trace.model import TraceBundle, TraceSnapshot
+from thunderviz.trace.model import OpRecord, TraceBundle, TraceSnapshot
+from thunderviz.trace.saved import TRACE_SAVED_NOTE
 from thunderviz.trace.units import format_bytes
 
 if TYPE_CHECKING:
@@ -176,13 +177,13 @@ def _overview(by_name: Mapping[str, list[TraceBundle]]) -> str:
             )
     return (
         "<h2>Overview</h2><table><tr><th>jitted object</th><th>rank</th><th>world</th><th>forward ops</th>"
-        "<th>backward ops</th><th>trace estimate fwd</th><th>trace estimate bwd</th><th>saved for backward</th>"
+        "<th>backward ops</th><th>trace estimate fwd</th><th>trace estimate bwd</th><th>saved tensors (trace)</th>"
         "<th>collectives</th></tr>"
         + "".join(rows)
         + "</table><p class='note'>Trace estimate: thunder's estimate of one trace's peak "
         "(<code>get_alloc_memory</code>), per rank: that trace's intermediates, not the step peak of the memory "
         "section (which counts parameters, gradients, optimizer state and everything alive at once). "
-        "Saved for backward: what forward keeps alive for backward; "
+        f"{_e(TRACE_SAVED_NOTE)} "
         f"{RECOMPUTED_MARK} counts the backward ops that recompute forward values instead (activation checkpointing, "
         "ZERO3). Kept for accumulation: the unsharded gradients a <code>no_backward_sync</code> backward holds until "
         "the next synchronizing one (one full copy of the sharded parameters' gradients per rank).</p>"
@@ -264,27 +265,38 @@ def _group_details(prefix: str, g: Group, snap: TraceSnapshot) -> str:
     pn = snap.param_names
     rows = []
     for op in g.ops:
-        cls = " class='coll'" if op.is_collective else " class='wait'" if op.is_wait else ""
-        mark = f" {RECOMPUTED_MARK}" if op.recomputed else ""
-        outs = ", ".join(f"{t.name}: {t.short()}" for t in op.outputs)
-        ins = ", ".join(pn.get(t.name, t.name) for t in op.inputs)
-        src = "" if op.source is None else f"{op.source.short()}: {op.source.code}"
-        rows.append(
-            f"<tr{cls}><td class='num'>{op.index}</td>"
-            f"<td class='mono' title='{_e(op.python)}'>{_e(short_op_name(op.op) + mark)}"
-            f"</td><td class='mono'>{_e(outs)}</td><td class='mono'>{_e(ins)}</td><td>{_e(op.module or '')}</td>"
-            f"<td class='mono'>{_e(src)}</td></tr>"
-        )
+        rows.append(_op_row(op, pn, str(op.index)))
+        # a fusion region's own ops, each with its module: every module the region spans is listed
+        rows += [_op_row(i, pn, f"{op.index}.{k}") for k, i in enumerate(op.inner) if not i.is_bookkeeping]
     n_coll = len(g.collectives)
     extra = f", {counted(n_coll, 'collective')}" if n_coll else ""
     if g.recomputed:
         extra += f", {RECOMPUTED_MARK} {len(g.recomputed)} recomputed"
+    if g.regions:
+        extra += f", {counted(len(g.regions), 'fusion region')}"
+    if g.spans:
+        extra += f" spanning {', '.join(g.spans)}"
     return (
         f"<details id='details-{prefix}{g.id}'><summary><b>{_e(g.name)}</b>: "
-        f"{counted(len(g.compute), 'op')}{extra}</summary>"
+        f"{counted(len(g.work), 'op')}{extra}</summary>"
         "<table><tr><th>#</th><th>op</th><th>outputs</th><th>inputs</th><th>module</th><th>source</th></tr>"
         + "".join(rows)
         + "</table></details>"
+    )
+
+
+def _op_row(op: OpRecord, pn: dict[str, str], where: str) -> str:
+    """One op of a group's table (``where``: its index, ``12.3`` for a fusion region's fourth op)."""
+    cls = " class='coll'" if op.is_collective else " class='wait'" if op.is_wait else ""
+    mark = f" {RECOMPUTED_MARK}" if op.recomputed else ""
+    outs = ", ".join(f"{t.name}: {t.short()}" for t in op.outputs)
+    ins = ", ".join(pn.get(t.name, t.name) for t in op.inputs)
+    src = "" if op.source is None else f"{op.source.short()}: {op.source.code}"
+    return (
+        f"<tr{cls}><td class='num'>{where}</td>"
+        f"<td class='mono' title='{_e(op.python)}'>{_e(short_op_name(op.op) + mark)}"
+        f"</td><td class='mono'>{_e(outs)}</td><td class='mono'>{_e(ins)}</td><td>{_e(op.module or '')}</td>"
+        f"<td class='mono'>{_e(src)}</td></tr>"
     )
 
 
@@ -315,7 +327,7 @@ def _ledger_table(ledger: Ledger) -> str:
     counts = ", ".join(f"{n} {k}" for k, n in ledger.counts().items()) or "no collectives"
     return (
         f"<details><summary>Collectives ledger, rank {ledger.rank}: {_e(counts)}, "
-        f"{format_bytes(ledger.total_bytes())} sent</summary>"
+        f"{format_bytes(ledger.sent_bytes())} sent per step</summary>"
         "<table><tr><th>#</th><th>trace</th><th>kind</th><th>tensor</th><th>shape</th><th>dtype</th><th>bytes</th>"
         "<th>group</th><th>ops to wait</th></tr>" + "".join(rows) + "</table></details>"
     )

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from thunderviz.render.markup import escape, table
-from thunderviz.trace.memory import ACCOUNT, COLORS, MemoryEstimate, StepMemory, compare
+from thunderviz.trace.memory import ACCOUNT, COLORS, LEGEND, MemoryEstimate, StepMemory, compare
 from thunderviz.trace.model import TraceSnapshot
-from thunderviz.trace.saved import SavedComparison, saved_by_group, saved_by_line
-from thunderviz.trace.units import format_bytes
+from thunderviz.trace.saved import TRACE_SAVED, TRACE_SAVED_NOTE, SavedComparison, saved_by_group, saved_by_line
+from thunderviz.trace.units import format_bytes, steps_text
 
 __all__ = [
     "COLORS",
@@ -27,6 +27,7 @@ __all__ = [
     "MemoryBar",
     "account_segments",
     "bars_svg",
+    "peak_note_html",
     "plan_bars",
     "plan_html",
     "plan_predicted",
@@ -37,18 +38,23 @@ __all__ = [
     "saved_html",
 ]
 
-#: What "step peak" means wherever a report or view shows one (one definition; the predicted and the measured one
-#: differ only in how they were obtained and in what they can tell apart).
+#: What "step peak" means wherever a report or view shows one: a definition, not news, so every view folds it
+#: (``peak_note_html``); the predicted and the measured peak differ only in how they were obtained.
 PEAK_NOTE = (
-    "Step peak: the most tensor bytes alive at once on a rank during one steady-state training step (forward,"
-    " backward, optimizer step), everything counted: parameters, gradients, optimizer state, saved for backward,"
-    " temporaries, communication buffers. Predicted: the plan's rehearsal of the step (--plan). Measured: torch's"
-    " MemTracker on CPU, which counts communication buffers as temporaries, or CUDA's allocator statistics, which know"
-    " only the total. thunder's per-trace estimates (get_alloc_memory) count one trace's intermediates, not a step,"
-    " and process RSS is not tensor memory."
+    "The most tensor bytes alive at once on a rank during one steady-state training step, in five parts:"
+    " parameters, gradients, optimizer state, saved for backward, temporaries (communication buffers included:"
+    " torch's MemTracker cannot tell them apart, so the plan counts them there too). Predicted: the plan's rehearsal;"
+    " measured: MemTracker on CPU, CUDA's allocator statistics (the total only) on a GPU."
 )
 
 _DRAWN = frozenset((*ACCOUNT, "total"))
+
+
+def peak_note_html() -> str:
+    """``PEAK_NOTE`` folded under one line: 580 characters of definition had stood open under every report's table."""
+    return (
+        f"<details class='note'><summary>What \u201cstep peak\u201d means</summary><p>{escape(PEAK_NOTE)}</p></details>"
+    )
 
 
 @dataclass(frozen=True)
@@ -78,7 +84,10 @@ class MemoryBar:
             "kind": self.kind,
             "total": self.total,
             "fits": self.fits,
-            "segments": [{"category": c, "bytes": n, "color": COLORS.get(c, "#999")} for c, n in self.segments],
+            "segments": [
+                {"category": c, "bytes": n, "color": COLORS.get(c, "#999"), "legend": LEGEND.get(c, c)}
+                for c, n in self.segments
+            ],
         }
 
 
@@ -213,8 +222,9 @@ def bars_svg(bars: Sequence[MemoryBar], budget: int | None = None, *, width: int
     lx, ly = 0, height - 10
     for category in shown:
         parts.append(f"<rect x='{lx}' y='{ly - 9}' width='10' height='10' fill='{COLORS.get(category, '#999')}'/>")
-        parts.append(f"<text x='{lx + 13}' y='{ly}'>{escape(category)}</text>")
-        lx += 18 + 6 * len(category)
+        said = LEGEND.get(category, category)
+        parts.append(f"<text x='{lx + 13}' y='{ly}'>{escape(said)}</text>")
+        lx += 18 + 6 * len(said)
     parts.append("</svg>")
     return "".join(parts)
 
@@ -277,7 +287,7 @@ def run_memory_html(
         m = measured.get(r)
         peak = format_bytes(m.peak_bytes, unknown="-") if m is not None else "-"
         unmeasured = "see below" if shared else (m.note if m is not None else "")
-        source = (m.source or "-") if m is not None and m.measured else unmeasured
+        source = _measured_with(m) if m is not None and m.measured else unmeasured
         cmp = compare(prediction, m) if prediction is not None and m is not None else None
         rows.append(
             [
@@ -305,7 +315,13 @@ def run_memory_html(
     else:
         bars = bars_svg(run_bars(measured, prediction, prediction_name or "predicted"))
     note = f"<p class='note'>Every rank: {escape(shared)}</p>" if shared else ""
-    return f"<h4>Memory per rank{what}</h4>{bars}{table(headers, rows)}{note}<p class='note'>{escape(PEAK_NOTE)}</p>"
+    return f"<h4>Memory per rank{what}</h4>{bars}{table(headers, rows)}{note}{peak_note_html()}"
+
+
+def _measured_with(m: StepMemory) -> str:
+    """``memtracker, steps 6-7``: how a rank's peak was measured and on which steps of the cell."""
+    steps = steps_text(m.steps)
+    return f"{m.source or '-'}, {steps}" if steps else (m.source or "-")
 
 
 def _plan_head(plan: Any, ran_as: str) -> str:
@@ -329,7 +345,7 @@ def saved_html(forward: TraceSnapshot, *, top: int = 12) -> str:
     groups = [[r.key, r.tensors, format_bytes(r.bytes)] for r in saved_by_group(forward)[:top]]
     lines = [[r.key, r.code, r.tensors, format_bytes(r.bytes)] for r in saved_by_line(forward)[:top]]
     return (
-        "<h4>Saved for backward</h4>"
+        f"<h4>{escape(TRACE_SAVED[:1].upper() + TRACE_SAVED[1:])}</h4><p class='note'>{escape(TRACE_SAVED_NOTE)}</p>"
         + table(["group", "tensors", "bytes"], groups)
         + table(["source line", "code", "tensors", "bytes"], lines)
     )
@@ -345,6 +361,6 @@ def saved_comparison_html(comparison: SavedComparison, *, top: int = 12) -> str:
         [c.line, c.code, format_bytes(c.thunder_bytes), format_bytes(c.eager_bytes), _signed(c.extra)]
         for c in comparison.lines[:top]
     ]
-    return f"<h4>Saved for backward: thunder vs eager</h4><p>{escape(comparison.summary())}</p>" + table(
+    return f"<h4>Saved tensors: thunder vs eager</h4><p>{escape(comparison.summary())}</p>" + table(
         ["source line", "code", "thunder", "eager", "thunder extra"], rows
     )

@@ -15,6 +15,8 @@ from thunderviz.render.markup import decisions_table, escape, page
 from thunderviz.render.memory_view import run_memory_html
 from thunderviz.render.style import PAGE_CSS, wrap
 from thunderviz.render.timeline_svg import timeline_html
+from thunderviz.trace.memory import largest_peak
+from thunderviz.trace.units import steps_text
 
 if TYPE_CHECKING:  # read by attribute; render imports neither the decision table nor the rank protocol
     from thunderviz.parallel.decisions import Decision
@@ -96,7 +98,7 @@ def _report_body(report: RunReportLike) -> str:
     )
     parts.append(traces or "")
     if report.timeline_requested:
-        parts.append(_timeline_html(report.timeline_data))
+        parts.append(_observed_html(report) + _timeline_html(report.timeline_data))
     if report.problems:
         items = "".join(f"<li><pre>{escape(p)}</pre></li>" for p in report.problems)
         parts.append(f"<h4>Not shown</h4><ul>{items}</ul>")
@@ -104,16 +106,23 @@ def _report_body(report: RunReportLike) -> str:
 
 
 def reports_page(
-    reports: Mapping[str, RunReportLike], *, title: str, heading: str | None = None, summary: str = ""
+    reports: Mapping[str, RunReportLike],
+    *,
+    title: str,
+    heading: str | None = None,
+    summary: str = "",
+    summary_links: Sequence[tuple[str, str]] = (),
 ) -> str:
     """One page with each named report as a section (no script, no network), e.g. every report of a notebook: a
     table of contents first (a notebook's reports make a long page), then ``summary`` (HTML, e.g. the "which
-    strategy?" table), then the sections."""
+    strategy?" table), then the sections. ``summary_links``: ``(anchor id, title)`` of the summary's parts, listed in
+    the contents before the reports."""
     sections = [
         f"<section id='run-{i}'><h2>{escape(name)}</h2>{_report_body(r)}</section>"
         for i, (name, r) in enumerate(reports.items())
     ]
-    toc = "".join(
+    toc = "".join(f"<li><a href='#{escape(anchor)}'>{escape(said)}</a></li>" for anchor, said in summary_links)
+    toc += "".join(
         f"<li><a href='#run-{i}'>{escape(name)}</a> <span class='note'>{escape(_toc_line(r))}</span></li>"
         for i, (name, r) in enumerate(reports.items())
     )
@@ -132,6 +141,28 @@ def _toc_line(report: RunReportLike) -> str:
         f"{strategy} on {report.world_size} ranks, with its plan: {len(plan.candidates)} candidates against the"
         f" budget, {over} over it"
     )
+
+
+def _observed_html(report: RunReportLike) -> str:
+    """Which steps each measuring view observed, and the run's step time: the profiler and the memory meter never
+    share a step (``ranks.memory_measure``), and a report that does not say which steps it read invites comparing
+    numbers taken on different ones."""
+    timed = report.step_time() if hasattr(report, "step_time") else None
+    peak = largest_peak(report.step_memory)
+    said = []
+    drawn = steps_text(getattr(report.timeline_data, "steps", ()))
+    if timed is not None:
+        how = (
+            "timed with the profiler stopped"
+            if timed[2]
+            else "as recorded by torch.profiler, whose per-op cost is in them (run more steps to time some unprofiled)"
+        )
+        said.append(f"step time {timed[0]:.1f} ms, the median over {steps_text(timed[1])} of the slowest rank, {how}")
+    if drawn:
+        said.append(f"the timeline draws {drawn}, recorded with torch.profiler (step 1 compiles)")
+    if peak is not None and peak[1].steps:
+        said.append(f"memory measured on {steps_text(peak[1].steps)} (torch's MemTracker), a step no other view times")
+    return f"<p class='observed'>{escape('; '.join(said))}.</p>" if said else ""
 
 
 def _timeline_html(timeline: Any) -> str:

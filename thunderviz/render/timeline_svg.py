@@ -143,6 +143,10 @@ _HATCH = (
 )
 
 
+#: About the widest a character of a step label draws (12 px bold): whether "step 12" fits before the next step.
+_STEP_CHAR_PX = 7.5
+
+
 class _Plot:
     """The time axis of one picture: microseconds ``lo..hi`` drawn over ``plot_w`` pixels right of the labels."""
 
@@ -193,15 +197,18 @@ def _step_markers(plot: _Plot, timeline: Timeline, height: int) -> list[str]:
     if not ranks:
         return []
     parts = []
-    for s in timeline.ranks[ranks[0]].steps:
-        if s.start < plot.lo or s.start > plot.hi:
-            continue
+    shown = [s for s in timeline.ranks[ranks[0]].steps if plot.lo <= s.start <= plot.hi]
+    for i, s in enumerate(shown):
         xs = plot.x(s.start)
         parts.append(
             f'<line class="step-marker" x1="{xs:.1f}" y1="18" x2="{xs:.1f}" y2="{height - 4}" '
-            f'stroke="{COLOURS["step"]}" stroke-width="1" stroke-dasharray="4 3"/>'
+            f'stroke="{COLOURS["step"]}" stroke-width="1" stroke-dasharray="4 3"><title>step {s.step}</title></line>'
         )
-        parts.append(f'<text x="{xs + 3:.1f}" y="29" font-weight="bold" fill="{COLOURS["text"]}">step {s.step}</text>')
+        # as the widget does: "step 5" where it fits before the next step, else "5", else the marker's tooltip alone
+        room = (plot.x(shown[i + 1].start) if i + 1 < len(shown) else plot.x(plot.hi)) - xs - 6
+        label = next((t for t in (f"step {s.step}", str(s.step)) if len(t) * _STEP_CHAR_PX <= room), None)
+        if label:
+            parts.append(f'<text x="{xs + 3:.1f}" y="29" font-weight="bold" fill="{COLOURS["text"]}">{label}</text>')
     return parts
 
 
@@ -369,16 +376,37 @@ def _legend_html() -> str:
     )
 
 
+#: The breakdown's columns: ``RankBreakdown`` field -> its heading (times in ms, the mean over the drawn steps). The
+#: drawn steps ran under torch.profiler, which slows every op: their length is not the run's step time (the report's
+#: "step time", from steps timed without it), so the column says "profiled" and never plain "step time".
+BREAKDOWN_COLUMNS = {
+    "rank": "rank",
+    "steps": "steps drawn",
+    "step_time": "profiled step",
+    "compute": "compute",
+    "communication": "communication",
+    "exposed": "communication exposed",
+    "overlapped": "communication overlapped",
+    "idle": "idle",
+}
+
+
 def _breakdown_html(a: TimelineAnalysis) -> list[str]:
-    """The per-rank breakdown table: a head, one row per rank, a foot."""
-    heads = ["rank", "steps", "step_time", "compute", "communication", "exposed", "overlapped", "idle"]
+    """The per-rank breakdown table: milliseconds per step, as every duration is printed (``units.format_us``:
+    one decimal, two below 1 ms; it read ``step_time (ms)`` and 242.079 / 0.008)."""
+    heads = [
+        f"<th>{_e(title)}{'' if key in ('rank', 'steps') else ' (ms)'}</th>" for key, title in BREAKDOWN_COLUMNS.items()
+    ]
     parts = [
-        "<table><thead><tr>"
-        + "".join(f"<th>{_e(h)}{' (ms)' if h not in ('rank', 'steps') else ''}</th>" for h in heads)
+        "<table class='thunderviz-breakdown'><caption>Per rank, the mean of each drawn step, timed under"
+        " torch.profiler (which slows every op; the run's step time is timed without it)</caption><thead><tr>"
+        + "".join(heads)
         + "</tr></thead><tbody>"
     ]
-    for r in (b.row() for b in a.breakdown()):
-        parts.append("<tr>" + "".join(f"<td>{_e(r[h])}</td>" for h in heads) + "</tr>")
+    for b in a.breakdown():
+        cells = [str(b.rank), str(b.steps)]
+        cells += [format_us(getattr(b, key)).removesuffix(" ms") for key in list(BREAKDOWN_COLUMNS)[2:]]
+        parts.append("<tr>" + "".join(f"<td class='num'>{_e(c)}</td>" for c in cells) + "</tr>")
     parts.append("</tbody></table>")
     return parts
 

@@ -62,7 +62,9 @@ class ThunderAutoStrategy(ThunderParallelStrategy):
         optimizer: what ``thunderviz.plan`` takes; default: the optimizer handed to ``fabric.setup(model,
             optimizer)`` (same class and settings), else ``"adamw"``.
         plan: a ``thunderviz.plan(...)`` result to choose from instead of planning at ``fabric.setup``.
-        timeout, process_group_backend, start_method: Lightning's ``DDPStrategy`` arguments.
+        timeout: Lightning's ``DDPStrategy`` argument of that name (the process group's timeout).
+        process_group_backend: Lightning's ``DDPStrategy`` argument (``"gloo"``, ``"nccl"``; default by device).
+        start_method: Lightning's ``DDPStrategy`` argument (how Fabric starts its processes).
     """
 
     def __init__(

@@ -40,6 +40,7 @@ from thunderviz.parallel.plan import (
 from thunderviz.trace.memory import MemoryEstimate
 from thunderviz.trace.model import TraceBundle
 from thunderviz.trace.units import format_bytes
+from thunderviz.trace.workload import Workload, tensor_text
 
 __all__ = ["Candidate", "Plan", "default_device", "plan", "predict_candidates"]
 
@@ -128,7 +129,8 @@ class Candidate:
 @dataclass
 class Plan:
     """Every candidate predicted (``candidates``, world sizes in the order asked, each in ``PREFERENCE`` order), the
-    budget they were checked against, and how the numbers were obtained."""
+    budget they were checked against, and how the numbers were obtained. ``parameters``, ``batch`` and
+    ``optimizer`` say what was planned (``workload``: which runs the candidates are compared with)."""
 
     candidates: list[Candidate]
     memory_per_rank: int | None
@@ -136,6 +138,13 @@ class Plan:
     model: str
     how: str
     seconds: float
+    parameters: int = 0
+    batch: tuple[str, ...] = ()
+    optimizer: str = ""
+
+    def workload(self, world_size: int) -> Workload:
+        """What the candidates at ``world_size`` would train (``trace.workload``), as a run reports its own."""
+        return Workload(self.model, self.parameters, self.batch, self.optimizer, world_size)
 
     @property
     def world_sizes(self) -> list[int]:
@@ -494,7 +503,27 @@ def plan(
         model=type(template).__name__,
         how=how,
         seconds=time.perf_counter() - t0,
+        parameters=sum(p.numel() for p in template.parameters()),
+        batch=_batch_text(example_input),
+        optimizer=_optimizer_name(optimizer, device),
     )
+
+
+def _batch_text(example_input: Any) -> tuple[str, ...]:
+    """One rank's tensor inputs as a workload spells them (``int64[2, 16]``)."""
+    import torch
+
+    inputs = example_input if isinstance(example_input, (tuple, list)) else (example_input,)
+    return tuple(tensor_text(str(t.dtype), t.shape) for t in inputs if isinstance(t, torch.Tensor))
+
+
+def _optimizer_name(optimizer: Any, device: str) -> str:
+    """The class of the optimizer the plan rehearsed (``"adamw"`` -> ``AdamW``), built once on a meta parameter."""
+    import torch
+
+    from thunderviz.thunder.rehearsal import make_optimizer
+
+    return type(make_optimizer(optimizer, [torch.nn.Parameter(torch.empty(1, device="meta"))], device)).__name__
 
 
 @contextlib.contextmanager
@@ -524,3 +553,6 @@ def _progress(
         yield tick
     finally:
         bar.close()
+        # Send the bar's closing newline now: left in the kernel's stderr buffer it was sent after what the cell
+        # printed next (the plan's table), and the notebook showed it as an empty stderr block ending the cell.
+        sys.stderr.flush()

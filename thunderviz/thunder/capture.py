@@ -59,13 +59,14 @@ def capture(obj: Any, name: str | None = None, *, rank: int | None = None, stage
     # The backward of the entry that ran last (thunder.last_backward_traces can belong to another cache entry).
     bwd_traces = hooks.backward_traces_of_last_run(target)
     names = _param_names(target, fwd_traces[-1])
-    forward = snapshot_trace(fwd_traces[-1], label="forward", param_names=names)
-    backward = snapshot_trace(bwd_traces[-1], label="backward") if bwd_traces else None
+    seen: dict[int, Any] = {}  # one record per bound symbol object, shared by every trace of this capture
+    forward = snapshot_trace(fwd_traces[-1], label="forward", param_names=names, seen=seen)
+    backward = snapshot_trace(bwd_traces[-1], label="backward", seen=seen) if bwd_traces else None
     _add_communication(forward, fwd_traces[-1], backward, bwd_traces[-1] if bwd_traces else None)
     stage_snaps: list[TraceSnapshot] = []
     if stages:
         for i, t in enumerate(fwd_traces):
-            stage_snaps.append(snapshot_trace(t, label=stage_label(t, i), param_names=names, memory=False))
+            stage_snaps.append(snapshot_trace(t, label=stage_label(t, i), param_names=names, memory=False, seen=seen))
     assign_modules(forward, backward)
     for s in stage_snaps:
         assign_modules(s, None)

@@ -2,9 +2,10 @@
 
 A *step* ends when an optimizer's ``step()`` returns (any ``torch.optim`` optimizer; Fabric's wrapper calls it), so
 a window runs from one step's end to the next's, the way ``thunder.rehearsal`` counts a predicted step. The first
-step of a measurement compiles and creates the optimizer state, so the windows start after it; ``steps`` windows
-are measured (2 by default) and the result is the largest peak among them, after which the measurement costs
-nothing more.
+step of a measurement compiles and creates the optimizer state, so the windows start after it (after ``skip``
+steps: a cell recording a timeline leaves the steps the profiler times to it, since MemTracker's dispatch mode would
+slow them several times over); ``steps`` windows are measured (2 by default) and the result is the largest peak
+among them, after which the measurement costs nothing more.
 
 - CUDA: ``torch.cuda.reset_peak_memory_stats()`` when a window opens, ``torch.cuda.max_memory_allocated()`` when it
   closes: the caching allocator's own count of allocated blocks, so everything alive counts.
@@ -27,7 +28,8 @@ and the moment of the peak. When the window closes each storage alive at the pea
   gradients computed so far (under DDP: the all-reduced buckets the ``.grad`` become views of) were still unlabelled
   and the measured bar had no gradients at all (issue 30);
 - ``saved for backward``: what autograd saved (``torch.autograd.graph.saved_tensors_hooks``) before the peak;
-- ``temporaries``: the rest, communication buffers included (a measurement cannot tell them apart).
+- ``temporaries``: the rest, communication buffers included (MemTracker cannot tell them apart; the prediction counts
+  them there too, ``trace.memory``).
 
 The hooks are torch's global optimizer step hooks, registered once at ``start`` and removed at ``stop`` (never from
 inside a hook: torch iterates them while calling them).
@@ -57,9 +59,10 @@ _INDUCTOR = (
 )
 
 _NO_STEP = (
-    "no step was measured: a step ends when an optimizer's step() returns, and the first one (which compiles and"
-    " creates the optimizer state) is not measured; run at least {need} optimizer steps"
+    "no step was measured: a step ends when an optimizer's step() returns, and {skipped}; run at least {need}"
+    " optimizer steps"
 )
+_FIRST_SKIPPED = "the first one (which compiles and creates the optimizer state) is not measured"
 
 
 def _step_tracker(modules: Iterable[nn.Module], optimizer: torch.optim.Optimizer) -> Any:
@@ -159,12 +162,12 @@ class _Log:
 def _account(
     log: _Log, device: torch.device, total: int, state: set[int], registered: dict[int, str]
 ) -> dict[str, int]:
-    """The peak on ``device`` in the account (``ACCOUNT`` less communication buffers): see the module docstring.
+    """The peak on ``device`` in the account (``ACCOUNT``): see the module docstring.
     ``state`` holds the ids of the optimizer state's ``_WeakRefInfo``, ``registered`` the category of each one
     registered when the window opened."""
     from torch.distributed._tools.mem_tracker import _MemRefType
 
-    out = dict.fromkeys(ACCOUNT[:-1], 0)
+    out = dict.fromkeys(ACCOUNT, 0)
     for key, (winfo, _) in log.sizes.items():
         if torch.device(winfo.device) != device:
             continue
@@ -208,6 +211,8 @@ class StepMemoryMeter:
             a window opens: a notebook cell may set its model up after the meter started); their parameters,
             gradients and buffers count from the window's start. Only used on CPU.
         steps: windows to measure after the first step.
+        skip: optimizer steps left unmeasured before the first window (the first compiles: at least 1).
+        skipped: why those steps are not measured, for the note when no step is (default: the first compiles).
     """
 
     def __init__(
@@ -215,12 +220,20 @@ class StepMemoryMeter:
         modules: Iterable[nn.Module] | Callable[[], Iterable[nn.Module]] = (),
         *,
         steps: int = DEFAULT_MEASURED_STEPS,
+        skip: int = 1,
+        skipped: str = _FIRST_SKIPPED,
     ) -> None:
         if steps < 1:
             raise ValueError(f"StepMemoryMeter(steps={steps}): measure at least one step")
+        if skip < 1:
+            raise ValueError(f"StepMemoryMeter(skip={skip}): the first step compiles; skip at least that one")
         self._modules = modules
         self.steps = steps
+        self.skip = skip
+        self._skipped = skipped
         self.step = 0  # optimizer steps seen
+        #: the class names of the optimizers whose step() ran, in the order first seen (what the run trained with)
+        self.optimizers: list[str] = []
         self.peaks: list[tuple[int, int, dict[str, int], dict[str, int]]] = []  # (step, peak, groups, account)
         self.source = ""
         self._tracker: Any = None
@@ -253,8 +266,10 @@ class StepMemoryMeter:
 
     def _after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         self.step += 1
+        if type(optimizer).__name__ not in self.optimizers:
+            self.optimizers.append(type(optimizer).__name__)
         self._close_window(optimizer)
-        if len(self.peaks) < self.steps:
+        if self.step >= self.skip and len(self.peaks) < self.steps:
             self._open_window(optimizer)
 
     def _open_window(self, optimizer: torch.optim.Optimizer) -> None:
@@ -321,7 +336,7 @@ class StepMemoryMeter:
         if self._inductor:
             return StepMemory(None, self.source, note=_INDUCTOR)
         if not self.peaks:
-            return StepMemory(None, self.source, note=_NO_STEP.format(need=self.steps + 1 if self.steps else 2))
+            return StepMemory(None, self.source, note=_NO_STEP.format(skipped=self._skipped, need=self.skip + 1))
         _, peak, groups, parts = max(self.peaks, key=lambda p: p[1])
         return StepMemory(peak, self.source, dict(groups), tuple(p[0] for p in self.peaks), parts=dict(parts))
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-__all__ = ["FABRIC_PREFIX", "unwrap_fabric", "user_module"]
+__all__ = ["FABRIC_PREFIX", "model_size", "unwrap_fabric", "user_module"]
 
 _FABRIC_WRAPPER_MODULES = ("lightning.fabric.wrappers", "lightning_fabric.wrappers")
 
@@ -38,3 +38,18 @@ def user_module(obj: Any) -> Any:
 
     inner = unwrap_fabric(obj)
     return hooks.original_module(inner) if hooks.is_thunder_module(inner) else inner
+
+
+def model_size(obj: Any) -> tuple[str, int] | None:
+    """``(class name, parameter elements as built)`` of the user's module behind ``obj``, sharded parameters counted
+    whole (their full shape); None when ``obj`` is not a module (a jitted function)."""
+    import math
+
+    from torch import nn
+
+    from thunderviz.thunder import hooks
+
+    module = user_module(obj)
+    if not isinstance(module, nn.Module):
+        return None
+    return type(module).__name__, sum(math.prod(hooks.full_shape(p)) for p in module.parameters())

@@ -38,7 +38,6 @@ from torch import nn
 
 from thunderviz.parallel.buckets import find_blocks
 from thunderviz.parallel.options import Bucketing, Parallelism, StrategyOptions
-from thunderviz.parallel.plan import ring_bytes
 from thunderviz.thunder import hooks
 from thunderviz.thunder.comm_setup import configure_comm
 from thunderviz.thunder.distribute import shard_tensor
@@ -48,6 +47,7 @@ from thunderviz.thunder.storage_tracker import StorageTracker
 from thunderviz.trace.buckets import Bucket
 from thunderviz.trace.memory import MemoryEstimate
 from thunderviz.trace.model import TraceBundle
+from thunderviz.trace.wire import ring_bytes
 
 __all__ = [
     "PRECISIONS",
@@ -78,7 +78,7 @@ PRECISIONS: dict[str, torch.dtype] = {
 class Rehearsal:
     """What one rehearsed step gave: the peak (``memory``), the communication the traces do per step, the traces.
 
-    ``comm_bytes`` is what this rank sends per step with ring algorithms (``parallel.plan.ring_bytes``) over every
+    ``comm_bytes`` is what this rank sends per step with ring algorithms (``trace.wire.ring_bytes``) over every
     bucket the communication pass laid out; ``collectives`` their number; ``blocks`` how many repeated blocks the
     rehearsed model had (``None`` when it has none); ``reduced_bytes`` and ``reductions`` the input bytes and
     number of the reduce_scatters (what a hybrid mesh all-reduces across hosts, ``parallel.plan``).

@@ -170,12 +170,29 @@ def _function_change(where: str, new: Any, old: Any) -> str:
     return f"a value {where} closes over changed"
 
 
+#: What thunder's DDP sets on a module it replicates (ours too: ``hooks.mark_module_ddp``); the user set none of them,
+#: so a change is said as the strategy's (issue: "attribute bucket_size_in_mb was added" after switching FSDP to DDP).
+_DDP_MARK = "use_ddp"
+_DDP_WORDS = {
+    "bucket_size_in_mb": "DDP's gradient bucket size",
+    "process_group_for_ddp": "DDP's process group",
+}
+
+
 def _attribute_change(module: str, new: dict[str, Any], old: dict[str, Any]) -> str:
     prefix = f"{module}." if module else ""
+    if (new.get(_DDP_MARK) is None) != (old.get(_DDP_MARK) is None):
+        model = f"{module} is" if module else "the model is"
+        if new.get(_DDP_MARK) is not None:
+            return f"the strategy changed: {model} now replicated by DDP (before: sharded by FSDP, or not distributed)"
+        return f"the strategy changed: {model} no longer replicated by DDP"
     for attr in sorted(new.keys() | old.keys()):
         n, o = new.get(attr), old.get(attr)
         if n == o:
             continue
+        if attr in _DDP_WORDS:
+            shown = f" ({_shown(o)} -> {_shown(n)} MB)" if attr == "bucket_size_in_mb" else ""
+            return f"{_DDP_WORDS[attr]} changed{shown}"
         if attr == "forward":
             return f"forward was replaced on {module or 'the root module'}"
         if attr in ("_forward_hooks", "_forward_pre_hooks"):

@@ -10,7 +10,9 @@ exactly what a measurement counts. What it adds: a label per storage in the plan
 - ``communication buffers``: what goes into a collective packed (the gathered flat buffer once unpacked, the
   reduce-scatter input);
 - ``gradients``: a collective's reduced result, and whatever reaches ``param.grad``;
-- ``saved activations``: what autograd keeps for backward (read from the graph when forward ends);
+- ``saved activations``: what autograd keeps for backward (read from the graph when forward ends), also a gathered
+  parameter, a communication buffer or the batch that forward keeps (the memory account's order: ``trace.memory``);
+  once saved, a storage stays saved, whatever views backward takes of it;
 - ``temporaries``: everything else,
 
 A storage that becomes a gradient (a collective's reduced result, or what reaches ``.grad``) after the peak but was
@@ -59,7 +61,13 @@ from thunderviz.trace.memory import CATEGORIES, MEASURED_GROUPS, PHASES, MemoryE
 __all__ = ["StorageTracker"]
 
 #: Labels a storage keeps once it has them: a parameter saved for backward is still a parameter.
-_STICKY = frozenset({"parameters", "optimizer state", "gradients", "gathered parameters", "inputs"})
+_STICKY = frozenset(
+    {"parameters", "optimizer state", "gradients", "gathered parameters", "inputs", "saved activations"}
+)
+#: What autograd saving a storage for backward makes ``saved activations`` although its label is sticky: anything but
+#: a parameter, a gradient or optimizer state, the memory account's order (``trace.memory``), which the meter applies
+#: to what it measures (``memory_meter``): a ZERO2 gathered parameter forward keeps is saved for backward on both sides.
+_SAVED_OVER = frozenset({"gathered parameters", "inputs", "communication buffers", "temporaries"})
 _CUDA_BLOCK = 512
 _OTHER = "activations and temporaries"
 
@@ -274,7 +282,8 @@ class StorageTracker(TorchDispatchMode):
             self._add(st, category, group, shard)
             return
         sizes, old, old_group, _, shard, history = info
-        new_category = category if old != category and (force or old not in _STICKY) else old
+        relabel = force or old not in _STICKY or (category == "saved activations" and old in _SAVED_OVER)
+        new_category = category if old != category and relabel else old
         new_group = group if group != old_group and (force or old_group == _OTHER) else old_group
         new_shard = shard or bool(self.sharding and sharded)
         new_sizes = self._sizes(st.nbytes(), new_shard) if new_shard != shard else sizes

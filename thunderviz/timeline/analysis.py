@@ -352,10 +352,25 @@ class TimelineAnalysis:
         return {n: max(s[n] for s in spans) for n in self.timeline.steps if spans and all(n in s for s in spans)}
 
     def step_time(self) -> float | None:
-        """The median over the recorded steps of the slowest rank's step (us): what a step costs the job; None
-        without a step every rank recorded."""
-        per_step = list(self._step_times().values())
+        """What a step costs the job (us): the median over the steps of the slowest rank's step, the steps every
+        rank timed unprofiled when there are any (``RankTimeline.unprofiled_steps``: torch.profiler's per-op cost is
+        not in them), else the recorded ones; None without a step every rank timed. ``timed_steps`` says which."""
+        per_step = list(self._unprofiled_times().values()) or list(self._step_times().values())
         return _median(per_step) if per_step else None
+
+    def timed_steps(self) -> tuple[tuple[int, ...], bool]:
+        """The step numbers ``step_time`` is the median over, and whether they were timed with the profiler
+        stopped (True) or are the recorded, profiled steps (False)."""
+        unprofiled = self._unprofiled_times()
+        if unprofiled:
+            return tuple(sorted(unprofiled)), True
+        return tuple(sorted(self._step_times())), False
+
+    def _unprofiled_times(self) -> dict[int, float]:
+        """Each step every rank timed unprofiled: the slowest rank's time for it."""
+        timed = [t.unprofiled_steps for t in self.timeline.ranks.values()]
+        common = set.intersection(*(set(t) for t in timed)) if timed else set()
+        return {n: max(t[n] for t in timed) for n in sorted(common)}
 
     def straggler(self) -> Straggler | None:
         """The rank that held the others up when it passes ``self.rule``; None when no rank does."""

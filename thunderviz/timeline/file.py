@@ -274,7 +274,22 @@ def _rank_from(n: Node) -> RankTimeline:
         step_rule=n.str_or("step_rule", ""),
         warmup_included=_bool_or(n, "warmup_included", False),
         notes=[x.string() for x in n.opt_list("notes")],
+        unprofiled_steps=_unprofiled_from(n),
     )
+
+
+def _unprofiled_from(n: Node) -> dict[int, float]:
+    """``[[step, microseconds], ...]``: whole step numbers >= 1, durations >= 0."""
+    out: dict[int, float] = {}
+    for pair in n.opt_list("unprofiled_steps"):
+        items = pair.items()
+        if len(items) != 2:
+            pair.fail("must be a [step, microseconds] pair")
+        step, us = items[0].integer(minimum=1), _number(items[1])
+        if us < 0:
+            pair.fail(f"a step cannot last {us} microseconds")
+        out[step] = us
+    return out
 
 
 def load(*paths: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], name: str = "") -> Timeline:

@@ -288,6 +288,10 @@ class RankTimeline:
     ``clock_samples`` are ``(before, after)`` pairs (microseconds, local clock) taken around each rendezvous of
     the clock rounds: every rank's pair brackets the same instant, the last rank's arrival (``align_clocks``).
     ``comm_threads`` names the lanes the backend's work ran on (gloo worker threads, NCCL streams).
+    ``unprofiled_steps`` are the steps right after the recorded ones, timed by the recorder's own clock with the
+    profiler stopped (step number -> microseconds): torch.profiler's per-op cost makes the recorded steps of a small
+    model up to twice as long, so a run's step time is read from these when there are any
+    (``TimelineAnalysis.step_time``).
     """
 
     rank: int
@@ -307,6 +311,7 @@ class RankTimeline:
     step_rule: str = ""
     warmup_included: bool = False
     notes: list[str] = field(default_factory=list)
+    unprofiled_steps: dict[int, float] = field(default_factory=dict)
 
     @property
     def start(self) -> float:
@@ -339,6 +344,7 @@ class RankTimeline:
             step_rule=self.step_rule,
             warmup_included=self.warmup_included,
             notes=list(self.notes),
+            unprofiled_steps=dict(self.unprofiled_steps),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -360,6 +366,7 @@ class RankTimeline:
             "step_rule": self.step_rule,
             "warmup_included": self.warmup_included,
             "notes": list(self.notes),
+            "unprofiled_steps": [[step, us] for step, us in sorted(self.unprofiled_steps.items())],
         }
 
 

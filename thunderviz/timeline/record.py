@@ -16,7 +16,12 @@ wrapper included) or when you call ``rec.step()``. In a cell with neither, a ste
 (``thunder.jit``, or what ``fabric.setup`` returned) and what follows it. ``steps=N`` records N steps after the
 first one: thunder compiles on the first step, so it is recorded (to know where step 2 begins) and dropped when
 later steps exist. Recording stops by itself after N+1 steps, so a long training loop costs profiling only at
-its start.
+its start. After one more step (it absorbs the ranks stopping their profilers at slightly different times: the
+first rank to stop waits for the others at its next collective), the ``UNPROFILED_STEPS`` steps that follow are
+timed with the profiler stopped, by our own clock at each step boundary (``RankTimeline.unprofiled_steps``):
+torch.profiler records every op, about 2 us each, which made the tutorial model's 15-20 ms steps 1.3 to 2 times as
+long (``bench/observed_steps.py``), so the drawn steps show where the time goes while the run's step time is read
+from steps nothing but a clock observed.
 
 How: torch.profiler records CPU ops (and CUDA activity when CUDA is available); our own ``record_function``
 labels (``thunderviz.*``) mark steps, the jitted module's forward (global module hooks), ``fabric.backward``,
@@ -50,7 +55,17 @@ from thunderviz.timeline.build import (
 )
 from thunderviz.timeline.model import RankTimeline, save
 
-__all__ = ["TimelineRecorder", "record_timeline"]
+__all__ = ["UNPROFILED_STEPS", "TimelineRecorder", "observed_steps", "record_timeline"]
+
+#: Steps timed after the recorded ones and one settling step, with the profiler stopped (see the module docstring).
+UNPROFILED_STEPS = 2
+
+
+def observed_steps(steps: int) -> int:
+    """How many steps a recording that keeps ``steps`` observes in all: the first (it compiles), the kept ones, the
+    settling one and the unprofiled ones. A memory meter in the same cell measures only steps after these."""
+    return 1 + steps + 1 + UNPROFILED_STEPS
+
 
 #: ``torch.distributed`` functions wrapped while recording, and the collective kind each one is.
 WRAPPED_COLLECTIVES = {
@@ -154,6 +169,11 @@ class TimelineRecorder:
         self._open: dict[str, Any] = {}
         self._step_number = 0
         self._closed_steps: list[int] = []
+        # after the profiler stopped: the settling step still to pass, the last boundary's clock (ns) while
+        # unprofiled steps are timed, and them
+        self._settling = False
+        self._timing_since: int | None = None
+        self._unprofiled: dict[int, float] = {}
         self._boundaries = 0
         self._forward_calls = 0
         self._optimizer_seen = False
@@ -211,6 +231,7 @@ class TimelineRecorder:
             return
         self._stopped = True
         self._failed = failed
+        self._settling, self._timing_since = False, None
         try:
             self._stop_recording()
         finally:
@@ -265,6 +286,7 @@ class TimelineRecorder:
 
     def _boundary(self) -> None:
         if not self.recording:
+            self._time_unprofiled()
             return
         with self._lock:
             self._close_mark("step")
@@ -273,8 +295,21 @@ class TimelineRecorder:
             self._boundaries += 1
             if self._boundaries >= self.steps + 1:
                 self._stop_recording()
+                self._settling = not self._stopped  # ended by itself: time the steps after the next unprofiled
                 return
             self._open_mark("step", f"{MARK}step#{self._step_number}")
+
+    def _time_unprofiled(self) -> None:
+        """A step boundary after the recording: the step that ended, by our clock (numbered as the cell ran it)."""
+        now = time.perf_counter_ns()
+        self._step_number += 1
+        if self._settling:
+            self._settling, self._timing_since = False, now
+            return
+        if self._timing_since is None:
+            return
+        self._unprofiled[self._step_number] = (now - self._timing_since) / 1000
+        self._timing_since = now if len(self._unprofiled) < UNPROFILED_STEPS else None
 
     def _stop_recording(self) -> None:
         if not self.recording:
@@ -382,6 +417,7 @@ class TimelineRecorder:
             backend=self._backend,
         )
         result.notes.extend(offset_notes)
+        result.unprofiled_steps = dict(self._unprofiled)
         if failed:
             result.notes.append("the profiled code raised; the timeline holds what ran before the error")
         self._prof = None  # the profiler's buffers are large; the result holds what we need

@@ -21,19 +21,38 @@ flow and the names of the module's tensors (``t_blocks_0_attn_qkv_weight``). So:
 
 Functions traced without a module have no parameter names; their ops are grouped by source line instead
 (``@file.py:12``).
+
+A fusion region (``OpRecord.fused``: torch.compile's, nvFuser's) runs many ops as one call, often across a module's
+edge (a ZERO2 forward's last region runs ``blocks.3``'s MLP, ``ln_f`` and ``lm_head``). Given as one op it took the
+module of its last input, and the modules it swallowed vanished from the graph. When the region's own ops were
+captured (``OpRecord.inner``) the rules above run on the trace with every region opened, so each of its ops gets
+its module; the region then belongs to that module when they share one, else it is named for the modules it spans in
+the order it runs them (``blocks.3 -> lm_head``: ``region_modules`` lists them all).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
+from collections import Counter
 
 from thunderviz.trace.buckets import Bucket, is_bucket_group
-from thunderviz.trace.model import TraceSnapshot
+from thunderviz.trace.model import OpRecord, TraceSnapshot
 
-__all__ = ["assign_communication", "assign_modules", "bucket_ops", "module_of_param", "top_group"]
+__all__ = [
+    "SPAN",
+    "assign_communication",
+    "assign_modules",
+    "bucket_ops",
+    "module_of_param",
+    "region_modules",
+    "top_group",
+]
 
 _TENSOR_KINDS = ("tensor", "future")
 _ROOT = "(root)"
+#: Between the first and the last module a fusion region spans, in its name (``blocks.3 -> lm_head``).
+SPAN = " -> "
 
 
 def module_of_param(qualified_name: str) -> str:
@@ -47,7 +66,7 @@ def top_group(module: str | None) -> str:
     first two components; source-line groups (``@file.py:12``) are kept whole."""
     if not module:
         return "(other)"
-    if module.startswith(("@", "(")) or is_bucket_group(module):
+    if module.startswith(("@", "(")) or is_bucket_group(module) or SPAN in module:
         return module
     parts = module.split(".")
     for i, p in enumerate(parts):
@@ -57,11 +76,69 @@ def top_group(module: str | None) -> str:
 
 
 def assign_modules(forward: TraceSnapshot, backward: TraceSnapshot | None = None) -> None:
-    """Set ``op.module`` on every op of ``forward`` (and ``backward``, using what forward taught us)."""
-    _assign_modules(forward, backward)
-    for snap in (forward, backward):
-        if snap is not None:
+    """Set ``op.module`` on every op of ``forward`` (and ``backward``, using what forward taught us), and on the ops
+    inside each fusion region whose ops were captured (see the module docstring)."""
+    snaps = [s for s in (forward, backward) if s is not None]
+    if not any(op.inner for s in snaps for op in s.ops):
+        _assign_modules(forward, backward)
+        for snap in snaps:
             assign_communication(snap)
+        return
+    opened = [_opened(s) for s in snaps]
+    _assign_modules(opened[0][0], opened[1][0] if len(opened) > 1 else None)
+    for snap, (flat, records) in zip(snaps, opened, strict=True):
+        assign_communication(flat)
+        for op, at in zip(snap.ops, records, strict=True):
+            if op.inner:
+                for inner, i in zip(op.inner, at, strict=True):
+                    inner.module = flat.ops[i].module
+                op.module = _region_module(op)
+            else:
+                op.module = flat.ops[at[0]].module
+
+
+def region_modules(op: OpRecord) -> list[str]:
+    """The collapsed groups (``top_group``) a fusion region's ops belong to, in the order it runs them; [] when its
+    ops were not captured."""
+    seen = dict.fromkeys(top_group(i.module) for i in op.inner if i.module and not i.is_bookkeeping)
+    return list(seen)
+
+
+def _region_module(op: OpRecord) -> str | None:
+    """The region's own module: its ops' one module (the commonest path within it), else the span's name."""
+    groups = region_modules(op)
+    if len(groups) > 1:
+        return f"{groups[0]}{SPAN}{groups[-1]}"
+    paths = Counter(i.module for i in op.inner if i.module and not i.is_bookkeeping)
+    return paths.most_common(1)[0][0] if paths else None
+
+
+def _opened(snap: TraceSnapshot) -> tuple[TraceSnapshot, list[list[int]]]:
+    """``snap`` with every captured fusion region replaced by its ops (copies; edges by tensor name, each read from
+    its latest definition, as a rematerialized copy inside a later region is what that region reads), and for each
+    op of ``snap`` the positions of what stands for it in the copy."""
+    ops: list[OpRecord] = []
+    records: list[list[int]] = []
+    for op in snap.ops:
+        parts, start = op.inner or (op,), len(ops)
+        records.append(list(range(start, start + len(parts))))
+        ops.extend([dataclasses.replace(p, index=start + k, inner=()) for k, p in enumerate(parts)])
+    producer: dict[str, int] = {}
+    edges: list[tuple[int, int, str]] = []
+    for op in ops:
+        for t in op.inputs:
+            src = producer.get(t.name)
+            if src is not None and src != op.index:
+                edges.append((src, op.index, t.name))
+        for t in op.outputs:
+            producer[t.name] = op.index
+    moved = {i: at[0] for i, at in enumerate(records)}
+    buckets = [
+        dataclasses.replace(b, issue_index=moved.get(b.issue_index, -1), wait_index=moved.get(b.wait_index, -1))
+        for b in snap.buckets
+    ]
+    flat = dataclasses.replace(snap, ops=ops, edges=edges, buckets=buckets, accumulated=[])
+    return flat, records
 
 
 def assign_communication(snap: TraceSnapshot) -> None:

@@ -16,8 +16,11 @@ from typing import Any
 
 from thunderviz.trace.attribution import top_group
 from thunderviz.trace.buckets import Bucket, is_bucket_group
+from thunderviz.trace.ledger import ledger_from_bundle
 from thunderviz.trace.model import COLLECTIVE_KINDS, OpRecord, TraceBundle, TraceSnapshot, short_op_name
+from thunderviz.trace.saved import TRACE_SAVED
 from thunderviz.trace.units import format_bytes
+from thunderviz.trace.wire import SENDING_KINDS, ring_bytes
 
 __all__ = [
     "DiffRow",
@@ -220,9 +223,9 @@ def _pair_replaced(xs: list[OpRecord], ys: list[OpRecord]) -> Iterable[DiffRow]:
 def collective_changes(a: TraceBundle, b: TraceBundle) -> str:
     """How the communication changes from run ``a`` to run ``b``, forward and backward, in one line.
 
-    ``+4 all_gather (backward), +4 wait (backward); saved for backward 41.2 MiB -> 37.7 MiB`` for ZERO2 -> ZERO3:
-    the collectives each trace gained or lost (net, as ``TraceDiff.collective_delta``), then what forward keeps
-    for backward when either run recorded it (``memory_changes``).
+    ``+4 all_gather (backward), +4 wait (backward); saved tensors (trace) 41.2 MiB -> 37.7 MiB`` for ZERO2 -> ZERO3:
+    the collectives each trace gained or lost (net, as ``TraceDiff.collective_delta``), then what forward's trace
+    hands to backward when either run recorded it (``memory_changes``; ``trace.saved.TRACE_SAVED``).
     """
     if not isinstance(a, TraceBundle) or not isinstance(b, TraceBundle):
         raise TypeError(
@@ -237,7 +240,7 @@ def collective_changes(a: TraceBundle, b: TraceBundle) -> str:
     line = ", ".join(parts) or "the same collectives"
     saved_a, saved_b = a.saved_for_backward, b.saved_for_backward
     if saved_a["tensors"] or saved_b["tensors"]:
-        line += f"; saved for backward {format_bytes(saved_a['bytes'])} -> {format_bytes(saved_b['bytes'])}"
+        line += f"; {TRACE_SAVED} {format_bytes(saved_a['bytes'])} -> {format_bytes(saved_b['bytes'])}"
     if a.backward is not None and b.backward is not None:
         recomputed = b.backward.recomputed_ops - a.backward.recomputed_ops
         if recomputed:
@@ -247,16 +250,16 @@ def collective_changes(a: TraceBundle, b: TraceBundle) -> str:
 
 
 def memory_changes(a: TraceBundle, b: TraceBundle, label: str | None = None) -> list[str]:
-    """What changed in memory from run ``a`` to run ``b``, as clauses, unchanged ones left out: what forward saves
-    for backward (``saved for backward 218.1 KiB -> 178.3 KiB``), the unsharded gradients a no_backward_sync
-    backward keeps between micro-batches (``kept for accumulation 0 B -> 3.7 KiB``), and thunder's estimated peak
-    of trace ``label`` (``trace estimate backward 1.2 MiB -> 1.0 MiB``: thunder's ``get_alloc_memory``, one trace's
-    intermediates, not a step peak; both traces without ``label``). Recomputed ops
-    are a change of the trace, so ``TraceDiff.summary_parts`` names them."""
+    """What changed in memory from run ``a`` to run ``b``, as clauses, unchanged ones left out: what forward's trace
+    hands to backward (``saved tensors (trace) 218.1 KiB -> 178.3 KiB``: ``trace.saved.TRACE_SAVED``), the
+    unsharded gradients a no_backward_sync backward keeps between micro-batches (``kept for accumulation 0 B -> 3.7
+    KiB``), and thunder's estimated peak of trace ``label`` (``trace estimate backward 1.2 MiB -> 1.0 MiB``:
+    thunder's ``get_alloc_memory``, one trace's intermediates, not a step peak; both traces without ``label``).
+    Recomputed ops are a change of the trace, so ``TraceDiff.summary_parts`` names them."""
     out = []
     saved_a, saved_b = a.saved_for_backward, b.saved_for_backward
     if (saved_a["tensors"] or saved_b["tensors"]) and saved_a["bytes"] != saved_b["bytes"]:
-        out.append(f"saved for backward {format_bytes(saved_a['bytes'])} -> {format_bytes(saved_b['bytes'])}")
+        out.append(f"{TRACE_SAVED} {format_bytes(saved_a['bytes'])} -> {format_bytes(saved_b['bytes'])}")
     kept = _kept_for_accumulation(a, b)
     if kept:
         out.append(kept)
@@ -335,16 +338,19 @@ class GroupChange:
         }
 
 
-def sent_bytes(op: OpRecord, buckets: dict[int, Bucket]) -> int:
-    """What collective ``op`` puts on the wire on this rank: its bucket's bytes, else its first shaped input's (a
-    wait sends nothing). The ledger's rule (``Ledger.total_bytes`` sums the same numbers)."""
-    if not op.is_collective:
+def sent_bytes(op: OpRecord, buckets: dict[int, Bucket], world_size: int | None = None) -> int:
+    """What collective ``op`` puts on the wire on this rank (``trace.wire``): the ring bytes of its bucket, else of
+    its first shaped input, over its group (``world_size`` ranks when the trace did not record the group); 0 for a
+    wait. The ledger's rule (``LedgerEntry.sent_bytes`` counts the same collective the same)."""
+    if not op.is_collective or op.collective not in SENDING_KINDS:
         return 0
     bucket = buckets.get(op.index)
     if bucket is not None:
-        return bucket.bytes
-    inp = next((t for t in op.inputs if t.shape is not None), None)
-    return (inp.bytes or 0) if inp is not None else 0
+        n = bucket.bytes
+    else:
+        inp = next((t for t in op.inputs if t.shape is not None), None)
+        n = (inp.bytes or 0) if inp is not None else 0
+    return ring_bytes(op.collective, n, op.group_size or world_size or 1)
 
 
 def _group(op: OpRecord) -> str:
@@ -444,13 +450,9 @@ _GERUNDS = {"all_gather": "gathering", "reduce_scatter": "reduce-scattering", "a
 
 
 def bytes_per_step(bundle: TraceBundle) -> int:
-    """What one rank sends in one step (its forward and backward trace): ``sent_bytes`` summed, which is the
-    collectives ledger's ``total_bytes`` for the same bundle."""
-    total = 0
-    for snap in bundle.traces().values():
-        buckets = snap.buckets_by_issue()
-        total += sum(sent_bytes(op, buckets) for op in snap.ops)
-    return total
+    """What one rank puts on the wire in one step (its forward and backward trace; ``trace.wire``): its ledger's
+    ``sent_bytes``, so the verdict, the ledger and the "which strategy?" table say one number."""
+    return ledger_from_bundle(bundle).sent_bytes()
 
 
 def _where(ops: list[OpRecord], snap: TraceSnapshot) -> str:
@@ -504,8 +506,8 @@ def verdict(
     collectives each trace gained or lost, and for which groups), and one memory difference.
 
     ``zero3 sends 1.33x zero2's bytes per step (197.9 KiB -> 263.9 KiB): it gathers every block and root again in
-    backward; saved for backward −135.4 KiB``. ``memory`` is ``(what, bytes_a, bytes_b)`` (a measured step peak,
-    say); without it, what forward saves for backward when either run recorded it.
+    backward; saved tensors (trace) −135.4 KiB``. ``memory`` is ``(what, bytes_a, bytes_b)`` (a measured step peak,
+    say); without it, what forward's trace hands to backward when either run recorded it.
     """
     if not isinstance(a, TraceBundle) or not isinstance(b, TraceBundle):
         raise TypeError(f"verdict(a, b) compares two TraceBundle objects; got {type(a).__name__}, {type(b).__name__}")
@@ -526,7 +528,7 @@ def verdict(
             clauses += _trace_clauses(label, ta, tb, b)
     sentence = head + (": it " + " and ".join(clauses) if clauses else ": the same collectives")
     if memory is None and (a.saved_for_backward["tensors"] or b.saved_for_backward["tensors"]):
-        memory = ("saved for backward", a.saved_for_backward["bytes"], b.saved_for_backward["bytes"])
+        memory = (TRACE_SAVED, a.saved_for_backward["bytes"], b.saved_for_backward["bytes"])
     if memory is not None:
         sentence += f"; {memory[0]} {_signed(memory[2] - memory[1])}"
     return sentence

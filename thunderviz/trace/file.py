@@ -132,6 +132,7 @@ def _snapshot_to_dict(s: TraceSnapshot) -> dict[str, Any]:
         "accumulated": [b.to_dict() for b in s.accumulated],
         "recomputed": [op.index for op in s.ops if op.recomputed],
         "fused": {str(op.index): list(op.fused) for op in s.ops if op.fused},
+        "inner": {str(op.index): [_op_to_dict(i) for i in op.inner] for op in s.ops if op.inner},
     }
 
 
@@ -293,6 +294,19 @@ def _fused_from(n: Node, ops: list[OpRecord]) -> None:
         ops[int(key)].fused = tuple(x.string(max_len=_NAME) for x in names.items(max_len=_MAX_FUSED))
 
 
+def _inner_from(n: Node, ops: list[OpRecord], budget: _Budget) -> None:
+    """``{"op index": [op dicts]}``: each fusion region's own ops (optional; older files name them only)."""
+    inner = n.get("inner")
+    if inner is None:
+        return
+    for key, region in inner.entries():
+        if not key.isdigit() or int(key) >= len(ops) or not ops[int(key)].fused:
+            region.fail(f"{key!r} is not the op index of a fusion region of this trace")
+        nodes = region.items(max_len=_MAX_FUSED)
+        budget.take(region, len(nodes))
+        ops[int(key)].inner = tuple(_op_from(o, i) for i, o in enumerate(nodes))
+
+
 def _snapshot_from(n: Node, budget: _Budget) -> TraceSnapshot:
     op_nodes = n.req_list("ops")
     budget.take(n["ops"], len(op_nodes))
@@ -302,6 +316,7 @@ def _snapshot_from(n: Node, budget: _Budget) -> TraceSnapshot:
             r.fail("a recomputed op in a trace without ops")
         ops[r.integer(minimum=0, maximum=len(ops) - 1)].recomputed = True
     _fused_from(n, ops)
+    _inner_from(n, ops, budget)
     return_names = [None if r.value is None else r.string(max_len=_NAME) for r in n.opt_list("return_names")]
     pm = n.get("param_names")
     return TraceSnapshot(

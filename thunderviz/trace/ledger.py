@@ -14,6 +14,7 @@ from typing import Any
 
 from thunderviz.trace.buckets import MESH_GROUP_WORDS, Bucket
 from thunderviz.trace.model import COLLECTIVE_KINDS, OpRecord, TraceBundle, TraceSnapshot
+from thunderviz.trace.wire import SENDING_KINDS, ring_bytes
 
 __all__ = [
     "COLLECTIVE_KINDS",
@@ -31,7 +32,8 @@ class LedgerEntry:
     """One collective or wait.
 
     ``tensor`` is the name of the tensor sent (the qualified parameter name when the trace knows it), ``shape``
-    and ``dtype`` are those of that input, ``bytes`` its size on this rank, ``out_shape`` the result's shape.
+    and ``dtype`` are those of that input, ``bytes`` its size on this rank (the collective's input, not what it
+    sends: ``sent_bytes``), ``out_shape`` the result's shape.
     ``distance`` is the number of non-bookkeeping ops from the collective to its wait (None for a wait, or for
     a synchronous collective): small distances mean little overlap of communication with compute. A collective that
     thunderviz's communication pass packed for several parameters is one entry: ``bucket`` is its label and
@@ -55,6 +57,13 @@ class LedgerEntry:
     params: tuple[str, ...] = ()
     #: hybrid sharding: ``shard`` or ``replica``, the group of the mesh the collective runs over (``Bucket``)
     mesh_group: str = ""
+
+    def sent_bytes(self, world_size: int | None = None) -> int:
+        """What this collective puts on the wire on this rank (``trace.wire.ring_bytes`` over its group, or over
+        ``world_size`` ranks when the trace did not record the group); 0 for a wait."""
+        if self.kind not in SENDING_KINDS or self.bytes is None:
+            return 0
+        return ring_bytes(self.kind, self.bytes, self.group_size or world_size or 1)
 
     def describe(self) -> str:
         """``all_gather of blocks.0.attn_qkv.weight float32[192, 128] (group of 2; forward op 8)``; under hybrid
@@ -107,11 +116,13 @@ class LedgerEntry:
 
 @dataclass
 class Ledger:
-    """All collectives and waits of one rank, forward then backward, in issue order."""
+    """All collectives and waits of one rank, forward then backward, in issue order. ``world_size`` is the run's,
+    for collectives whose group the trace did not record."""
 
     rank: int
     entries: list[LedgerEntry] = field(default_factory=list)
     name: str = ""
+    world_size: int | None = None
 
     def __len__(self) -> int:
         return len(self.entries)
@@ -125,15 +136,17 @@ class Ledger:
             out[e.kind] = out.get(e.kind, 0) + 1
         return {k: v for k, v in out.items() if v}
 
-    def total_bytes(self) -> int:
-        return sum(e.bytes or 0 for e in self.entries if e.kind != "wait")
+    def sent_bytes(self) -> int:
+        """What this rank puts on the wire in one step (``trace.wire``): every collective's ``sent_bytes``."""
+        return sum(e.sent_bytes(self.world_size) for e in self.entries)
 
     def collectives(self) -> list[LedgerEntry]:
         """Entries other than waits: the rendezvous that must match across ranks."""
         return [e for e in self.entries if e.kind != "wait"]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rank": self.rank, "name": self.name, "entries": [e.to_dict() for e in self.entries]}
+        out = {"rank": self.rank, "name": self.name, "entries": [e.to_dict() for e in self.entries]}
+        return out | ({"world_size": self.world_size} if self.world_size else {})
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Ledger:
@@ -141,6 +154,7 @@ class Ledger:
             rank=int(d["rank"]),
             name=str(d.get("name", "")),
             entries=[LedgerEntry.from_dict(e) for e in d.get("entries", ())],
+            world_size=d.get("world_size"),
         )
 
 
@@ -164,10 +178,11 @@ def ledger_from_bundle(
     source: TraceBundle | TraceSnapshot | Iterable[TraceSnapshot], rank: int | None = None
 ) -> Ledger:
     """Build a rank's ledger from its bundle (forward then backward), one snapshot, or several snapshots."""
+    world = None
     if isinstance(source, TraceBundle):
         snaps = list(source.traces().values())
         rank = source.rank if rank is None else rank
-        name = source.name
+        name, world = source.name, source.world_size
     elif isinstance(source, TraceSnapshot):
         snaps, name = [source], source.label
     else:
@@ -178,7 +193,7 @@ def ledger_from_bundle(
                     f"ledger_from_bundle: expected a TraceBundle or TraceSnapshot(s), got {type(s).__name__}"
                 )
     grads = source.gradient_params() if isinstance(source, TraceBundle) else {}
-    ledger = Ledger(rank=0 if rank is None else rank, name=name)
+    ledger = Ledger(rank=0 if rank is None else rank, name=name, world_size=world)
     for snap in snaps:
         _append_snapshot(ledger, snap, grads if snap.label == "backward" else {})
     return ledger

@@ -6,24 +6,31 @@ forward, the loss, backward, the optimizer step and ``zero_grad``; its *peak* is
 on one rank during it, everything counted (the quantity ``torch.cuda.max_memory_allocated()`` reports in steady state
 after ``reset_peak_memory_stats()``).
 
-One account for every view: ``ACCOUNT`` names what a step peak is made of (parameters, gradients, optimizer
-state, saved for backward, temporaries, communication buffers) and ``COLORS`` gives each one colour; the plan's
-bars, a run's measured bars, the reports, the widgets and ``compare_runs`` all draw ``MemoryEstimate.account`` and
-``StepMemory.account`` (issue 30: the Memory tab mixed two schemes, near-identical reds for "optimizer state" and
-"optimizer", and no bar ever had a gradients segment). In the account:
+One account for every view: ``ACCOUNT`` names what a step peak is made of and ``COLORS`` gives each part one colour;
+the plan's bars, a run's measured bars, the reports, the widgets, ``compare_runs`` and the predicted-against-measured
+check all read ``MemoryEstimate.account`` and ``StepMemory.account``, so a part has one value wherever it is shown.
+Each storage alive at the peak is in exactly one part, decided in this order, by the same rules for a prediction
+(``thunder.storage_tracker``) and a measurement (``thunder.memory_meter``):
 
-- ``gradients`` are the gradient tensors alive at the peak, whether already in ``.grad`` or computed in backward and
-  on their way there (thunder's backward hands every gradient over at its end, so counting ``.grad`` alone left the
-  segment empty at a peak inside backward);
-- ``optimizer state`` is the optimizer's state only; what its ``step()`` allocates on the way is ``temporaries``;
-- ``communication buffers`` are what collectives send and receive (packed buckets, FSDP's gathered parameters);
-  only a prediction can tell them apart: a measurement counts them as ``temporaries``;
-- a measurement from CUDA's allocator statistics knows only the total (one ``total`` segment).
+- ``parameters``: the modules' parameters and buffers (this rank's shards under FSDP);
+- ``gradients``: gradient tensors alive at the peak, whether already in ``.grad`` or computed in backward and on their
+  way there (thunder's backward hands every gradient over at its end, so counting ``.grad`` alone left the part
+  empty at a peak inside backward);
+- ``optimizer state``: the optimizer's state only; what its ``step()`` allocates on the way is a temporary;
+- ``saved for backward``: what autograd keeps for backward, of whatever origin (activations, the batch, FSDP's
+  gathered parameters under ZERO2), when it is none of the above;
+- ``temporaries``: everything else, communication buffers included (packed buckets, gathered parameters not saved
+  for backward). torch's ``MemTracker`` cannot tell a collective's buffer from any other temporary, so the
+  prediction, which could, counts them here too: the two sides show the same parts (``LEGEND`` says so on every bar).
+
+A measurement from CUDA's allocator statistics knows only the total (one ``total`` part). The account is not the
+trace's "saved tensors" (``trace.saved``), which counts every tensor forward hands to backward, parameters included,
+once per tensor: a different fact with its own name.
 
 Finer and coarser splits stay underneath: a prediction labels ``CATEGORIES`` (``MemoryEstimate.breakdown``), and
 both sides keep torch ``MemTracker``'s own split (``MEASURED_GROUPS``: parameters, gradients in ``.grad``,
-everything the optimizer step holds, the rest), which both count by the same rules, so ``compare`` checks a
-prediction against a measurement in those groups and names the ones that differ by more than ``TOLERANCE``.
+everything the optimizer step holds, the rest). ``compare`` checks a prediction against a measurement like with
+like: the total and each part of the account holding at least ``COMPARED_SHARE`` of the peak on either side.
 """
 
 from __future__ import annotations
@@ -37,6 +44,8 @@ __all__ = [
     "ACCOUNT",
     "CATEGORIES",
     "COLORS",
+    "COMPARED_SHARE",
+    "LEGEND",
     "MEASURED_GROUPS",
     "PHASES",
     "TOLERANCE",
@@ -47,6 +56,7 @@ __all__ = [
     "account_of",
     "compare",
     "group_of",
+    "largest_peak",
     "to_account",
 ]
 
@@ -69,8 +79,10 @@ ACCOUNT: tuple[str, ...] = (
     "optimizer state",
     "saved for backward",
     "temporaries",
-    "communication buffers",
 )
+
+#: How a bar's legend names a part when its name alone would hide what the account put in it.
+LEGEND: dict[str, str] = {"temporaries": "temporaries (incl. comm. buffers)"}
 
 #: One colour per account category, for every bar and legend (``total``: a measurement that has only the total).
 COLORS: dict[str, str] = {
@@ -79,19 +91,19 @@ COLORS: dict[str, str] = {
     "optimizer state": "#e15759",
     "saved for backward": "#59a14f",
     "temporaries": "#edc948",
-    "communication buffers": "#b07aa1",
     "total": "#79706e",
 }
 
-#: Where each predicted category goes in the account (the batch is a temporary of the step).
+#: Where each predicted category goes in the account: what autograd saved is ``saved activations`` whatever it was
+#: before (``thunder.storage_tracker``); buffers of collectives and the unsaved batch are temporaries.
 _ACCOUNT_OF = {
     "parameters": "parameters",
     "gradients": "gradients",
     "optimizer state": "optimizer state",
-    "gathered parameters": "communication buffers",
+    "gathered parameters": "temporaries",
     "saved activations": "saved for backward",
     "temporaries": "temporaries",
-    "communication buffers": "communication buffers",
+    "communication buffers": "temporaries",
     "inputs": "temporaries",
 }
 
@@ -117,6 +129,9 @@ PHASES: tuple[str, ...] = ("forward", "backward", "optimizer step")
 
 #: Predicted and measured may differ by this fraction before the report names the category.
 TOLERANCE = 0.10
+#: A part of the account is compared when it holds at least this share of the peak on either side (a few KiB of
+#: difference in a small part is not worth a warning).
+COMPARED_SHARE = 0.05
 
 _GROUP = {
     "parameters": "parameters",
@@ -185,8 +200,8 @@ class StepMemory:
 
     ``source`` is ``"cuda"`` (``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats`` at each step's
     start: only the total is known) or ``"memtracker"`` (torch's ``MemTracker``, dispatch-level accounting on CPU:
-    ``groups`` holds its split, see ``MEASURED_GROUPS``, and ``parts`` the same peak in the account, ``ACCOUNT``
-    without ``communication buffers``). ``steps`` lists the step numbers measured (the first step compiles and creates
+    ``groups`` holds its split, see ``MEASURED_GROUPS``, and ``parts`` the same peak in the account, ``ACCOUNT``).
+    ``steps`` lists the step numbers measured (the first step compiles and creates
     the optimizer state, so it is never one of them); ``note`` says why nothing was measured.
     """
 
@@ -259,15 +274,15 @@ class CategoryGap:
 
 @dataclass(frozen=True)
 class MemoryComparison:
-    """Predicted against measured for one rank: the total, and each group both sides know."""
+    """Predicted against measured for one rank: the total, and each part of the account both sides know."""
 
     total: CategoryGap
     groups: tuple[CategoryGap, ...]
 
     def off(self, tolerance: float = TOLERANCE) -> list[CategoryGap]:
-        """The groups (and the total) further apart than ``tolerance``, ignoring groups smaller than 1% of the peak
-        on both sides (a few KiB of difference there is not worth a warning)."""
-        floor = 0.01 * max(self.total.measured, self.total.predicted)
+        """The total and the parts further apart than ``tolerance``; a part is compared when it holds at least
+        ``COMPARED_SHARE`` of the peak on either side."""
+        floor = COMPARED_SHARE * max(self.total.measured, self.total.predicted)
         out = [self.total] if abs(self.total.relative) > tolerance else []
         for gap in self.groups:
             if max(gap.predicted, gap.measured) < floor:
@@ -277,23 +292,37 @@ class MemoryComparison:
         return out
 
     def summary(self, tolerance: float = TOLERANCE) -> str:
-        """``within 10%: predicted 23.4 MiB, measured 23.4 MiB (-0.0%)`` or which groups are off."""
+        """``within 10%: predicted 23.4 MiB, measured 23.4 MiB (-0.0%)`` or which parts are off."""
         off = self.off(tolerance)
         if not off:
-            return f"within {tolerance * 100:.0f}%: {self.total.describe().removeprefix('total: ')}"
+            compared = [g.group for g in self.groups if _compared(g, self.total)]
+            parts = f" (total and {', '.join(compared)})" if compared else " (the total)"
+            return f"within {tolerance * 100:.0f}%{parts}: {self.total.describe().removeprefix('total: ')}"
         return "; ".join(g.describe() for g in off)
 
 
+def _compared(gap: CategoryGap, total: CategoryGap) -> bool:
+    return max(gap.predicted, gap.measured) >= COMPARED_SHARE * max(total.measured, total.predicted)
+
+
 def compare(predicted: MemoryEstimate, measured: StepMemory) -> MemoryComparison | None:
-    """Predicted against measured, in the groups the measurement can tell apart; None when nothing was measured."""
+    """Predicted against measured, like with like: the total, and each part of the account when the measurement has
+    the account (MemTracker's; CUDA's statistics have the total only); None when nothing was measured."""
     if measured.peak_bytes is None:
         return None
     total = CategoryGap("total", predicted.peak_bytes, measured.peak_bytes)
-    if not measured.groups:
+    if not measured.parts:
         return MemoryComparison(total, ())
-    gaps = tuple(
-        CategoryGap(g, predicted.groups.get(g, 0), measured.groups.get(g, 0))
-        for g in MEASURED_GROUPS
-        if g in measured.groups or g in predicted.groups
-    )
+    mine, theirs = predicted.account, measured.account
+    gaps = tuple(CategoryGap(c, mine.get(c, 0), theirs.get(c, 0)) for c in ACCOUNT)
     return MemoryComparison(total, gaps)
+
+
+def largest_peak(step_memory: Mapping[int, StepMemory]) -> tuple[int, StepMemory] | None:
+    """The rank with the largest measured step peak and its ``StepMemory`` (ties: the lowest rank); None when no rank
+    measured one. What stands for a run's peak wherever one number does (tables, verdicts)."""
+    measured = {r: m for r, m in step_memory.items() if m.peak_bytes is not None}
+    if not measured:
+        return None
+    rank = max(sorted(measured), key=lambda r: measured[r].peak_bytes or 0)
+    return rank, measured[rank]

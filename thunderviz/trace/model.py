@@ -153,8 +153,11 @@ class OpRecord:
     #: a backward op that recomputes a forward op (activation checkpointing, ZERO3): ``thunder.snapshot.recomputed_ops``
     recomputed: bool = False
     #: a fusion region (torch.compile's, nvFuser's): the ops it runs as one kernel call, in order. Drawn as one node
-    #: that names them; its ``python`` holds each of them as thunder prints it.
+    #: that names them, inside the module its ops belong to (or named for the modules it spans).
     fused: tuple[str, ...] = ()
+    #: a fusion region's ops themselves (``index`` = position in the region; inputs, outputs, module), when captured:
+    #: what attribution reads to place the region and what the graph draws when the region is opened
+    inner: tuple[OpRecord, ...] = ()
 
     @property
     def is_fusion(self) -> bool:
@@ -216,6 +219,16 @@ class TraceSnapshot:
     def recomputed_ops(self) -> int:
         """How many ops of this (backward) trace recompute forward ops instead of reading saved tensors."""
         return sum(1 for op in self.ops if op.recomputed)
+
+    def tensor_inputs(self) -> list[TensorRef]:
+        """The trace's tensor arguments that are not parameters, in argument order: a forward trace's batch."""
+        wanted = [a for a in self.arg_names if a not in self.param_names]
+        found: dict[str, TensorRef] = {}
+        for op in self.ops:
+            for t in (*op.outputs, *op.inputs):
+                if t.name in wanted and t.kind == "tensor" and t.shape is not None:
+                    found.setdefault(t.name, t)
+        return [found[n] for n in wanted if n in found]
 
     def buckets_by_issue(self) -> dict[int, Bucket]:
         """Op index of each bucket's collective -> the bucket (what it sends, whose parameters)."""

@@ -21,6 +21,8 @@ from thunderviz.trace.model import TraceSnapshot
 
 __all__ = [
     "INPUTS",
+    "TRACE_SAVED",
+    "TRACE_SAVED_NOTE",
     "LineComparison",
     "SavedComparison",
     "SavedRow",
@@ -32,6 +34,17 @@ __all__ = [
 
 #: The key of saved tensors that no op of the trace produced: trace inputs (parameters, their shards, the batch).
 INPUTS = "(trace inputs: parameters and the batch)"
+
+#: How every view names what this module attributes: the trace's own list of what forward hands to backward. Not the
+#: memory account's "saved for backward" (``trace.memory``), a part of the step peak: the trace counts once per
+#: tensor (views again), parameters included, whether or not it is alive at the peak, so it can exceed the peak.
+TRACE_SAVED = "saved tensors (trace)"
+#: One sentence that says so, for the views' notes.
+TRACE_SAVED_NOTE = (
+    "Saved tensors (trace): every tensor the forward trace hands to backward, once per tensor, parameters included;"
+    ' not a part of the step peak, whose "saved for backward" is what autograd keeps that is alive at the peak and'
+    " is neither a parameter, a gradient nor optimizer state."
+)
 
 
 @dataclass(frozen=True)
@@ -72,6 +85,8 @@ def saved_tensors(forward: TraceSnapshot) -> list[SavedTensor]:
         op = ops.get(producers.get(t.name, -1))
         if op is not None and op.is_bookkeeping:  # unpacking the trace's arguments: an input, not a result
             op = None
+        if op is not None and op.inner:  # a fusion region: the op inside it that computed the tensor
+            op = next((i for i in reversed(op.inner) if any(o.name == t.name for o in i.outputs)), op)
         group = (top_group(op.module) or INPUTS) if op is not None else INPUTS
         line = code = file = ""
         if op is not None and op.source is not None:

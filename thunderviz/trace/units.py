@@ -7,7 +7,9 @@ other. (The widgets' JavaScript formats the sizes it draws itself.)
 
 from __future__ import annotations
 
-__all__ = ["format_bytes", "format_us"]
+from collections.abc import Iterable
+
+__all__ = ["format_bytes", "format_count", "format_us", "steps_text"]
 
 _UNITS = ("KiB", "MiB", "GiB", "TiB")
 
@@ -34,3 +36,23 @@ def format_us(us: float) -> str:
     timeline and "+/- 0.16 ms" in the straggler text before; one unit lets the two be compared at a glance)."""
     ms = us / 1000
     return f"{ms:.1f} ms" if abs(ms) >= 1 else f"{ms:.2f} ms"
+
+
+def format_count(n: int) -> str:
+    """``812``, ``53.1k``, ``6.7M``, ``7.0B``: a count of things (parameters) as people read it."""
+    for scale, unit in ((10**9, "B"), (10**6, "M"), (10**3, "k")):
+        if n >= scale:
+            return f"{n / scale:.1f}{unit}"
+    return str(n)
+
+
+def steps_text(steps: Iterable[int]) -> str:
+    """``step 6``, ``steps 2-5``, ``steps 2, 4`` (empty for none): which steps of a run a number was measured on."""
+    ordered = sorted(steps)
+    if not ordered:
+        return ""
+    if len(ordered) == 1:
+        return f"step {ordered[0]}"
+    if ordered == list(range(ordered[0], ordered[-1] + 1)):
+        return f"steps {ordered[0]}-{ordered[-1]}"
+    return "steps " + ", ".join(map(str, ordered))

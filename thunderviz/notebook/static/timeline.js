@@ -8,6 +8,8 @@
 const ROW = 18;
 const LABEL_W = 150;
 const RANK_GAP = 14;
+// About the widest a character of a step label draws (11 px semibold: "step 12" measured 37 px): whether it fits.
+const STEP_CHAR_PX = 6;
 // Each lane's rows, top to bottom, as their labels read.
 const ROWS = ["steps", "compute by module", "main thread", "collectives"];
 
@@ -125,14 +127,18 @@ function render({ model, el: host }) {
       out.push(`<line x1="${xt}" y1="14" x2="${xt}" y2="${height}" stroke="#e3e8ee"/>`);
       out.push(`<text x="${xt}" y="11" text-anchor="middle" class="tl-axis">${+(t / 1000).toFixed(3)} ms</text>`);
     }
-    // Step markers: where each step begins on the common clock (the first rank's steps), with its number.
+    // Step markers: where each step begins on the common clock (the first rank's steps), with its number. A label
+    // stays between its marker and the next (or the plot's end): "step 5" where it fits, else "5", else none (the
+    // marker's tooltip still names it), so short steps beside long ones never draw their labels over each other.
     const first = data.ranks[0];
-    for (const st of first ? first.steps : []) {
-      if (st[0] < view[0] || st[0] > view[1]) continue;
-      const xs = x(st[0], plotW).toFixed(1);
-      out.push(`<line class="tl-step-marker" x1="${xs}" y1="16" x2="${xs}" y2="${height}" stroke="${c.step}" stroke-dasharray="4 3"/>`);
-      out.push(`<text x="${(+xs + 3).toFixed(1)}" y="27" class="tl-step-label">step ${st[2]}</text>`);
-    }
+    const shown = (first ? first.steps : []).filter((st) => st[0] >= view[0] && st[0] <= view[1]);
+    shown.forEach((st, i) => {
+      const xs = x(st[0], plotW);
+      const room = (i + 1 < shown.length ? x(shown[i + 1][0], plotW) : x(view[1], plotW)) - xs - 6;
+      const label = [`step ${st[2]}`, `${st[2]}`].find((t) => t.length * STEP_CHAR_PX <= room);
+      out.push(`<line class="tl-step-marker" data-step="${st[2]}" x1="${xs.toFixed(1)}" y1="16" x2="${xs.toFixed(1)}" y2="${height}" stroke="${c.step}" stroke-dasharray="4 3"><title>step ${st[2]}</title></line>`);
+      if (label) out.push(`<text x="${(xs + 3).toFixed(1)}" y="27" class="tl-step-label" data-step="${st[2]}">${label}</text>`);
+    });
     const hl = model.get("highlight") || {};
     const hlSpans = hl.spans || {};
     let y = 32;

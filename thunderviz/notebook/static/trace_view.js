@@ -174,8 +174,8 @@ function memoryBars(bars, budget) {
   }
   const legend = h("div", { class: "tv-mem-legend" });
   const seen = new Map();
-  for (const b of bars) for (const s of b.segments) seen.set(s.category, s.color);
-  for (const [c, color] of seen) legend.append(h("span", { class: "tv-mem-key" }, h("span", { class: "tv-mem-swatch", style: `background:${color}` }), c));
+  for (const b of bars) for (const s of b.segments) seen.set(s.category, s);
+  for (const [c, s] of seen) legend.append(h("span", { class: "tv-mem-key" }, h("span", { class: "tv-mem-swatch", style: `background:${s.color}` }), s.legend || c));
   return h("div", { class: "tv-mem-chart" }, svg, legend);
 }
 
@@ -184,13 +184,13 @@ function memoryView(mv) {
   if (mv.bars.length) box.append(h("h5", { text: "Per-rank peak of one step" }), memoryBars(mv.bars, mv.budget));
   for (const line of mv.comparison) box.append(h("p", { class: "tv-mem-compare", text: line }));
   if (mv.saved_by_group.length) {
-    box.append(h("h5", { text: "Saved for backward, per group" }));
+    box.append(h("h5", { text: "Saved tensors (trace), per group" }));
     box.append(table(["group", "tensors", "bytes"], mv.saved_by_group.map((r) => [r.key, r.tensors, fmtBytes(r.bytes)])));
-    box.append(h("h5", { text: "Saved for backward, per source line" }));
+    box.append(h("h5", { text: "Saved tensors (trace), per source line" }));
     box.append(table(["source line", "code", "tensors", "bytes"], mv.saved_by_line.map((r) => [r.key, r.code, r.tensors, fmtBytes(r.bytes)])));
   }
   if (mv.eager) {
-    box.append(h("h5", { text: "Saved for backward: thunder vs eager" }), h("p", { class: "tv-eager-summary", text: mv.eager.summary }));
+    box.append(h("h5", { text: "Saved tensors: thunder vs eager" }), h("p", { class: "tv-eager-summary", text: mv.eager.summary }));
     const rows = mv.eager.lines.map((c) => [c.line, c.code, fmtBytes(c.thunder_bytes), fmtBytes(c.eager_bytes), `${c.extra >= 0 ? "+" : "-"}${fmtBytes(Math.abs(c.extra))}`, c.thunder.join(", ")]);
     box.append(table(["source line", "code", "thunder", "eager", "thunder extra", "thunder's tensors"], rows, (i) => ({ class: mv.eager.lines[i].extra > 0 ? "tv-eager-row tv-more" : "tv-eager-row" })));
   }
@@ -332,9 +332,11 @@ function render({ model, el }) {
   const verdictLine = model.get("mode") === "compare" ? h("div", { class: "tv-verdict" }) : null;
   // What the comparison's outlines mean (viewdata.pane_data's marks), in the outlines' own colours, by run name.
   const legend = model.get("mode") === "compare" ? h("div", { class: "tv-legend" }) : null;
+  // The two runs by name, never by side: a comparison too wide for its pane puts one run above the other.
+  const runNames = () => (model.get("runs").length === 2 ? model.get("runs") : ["the first run", "the second run"]);
   function drawLegend() {
     if (!legend) return;
-    const [a, b] = model.get("runs").length === 2 ? model.get("runs") : ["the left run", "the right run"];
+    const [a, b] = runNames();
     legend.replaceChildren("outlines: ",
       h("span", { class: "tv-swatch tv-swatch-add" }), ` added: only in ${b}  `,
       h("span", { class: "tv-swatch tv-swatch-rem" }), ` removed: only in ${a}  `,
@@ -558,7 +560,7 @@ function render({ model, el }) {
     const rows = [
       ["kind", led.kind], ["tensor", led.tensor], ["shape", `${led.dtype || ""}${shapeText(led.shape)}`],
       ...(led.bucket ? [["bucket", `${led.bucket}: ${(led.params || []).length} parameters`], ["parameters", (led.params || []).join(", ")]] : []),
-      ["bytes (this rank)", led.bytes === null ? "" : `${fmtBytes(led.bytes)} (${led.bytes})`],
+      ["bytes (this rank)", fmtBytes(led.bytes)],
       ["group size", led.group_size ?? ""], ["result shape", shapeText(led.out_shape)],
       ["wait distance (ops)", led.distance ?? (led.kind === "wait" ? "" : "synchronous")],
       ["ledger position", led.position], ["waits for", led.waits_for ?? ""],
@@ -579,7 +581,7 @@ function render({ model, el }) {
     return box;
   }
 
-  // What changed in a group from the left run to the right (trace.diff.GroupChange), said with the runs' names.
+  // What changed in a group from the first run to the second (trace.diff.GroupChange), said with the runs' names.
   function changeBox(c) {
     const [a, b] = c.runs;
     const head = {
@@ -683,7 +685,7 @@ function render({ model, el }) {
     }
     const list = h("ol", { class: "tv-match-list" });
     for (const m of hits.slice(0, 50)) {
-      const side = state.panes.length > 1 ? (m.pane === 0 ? "left: " : "right: ") : "";
+      const side = state.panes.length > 1 ? `${runNames()[m.pane]}: ` : ""; // by name: the panes may stack
       list.append(h("li", { class: `tv-match-item tv-kind-${m.kind}`, "data-node": m.node, "data-index": m.index, "data-pane": m.pane,
         onclick: () => select(m.pane, m.node, m.index) }, `${side}${m.label}`, h("span", { class: "tv-hint", text: ` \u00b7 ${m.group} \u00b7 op ${m.index}` })));
     }
@@ -723,9 +725,10 @@ function render({ model, el }) {
     if (!mem || !mem.rows || !mem.rows.length) return h("p", { class: "tv-hint", text: "No memory was recorded." });
     const cols = mem.columns;
     const cell = (v, c) => (v === null || v === undefined ? "-" : c.unit === "bytes" ? fmtBytes(v) : String(v));
-    const heads = ["rank", ...cols.map((c) => (c.source === "measured" ? `${c.title} (measured)` : c.title))];
+    // a title that already says how its number was obtained ("step peak, measured") is not told again
+    const heads = ["rank", ...cols.map((c) => (c.source === "measured" && !c.title.includes("measured") ? `${c.title} (measured)` : c.title))];
     return h("div", { class: "tv-memory-ranks" }, table(heads, mem.rows.map((r) => [r.rank, ...cols.map((c) => cell(r[c.key], c))])),
-      h("p", { class: "tv-hint", text: mem.note }));
+      h("details", { class: "tv-hint tv-peak-note" }, h("summary", { text: "What \u201cstep peak\u201d means" }), h("p", { text: mem.note })));
   }
 
   function ledgerPanel(led) {
@@ -733,6 +736,8 @@ function render({ model, el }) {
     if (!led) return box;
     for (const msg of led.mismatches) box.append(h("div", { class: "tv-mismatch", text: msg }));
     if (!led.mismatches.length && led.ranks.length > 1) box.append(h("div", { class: "tv-ok", text: `Ranks ${led.ranks.join(", ")} issue the same ${led.rows.length} collectives.` }));
+    // what each rank puts on the wire per step (ring algorithm): the number the verdicts and tables say too
+    box.append(h("p", { class: "tv-sent", text: `Sent per step (ring algorithm): ${led.ranks.map((r) => `rank ${r} ${fmtBytes(led.bytes[r])}`).join(", ")}.` }));
     const bad = new Set(led.bad);
     const headers = ["#", "trace", "kind", "tensor", ...led.ranks.map((r) => `rank ${r}`), "group", "wait distance"];
     const rows = led.rows.map((cells, i) => {
@@ -747,7 +752,7 @@ function render({ model, el }) {
     const box = h("div", { class: "tv-diff" });
     if (!d) return box;
     box.append(h("p", { text: `${d.total} differing rows, ${d.unchanged} ops aligned unchanged${d.total > d.rows.length ? ` (first ${d.rows.length} listed)` : ""}.` }));
-    box.append(table(["", "left", "right"], d.rows.map((r) => [r.tag, r.a, r.b]), (i) => ({ class: `tv-row-${{ "+": "add", "-": "rem", "~": "chg" }[d.rows[i].tag]}` })));
+    box.append(table(["", ...runNames()], d.rows.map((r) => [r.tag, r.a, r.b]), (i) => ({ class: `tv-row-${{ "+": "add", "-": "rem", "~": "chg" }[d.rows[i].tag]}` })));
     return box;
   }
 
