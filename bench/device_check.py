@@ -20,9 +20,10 @@ What runs, each in a fresh rank process (world size 1):
 4. Speed and memory against eager (the executor decision, issue 28): eager, torch.compile, and our DDP and FSDP ZERO2
    BLOCK with the executors the strategy decides, on ``TinyGPT(32000, 1024, d 1024, 8 layers, 16 heads)`` in bf16,
    batch 8x1024, AdamW, world size 1: median step time of 10 steps after 3, and the peak of one steady step
-   (``max_memory_allocated``). Gates on CUDA: ours <= 1.10x eager's step time and <= 1.0x eager's peak, for DDP and
-   for FSDP ZERO2 BLOCK. The CPU rehearsal runs the same table on a small model without gates (on CPU the decided
-   executors are thunder's defaults, chosen for compile time: bench/jit_decisions.py).
+   (``max_memory_allocated``), and the host CPU time of those steps. Gates on CUDA: ours <= 1.10x eager's step time
+   and <= 1.0x eager's peak for DDP and FSDP ZERO2 BLOCK; FSDP ZERO3 BLOCK (CUDA only) <= 1.20x and <= 1.0x. The CPU
+   rehearsal runs the same table on a small model without gates (on CPU the decided executors are thunder's defaults,
+   chosen for compile time: bench/jit_decisions.py).
 """
 
 from __future__ import annotations
@@ -238,8 +239,10 @@ def memory_job(rank: int, world: int, device_type: str) -> list[dict[str, Any]]:
     return rows
 
 
-#: (variant, step ratio gate, peak ratio gate) on CUDA: issue 28's bar for the decided executors
-SPEED_GATES = (("ours DDP", 1.10, 1.0), ("ours FSDP ZERO2 BLOCK", 1.10, 1.0))
+#: (variant, step ratio gate, peak ratio gate) on CUDA: the bar for the decided executors; ZERO3 gathers every
+#: block's weights a second time in backward (one more collective and pack/unpack per block), so its step may take
+#: 1.20x eager's where DDP and ZERO2 must stay within 1.10x
+SPEED_GATES = (("ours DDP", 1.10, 1.0), ("ours FSDP ZERO2 BLOCK", 1.10, 1.0), ("ours FSDP ZERO3 BLOCK", 1.20, 1.0))
 
 
 def speed_job(rank: int, world: int, device_type: str) -> list[dict[str, Any]]:
@@ -281,22 +284,44 @@ def speed_job(rank: int, world: int, device_type: str) -> list[dict[str, Any]]:
         "ours FSDP ZERO2 BLOCK": lambda: ours(
             ThunderFSDPStrategy(sharding_strategy="ZERO2", bucketing_strategy="BLOCK")
         ),
+        # CUDA only: the CPU rehearsal has no gates, and ZERO3's compile would add to the test suite's time for a row
+        # that step 1 already runs on CPU
+        **(
+            {
+                "ours FSDP ZERO3 BLOCK": lambda: ours(
+                    ThunderFSDPStrategy(sharding_strategy="ZERO3", bucketing_strategy="BLOCK")
+                )
+            }
+            if cuda
+            else {}
+        ),
     }
     rows = []
     for name, make in variants.items():
         t0 = time.perf_counter()
         model, opt, decided, backward = make()
         built = time.perf_counter() - t0
-        first, step_ms, peak = _time_steps(model, opt, backward, (x, y), cuda)
-        rows.append({"name": name, "first_s": built + first, "step_ms": step_ms, "peak": peak, "decided": decided})
+        first, step_ms, host_ms, peak = _time_steps(model, opt, backward, (x, y), cuda)
+        rows.append(
+            {
+                "name": name,
+                "first_s": built + first,
+                "step_ms": step_ms,
+                "host_ms": host_ms,
+                "peak": peak,
+                "decided": decided,
+            }
+        )
         del model, opt
         if cuda:
             torch.cuda.empty_cache()
     return rows
 
 
-def _time_steps(model: Any, opt: Any, backward: Any, batch: Any, cuda: bool) -> tuple[float, float, int | None]:
-    """(seconds to the end of the first step, median ms of 10 steps after 3, peak bytes of one more step on CUDA)."""
+def _time_steps(model: Any, opt: Any, backward: Any, batch: Any, cuda: bool) -> tuple[float, float, float, int | None]:
+    """(seconds to the end of the first step, median ms of 10 steps after 3, the median host CPU ms of those steps
+    (``time.thread_time`` around the step, before the synchronize: what the GPU waits for when host-bound), peak
+    bytes of one more step on CUDA)."""
     import statistics
 
     import torch
@@ -318,19 +343,21 @@ def _time_steps(model: Any, opt: Any, backward: Any, batch: Any, cuda: bool) -> 
     first = time.perf_counter() - t0
     for _ in range(2):
         step()
-    times = []
+    times, host = [], []
     for _ in range(10):
         sync()
-        w0 = time.perf_counter()
+        w0, h0 = time.perf_counter(), time.thread_time()
         step()
+        host.append(time.thread_time() - h0)
         sync()
         times.append(time.perf_counter() - w0)
+    step_ms, host_ms = statistics.median(times) * 1e3, statistics.median(host) * 1e3
     if not cuda:
-        return first, statistics.median(times) * 1e3, None
+        return first, step_ms, host_ms, None
     torch.cuda.reset_peak_memory_stats()
     step()
     sync()
-    return first, statistics.median(times) * 1e3, torch.cuda.max_memory_allocated()
+    return first, step_ms, host_ms, torch.cuda.max_memory_allocated()
 
 
 def speed_problems(rows: list[dict[str, Any]], device_type: str) -> list[str]:
@@ -357,7 +384,7 @@ def _print_speed(rows: list[dict[str, Any]]) -> None:
         peak = "" if r["peak"] is None else f", peak {r['peak'] / 2**20:.0f} MiB ({r['peak'] / eager['peak']:.2f}x)"
         print(
             f"- {r['name']}: first step {r['first_s']:.1f} s, step {r['step_ms']:.1f} ms"
-            f" ({r['step_ms'] / eager['step_ms']:.2f}x eager){peak}"
+            f" ({r['step_ms'] / eager['step_ms']:.2f}x eager), host CPU {r['host_ms']:.1f} ms{peak}"
         )
         if r["decided"]:
             print(f"    {r['decided']}")

@@ -55,3 +55,34 @@ def test_cpu_rehearsal_runs_every_step_and_passes():
         "device_check: all checks passed",
     ):
         assert line in out, out
+
+
+def test_speed_gates_hold_zero3_to_its_own_bar():
+    """Step 4's gates on CUDA rows: ZERO3 BLOCK may take 1.20x eager's step, DDP and ZERO2 BLOCK 1.10x; no more peak."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("device_check", ROOT / "bench" / "device_check.py")
+    device_check = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(device_check)
+
+    def rows(ddp: float, zero2: float, zero3: float, zero3_peak: float = 1.0) -> list[dict]:
+        def row(name: str, step: float, peak: float = 1.0) -> dict:
+            return {"name": name, "step_ms": 20.0 * step, "peak": int(1000 * peak), "decided": "executors: x"}
+
+        return [
+            row("eager", 1.0),
+            row("ours DDP", ddp),
+            row("ours FSDP ZERO2 BLOCK", zero2),
+            row("ours FSDP ZERO3 BLOCK", zero3, zero3_peak),
+        ]
+
+    assert device_check.speed_problems(rows(1.05, 1.10, 1.19), "cuda") == []
+    (problem,) = device_check.speed_problems(rows(1.05, 1.10, 1.25), "cuda")
+    assert problem.startswith("speed, ours FSDP ZERO3 BLOCK: 1.25x eager's step time (gate 1.20x)")
+    (problem,) = device_check.speed_problems(rows(1.05, 1.10, 1.10, zero3_peak=1.05), "cuda")
+    assert "1.05x its peak (gate 1.00x)" in problem
+    assert [p.split(":")[0] for p in device_check.speed_problems(rows(1.15, 1.15, 1.15), "cuda")] == [
+        "speed, ours DDP",
+        "speed, ours FSDP ZERO2 BLOCK",
+    ]
+    assert device_check.speed_problems(rows(2.0, 2.0, 2.0), "cpu") == []  # no gates on the CPU rehearsal
