@@ -17,7 +17,7 @@ What runs, each in a fresh rank process (world size 1):
    cuBLAS's workspace (tens of MiB, allocated through the caching allocator on the first matmul), blocks the
    allocator hands out whole when the remainder is under 1 MiB — stays within that; the CPU rehearsal uses a small
    model.
-4. Speed and memory against eager (the executor decision, issue 28): eager, torch.compile, and our DDP and FSDP ZERO2
+4. Speed and memory against eager (the executor decision): eager, torch.compile, and our DDP and FSDP ZERO2
    BLOCK with the executors the strategy decides, on ``TinyGPT(32000, 1024, d 1024, 8 layers, 16 heads)`` in bf16,
    batch 8x1024, AdamW, world size 1: median step time of 10 steps after 3, and the peak of one steady step
    (``max_memory_allocated``). Gates on CUDA: ours <= 1.10x eager's step time and <= 1.0x eager's peak, for DDP and
@@ -238,7 +238,7 @@ def memory_job(rank: int, world: int, device_type: str) -> list[dict[str, Any]]:
     return rows
 
 
-#: (variant, step ratio gate, peak ratio gate) on CUDA: issue 28's bar for the decided executors
+#: (variant, step ratio gate, peak ratio gate) on CUDA: the bar the decided executors must clear
 SPEED_GATES = (("ours DDP", 1.10, 1.0), ("ours FSDP ZERO2 BLOCK", 1.10, 1.0))
 
 

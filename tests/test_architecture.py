@@ -21,6 +21,7 @@ And no import cycle between modules anywhere in the package.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -250,3 +251,28 @@ def test_importing_every_lower_layer_module_leaves_the_notebook_stack_unloaded()
     (loaded,) = modules_loaded_by(code)
     assert {"torch", "thunder", "lightning"} <= loaded  # the probe really imported the lower layers
     assert present(loaded, NOTEBOOK) == []
+
+
+#: A tracker number ("issue" and a number) in the tree: it means nothing to a reader of the code. Spelt in two pieces
+#: so that this line does not match itself.
+TRACKER_NUMBER = re.compile("iss" + r"ue\s?#?\d+", re.IGNORECASE)
+
+
+def test_no_tracker_numbers_in_the_tree():
+    """Code, docstrings, comments, test names, notebooks and docs say the behaviour, not which ticket asked for it."""
+    root = PACKAGE.parent
+    files = [
+        path
+        for top in ("thunderviz", "tests", "bench", "docs")
+        for path in sorted((root / top).rglob("*"))
+        if path.is_file() and path.suffix in {".py", ".md", ".ipynb", ".sh", ".cfg", ".toml", ".txt", ".yml"}
+    ]
+    assert len(files) > 100  # the walk reached the tree
+    hits = [
+        f"{path.relative_to(root)}:{n}: {line.strip()[:80]}"
+        for path in files
+        for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1)
+        if TRACKER_NUMBER.search(line)
+    ]
+    assert hits == []
+    assert TRACKER_NUMBER.search("(see iss" + "ue 29)") and TRACKER_NUMBER.search("Iss" + "ue 30 item 7: ...")

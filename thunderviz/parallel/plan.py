@@ -24,7 +24,7 @@ minimises the bytes each host sends to the others per step (``inter_host_bytes``
 else: there the DDP-first rule gives way, because DDP's all_reduce crosses hosts with every byte of the gradients,
 while hybrid's crosses with the reduced shards only once per step (see ``hybrid_communication``).
 
-Activation checkpointing (issue 17) is a further dimension the plan is built to take: ``CandidateSpec.checkpointing``
+Activation checkpointing is a further dimension the plan is built to take: ``CandidateSpec.checkpointing``
 exists and ``choose`` sorts every checkpointing candidate after all others ("only when nothing else fits"); no
 candidate sets it until the strategies implement checkpointing, and ``candidate_specs`` says so rather than
 producing one that would not do what it says.
@@ -100,7 +100,7 @@ def candidate_name(options: StrategyOptions) -> str:
 class CandidateSpec:
     """One candidate before it is predicted: its name, its options and its world size.
 
-    ``checkpointing`` is the activation-checkpointing dimension (issue 17): always False until the strategies
+    ``checkpointing`` is the activation-checkpointing dimension: always False until the strategies
     implement it (see the module docstring).
     """
 
@@ -276,7 +276,7 @@ def choose(rows: Sequence[ChoiceRow], budget: int | None, world_size: int | None
     """Index of the candidate to run: among those of ``world_size`` (default: every world size) that fit ``budget``,
     the one sending the fewest bytes between hosts (all equal on one host), then DDP, else the one with the least
     predicted communication time (ties: fewer bytes, then ``PREFERENCE``; see the
-    module docstring); None when none fits. Checkpointing candidates come after every other (issue 17: only when
+    module docstring); None when none fits. Checkpointing candidates come after every other (only when
     nothing else fits)."""
     fitting = [i for i, r in enumerate(rows) if r.fits(budget) and (world_size is None or r.world_size == world_size)]
     if not fitting:

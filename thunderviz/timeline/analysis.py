@@ -59,7 +59,7 @@ class StragglerRule:
     that, who came last is not known). The rank is named when at least ``most_steps`` of the recorded steps (and
     ``min_steps``) count against it.
 
-    Why no jitter term: issue 30 had rank 0 last in 4 of 4 steps, rank 1 waiting up to 52 ms of a 65 ms step, and
+    Why no jitter term: a tutorial run had rank 0 last in 4 of 4 steps, rank 1 waiting up to 52 ms of a 65 ms step, and
     the earlier rule (3x the step-to-step jitter) named nobody because the steps varied by 72 ms. Varying steps are
     no reason for one rank to be last every time. What keeps noise out is the count and the share: ranks sharing
     CPUs take turns arriving last, and in 20 unslowed 2-rank recordings of 4 steps (FSDP and DDP, 1 and 4 blocks,
