@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from thunderviz.trace.units import format_us
 
 if TYPE_CHECKING:  # the model calls in here; at run time this module only reads its attributes
-    from thunderviz.timeline.model import CollectiveEvent, RankTimeline, Timeline
+    from thunderviz.timeline.events import CollectiveEvent, RankTimeline, TimelineShape
 
 __all__ = [
     "STRAGGLER_RULE",
@@ -317,7 +317,7 @@ def _span(xs: Sequence[float], fmt: Callable[[float], str]) -> str:
 class TimelineAnalysis:
     """Breakdown and straggler analysis of a ``Timeline`` (computed on first use, then cached)."""
 
-    timeline: Timeline
+    timeline: TimelineShape
     rule: StragglerRule = DEFAULT_STRAGGLER_RULE
     _waits: list[CollectiveWait] | None = field(default=None, init=False, repr=False)
 
@@ -474,7 +474,7 @@ def _main_thread(t: RankTimeline) -> tuple[list[Interval], list[Interval], list[
     return window, busy, blocked
 
 
-def _rank_breakdown(tl: Timeline, rank: int) -> RankBreakdown:
+def _rank_breakdown(tl: TimelineShape, rank: int) -> RankBreakdown:
     t = tl.ranks[rank]
     window, busy, blocked = _main_thread(t)
     work = [(c.start, c.end) for c in t.collectives if c.start is not None and c.end is not None]
@@ -494,7 +494,7 @@ def _rank_breakdown(tl: Timeline, rank: int) -> RankBreakdown:
     )
 
 
-def _collective_waits(tl: Timeline) -> list[CollectiveWait]:
+def _collective_waits(tl: TimelineShape) -> list[CollectiveWait]:
     by_key: dict[tuple[int, int], dict[int, CollectiveEvent]] = {}
     for r, t in tl.ranks.items():
         for c in t.collectives:
