@@ -49,8 +49,6 @@ def _rule(may: set[str], forbidden: tuple[str, ...], exempt: tuple[str, ...] = (
 
 RULES: dict[str, Rule] = {
     "errors": _rule(set(), (*HEAVY, *NOTEBOOK)),
-    # re-exports of the paths the README documented before the split (thunderviz.core.diff, .timeline)
-    "core": _rule({"trace", "timeline"}, (*HEAVY, *NOTEBOOK)),
     "gc_pause": _rule(set(), (*HEAVY, *NOTEBOOK)),
     "process_rank": _rule(set(), (*HEAVY, *NOTEBOOK)),
     "trace": _rule(set(), ("torch", "thunder", "lightning", "lightning_fabric", "numpy", *NOTEBOOK)),

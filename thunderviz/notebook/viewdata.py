@@ -1,7 +1,7 @@
 """What the trace widgets show, computed from plain trace objects: no IPython, no ipywidgets, no browser.
 
 The widgets are thin: every number, label, search hit, diff mark and ledger row a person sees is computed here
-from the trace model (``thunderviz.core``) and the DOT renderer (``thunderviz.render.graph``), so it can be tested
+from the trace model (``thunderviz.trace``) and the DOT renderer (``thunderviz.render.graph``), so it can be tested
 in plain Python and reused by the static (nbconvert/GitHub) view. The browser only lays out the DOT and handles
 zoom, pan and clicks.
 
