@@ -24,6 +24,7 @@ import ast
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 PKG = Path("thunderviz")
@@ -219,6 +220,21 @@ class Map:
 
         return re.sub(r"(?<![\w/])(thunderviz/)?(ranks|thunder)/(\w+)\.py", path, s)
 
+    def prose(self, s: str) -> str:
+        """Renamed modules named alone in prose: ``rank_setup``, ``inside_rank.set_up``, rank_setup.py (comments,
+        docstrings and docs only: in code such a name is a variable or an import alias)."""
+        renamed = {
+            old.rpartition(".")[2]: new.removeprefix("thunderviz.")
+            for old, new in self.moves.items()
+            if old.rpartition(".")[2] != new.rpartition(".")[2] and "_" in old.rpartition(".")[2]
+        }
+        if not renamed:
+            return s
+        names = "|".join(sorted(renamed, key=len, reverse=True))
+        s = re.sub(rf"``({names})``", lambda m: f"``{renamed[m.group(1)]}``", s)
+        s = re.sub(rf"(?<![\w./])({names})\.py\b", lambda m: renamed[m.group(1)].replace(".", "/") + ".py", s)
+        return re.sub(rf"(?<![\w./])({names})\.(?=[a-zA-Z_])", lambda m: renamed[m.group(1)] + ".", s)
+
     def import_from(self, node: ast.ImportFrom) -> list[tuple[str, str, str | None]] | None:
         """``(module, name, asname)`` triples replacing one ``from X import ...``; None when nothing moves."""
         if node.level or not node.module or not node.module.startswith("thunderviz"):
@@ -279,7 +295,29 @@ def rewrite_python(path: Path, m: Map) -> str:
         out.append(text)
         at = end
     out.append(m.text("".join(lines[at:])))
-    return "".join(out)
+    return _in_prose("".join(out), m.prose)
+
+
+def _in_prose(src: str, edit: Callable[[str], str]) -> str:
+    """``edit`` applied to the comments and string literals of ``src`` only."""
+    import io
+    import tokenize
+
+    lines = src.splitlines(keepends=True)
+    starts = [0]
+    for line in lines:
+        starts.append(starts[-1] + len(line))
+    pieces, at = [], 0
+    for tok in tokenize.generate_tokens(io.StringIO(src).readline):
+        if tok.type not in (tokenize.COMMENT, tokenize.STRING):
+            continue
+        begin = starts[tok.start[0] - 1] + tok.start[1]
+        end = starts[tok.end[0] - 1] + tok.end[1]
+        pieces.append(src[at:begin])
+        pieces.append(edit(src[begin:end]))
+        at = end
+    pieces.append(src[at:])
+    return "".join(pieces)
 
 
 def unplaced(moves: dict[str, str]) -> list[str]:
@@ -439,7 +477,7 @@ def main() -> None:
 
     # 2. every reference
     for path in files_to_rewrite():
-        new = rewrite_python(path, m) if path.suffix == ".py" else m.text(path.read_text(encoding="utf-8"))
+        new = rewrite_python(path, m) if path.suffix == ".py" else m.prose(m.text(path.read_text(encoding="utf-8")))
         if new != path.read_text(encoding="utf-8"):
             path.write_text(new, encoding="utf-8")
     for rel, prefix in BOTH_SIDES.items():

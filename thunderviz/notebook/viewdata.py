@@ -301,8 +301,8 @@ def subject_of(obj: Any, name: str | None = None) -> Subject:
         subj.decisions = list(getattr(obj, "decisions", None) or [])
         return subj
     raise TypeError(
-        f"thunderviz widgets show traces; got {type(obj).__name__}. Pass a TraceBundle (thunderviz.thunder.capture."
-        "capture(jitted)), a list of them (one per rank), a saved trace file's path, or a run report."
+        f"thunderviz widgets show traces; got {type(obj).__name__}. Pass a TraceBundle (thunderviz.capture(jitted)),"
+        " a list of them (one per rank), a saved trace file's path, or a run report."
     )
 
 
