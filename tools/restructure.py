@@ -153,6 +153,39 @@ RULES_ROWS = """    # kernel side: the rank processes (IPython only inside funct
 """
 
 NEW_PACKAGES = ("pool", "cell", "rank", "reports")
+
+#: docs/architecture.md's layout block: the entries for thunder/ and for what was ranks/.
+ARCH_THUNDER = """\
+  thunder/      the only package that imports lightning-thunder; at its root what every part uses: compat (the
+                version gate), hooks (the sync hook and thunder's state), modules (unwrapping Fabric's wrapper and
+                ThunderModule). One subpackage per concern:
+    jit/        the jit decision's support: executors (what the installed thunder offers), keywords (what
+                thunder.jit reads), facts (live object -> decision facts), prologue, front doors
+    reuse/      compile reuse: compile_reuse (hand back an earlier compile), key, why_not (a miss in words)
+    comm/       the communication pass: distribute (shard/replicate in place), setup, comm_pass (the
+                bucketing/scheduling Transform), collectives (thunder's collective symbols), accumulation (the
+                gradients a no_backward_sync backward keeps), fusion_regions
+    memory/     rehearsal (a strategy's step on the meta device, counted) with meta_world (N ranks in one process)
+                and storage_tracker; meter (a real step's peak: CUDA stats or MemTracker); saved_compare
+    capture/    traces (thunder traces -> trace model), snapshot, param_names, find_target (which jitted object
+                traced a module)
+                RULE: no lightning; imports trace, parallel
+"""
+ARCH_RANKS = """\
+  pool/         KERNEL: the rank processes on ipyparallel: engine (RankEngine), cluster (local on loopback, or
+                attached), warm_pool, watchdog (orphan guard), spawn (run_ranks, as torchrun would), topology
+                (backend, hosts), rendezvous (how ranks find each other; read on both sides)
+  cell/         KERNEL: one cell across the ranks: protocol (what crosses, both ways), driver (waiting while
+                streaming), output (library chatter kept out of cells), status, failures, tracebacks (short:
+                identical ones once, library frames folded), numbers (tracebacks in the notebook's cell numbers)
+  rank/         RANK: inside each rank process: calls (the names the kernel calls by apply), identity, setup (the
+                process group), fabric, state, cell_hooks, cell_phase (the "compiling" sub-phase), cell_targets,
+                collect (one cell's ReportData), memory (each cell's measured peak), timeline (--timeline)
+                RULE (pool, cell, rank): no thunder directly; IPython only inside functions that run in the rank
+                engine's own shell
+  reports/      what a run reports, picklable, opens anywhere: run_report (RunReport), strategy_table (compare_runs,
+                the "which strategy?" table), traffic (bytes within and between hosts); render/ draws them
+"""
 PROCESS_ROWS = '    "pool": "kernel",\n    "cell": "kernel",\n    "rank": "rank",\n    "reports": "anywhere",\n'
 
 
@@ -410,7 +443,14 @@ def edit_architecture_test(path: Path) -> None:
     t = t[: row.start()] + RULES_ROWS + t[row.end() :]
     t = t.replace('layer == "ranks" and top == "IPython"', 'layer in {"pool", "cell", "rank"} and top == "IPython"')
     t = t.replace('"ranks use IPython only', '"rank processes use IPython only')
-    t = re.sub(r'(?<=[{(, ])"ranks"(?=[,}) ])', ", ".join(f'"{p}"' for p in NEW_PACKAGES), t)
+    t = re.sub(r'(?<=[{(, ])"ranks"(?=[,}) ])', "*RANK_PACKAGES", t)
+    t = t.replace(
+        "\n\n@dataclass(frozen=True)\nclass Rule:",
+        "\n\n#: What was ranks/: the rank processes (pool), one cell across them (cell), inside a rank (rank),\n"
+        '#: what a run reports (reports).\nRANK_PACKAGES = {"pool", "cell", "rank", "reports"}\n'
+        "\n\n@dataclass(frozen=True)\nclass Rule:",
+        1,
+    )
     t = t.replace(
         "- ``ranks``: rank processes (ipyparallel engines) and the kernel's driver. IPython only inside functions that "
         "run in\n  the rank engine's own shell.",
@@ -418,6 +458,25 @@ def edit_architecture_test(path: Path) -> None:
         "  rank process): IPython only inside functions that run in the rank engine's own shell. ``reports``: what a\n"
         "  run reports, drawn by ``render``.",
     )
+    path.write_text(t, encoding="utf-8")
+
+
+def edit_architecture_doc(path: Path) -> None:
+    """The layout block's thunder/ and ranks/ entries, replaced; the old ones are printed so that anything later
+    work added to them can be carried over by hand."""
+    t = path.read_text(encoding="utf-8")
+    for start, stop, new in (
+        ("  thunder/ ", "  strategies/ ", ARCH_THUNDER),
+        ("  ranks/ ", "  notebook/ ", ARCH_RANKS),
+    ):
+        found = re.search(rf"^{re.escape(start)}.*?(?=^{re.escape(stop)})", t, re.MULTILINE | re.DOTALL)
+        if found is None:
+            print(f"docs/architecture.md: no {start.strip()} entry; write the new one by hand", file=sys.stderr)
+            continue
+        print(
+            f"docs/architecture.md: replaced this entry (carry over anything new):\n{found.group(0)}", file=sys.stderr
+        )
+        t = t[: found.start()] + new + t[found.end() :]
     path.write_text(t, encoding="utf-8")
 
 
@@ -487,6 +546,7 @@ def main() -> None:
             p.write_text('"""' + prefix + t[3].lower() + t[4:], encoding="utf-8")
     edit_architecture_test(Path("tests/test_architecture.py"))
     edit_layout(Path("docs/layout.py"))
+    edit_architecture_doc(Path("docs/architecture.md"))
     ruff = [sys.executable, "-m", "ruff"]
     subprocess.run([*ruff, "check", "--select", "I", "--fix", "-q", "."], check=False)
     subprocess.run([*ruff, "format", "-q", "."], check=False)
