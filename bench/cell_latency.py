@@ -9,7 +9,7 @@ and one warm rank pool, each setting up the model and running two training steps
 4. changed forward: a subclass whose forward differs (must compile afresh in any reuse scheme).
 
 Printed per cell: the cell's wall time in the kernel and, per rank, the first step (set-up, compile, first step)
-and the second (steady) step, so that compile ~= first - steady. This is issue 29's instrument.
+and the second (steady) step, so that compile ~= first - steady. This is the compile-reuse work's instrument.
 
 ``--case2``: the same four cells in case 2, ``--no-jit``: each cell defines its loss function and jits it itself
 (``step = thunder.jit(loss_of)``; a re-run makes a new function object with the same code and a new jitted

@@ -17,7 +17,7 @@ executed forward + backward traces, and torch.profiler's ``c10d::`` calls in one
 executed traces (ZERO3 against ZERO2). ``--profile`` adds the ops that take the most time in one step of each
 thunder variant.
 
-``--hybrid`` (issue 31): 4 CPU ranks as 2 "hosts" of 2 (ranks 0-1 and 2-3), the same model and batch: ours hybrid
+``--hybrid``: 4 CPU ranks as 2 "hosts" of 2 (ranks 0-1 and 2-3), the same model and batch: ours hybrid
 (``sharding_strategy='_HYBRID_SHARD_ZERO2'`` / ``'HYBRID_SHARD'``, ``device_mesh=(2, 2)``, BLOCK) against torch's
 FSDP2 on a 2-D mesh (``fully_shard(mesh=init_device_mesh("cpu", (2, 2)))``, HSDP) and ours FSDP over all 4 ranks,
 with what each host sends to the other per step (``parallel.plan``'s ring accounting, from our executed traces'

@@ -17,7 +17,7 @@ What runs, each in a fresh rank process (world size 1):
    cuBLAS's workspace (tens of MiB, allocated through the caching allocator on the first matmul), blocks the
    allocator hands out whole when the remainder is under 1 MiB — stays within that; the CPU rehearsal uses a small
    model.
-4. Speed and memory against eager (the executor decision, issue 28): eager, torch.compile, and our DDP and FSDP ZERO2
+4. Speed and memory against eager (the executor decision): eager, torch.compile, and our DDP and FSDP ZERO2
    BLOCK with the executors the strategy decides, on ``TinyGPT(32000, 1024, d 1024, 8 layers, 16 heads)`` in bf16,
    batch 8x1024, AdamW, world size 1: median step time of 10 steps after 3, and the peak of one steady step
    (``max_memory_allocated``), and the host CPU time of those steps. Gates on CUDA: ours <= 1.10x eager's step time

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU path in one go (issue 9): ThunderDDPStrategy and ThunderFSDPStrategy on NCCL with world size 1, traces
+# The GPU path in one go: ThunderDDPStrategy and ThunderFSDPStrategy on NCCL with world size 1, traces
 # captured on CUDA, bucketing on, thunder's nvFuser executor when installed, %%thunder_fsdp --nproc 1 in a real
 # Jupyter kernel, and the memory plan's predicted step peak against CUDA's max_memory_allocated (within 10%), and our strategies' step
 # time and peak against eager's with the executors the strategy decides (gates: <= 1.10x, ZERO3 <= 1.20x, and <= 1.0x). Prints what ran;

@@ -29,6 +29,7 @@ RUNNABLE = "<!-- runnable -->"
 
 sys.path.insert(0, str(DOCS))
 import hooks  # noqa: E402 (docs/ is not a package)
+import layout  # noqa: E402
 import screenshots  # noqa: E402
 from tutorial_page import WIDGET, picture_widgets  # noqa: E402
 
@@ -77,6 +78,17 @@ def test_every_picture_the_docs_show_exists_is_light_and_is_shown() -> None:
         assert png.stat().st_size <= MAX_IMAGE_BYTES, f"{png.name} is {png.stat().st_size} bytes"
         width, height, distinct = screenshots.png_facts(png.read_bytes())
         assert width >= 300 and height >= 150 and distinct > 16, f"{png.name}: {width}x{height}, looks blank"
+
+
+def test_the_layout_picture_is_drawn_from_the_current_tree() -> None:
+    """docs/architecture.md's layout picture: its DOT source, regenerated from the tree and the import rules, is the
+    committed one (no graphviz needed here), and the SVG beside it shows every package."""
+    committed = (DOCS / "images" / "layout.dot").read_text(encoding="utf-8")
+    assert layout.dot_source() == committed, "the package layout changed: run python docs/layout.py"
+    svg = (DOCS / "images" / "layout.svg").read_text(encoding="utf-8")
+    packages = [p.name for p in sorted((REPO / "thunderviz").iterdir()) if (p / "__init__.py").is_file()]
+    assert len(packages) >= 8 and all(f"{name}/" in svg for name in packages), packages
+    assert "images/layout.svg" in (DOCS / "architecture.md").read_text()
 
 
 def test_the_pictures_belong_to_the_tutorial_cells_they_stand_in() -> None:

@@ -39,7 +39,7 @@ from tests.helpers.timeline_runs import recorded
 HERE = Path(__file__).parent
 REPO = HERE.parent.parent
 SHOTS = Path(os.environ.get("THUNDERVIZ_BROWSER_ARTIFACTS") or REPO / "test-output" / "browser")
-#: The smallest text a graph may draw, in CSS pixels (issue 19: 6-7 px at "fit" was unreadable).
+#: The smallest text a graph may draw, in CSS pixels (6-7 px at "fit" was unreadable).
 MIN_TEXT_PX = 11.0
 # The smallest font size times its scale on screen, over every text of the graphs under ``root``.
 _MIN_TEXT_JS = """
@@ -502,7 +502,7 @@ def test_a_graph_node_outlines_its_spans_on_the_timeline(lab: Lab) -> None:
     lab.shot("11-timeline-graph-node-spans", root)
 
 
-# ---------------------------------------------------------------------------------------------- issue 19: at a glance
+# ------------------------------------------------------------------------------------------------------- at a glance
 
 
 def _tutorial_view(lab: Lab) -> Any:
@@ -613,7 +613,7 @@ def test_comparisons_name_the_runs_and_their_configuration_with_a_legend(lab: La
 
 
 def test_compare_zero2_zero3_one_scale_whole_at_fit_and_says_what_changed(lab: Lab) -> None:
-    """Issue 30 item 7: both panes on one scale; at "fit" every node whole inside its pane; outlines only on what was
+    """Both panes on one scale; at "fit" every node whole inside its pane; outlines only on what was
     added or changed (ZERO2's and ZERO3's blocks are changed, not "only in the right run"), and clicking a changed
     block lists the ops added to it."""
     exp = lab.expected["zero_compare"]

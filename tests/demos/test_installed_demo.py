@@ -161,11 +161,11 @@ def test_pip_install_then_thunderviz_demo_runs_the_packaged_tutorial(tmp_path: P
     assert re.search(r"<td>zero2</td><td>measured</td><td>thunder_fsdp \(FSDP ZERO2", page)
     assert re.search(r"<td>zero3</td><td>measured</td><td>thunder_fsdp \(FSDP ZERO3", page)
     assert "TinyGPT" in page
-    # the runs compared, as the compare view's header says it, before the sections (issue 30: the page had none)
+    # the runs compared, as the compare view's header says it, before the sections (the page had none)
     assert page.index(strategies) < page.index("<h2 id='runs-compared'>Runs compared</h2>") < page.index("<section id=")
     assert re.search(r"<h3>zero2 against zero3 \(\w+\)</h3><p>zero3 sends [\d.]+x zero2&#x27;s bytes per step", page)
     assert "changed: ops" in page and "only in zero3" in page
-    assert len(page.encode()) < 2 * 2**20  # issue 30's size budget for the tutorial's page (3.9 MB before)
+    assert len(page.encode()) < 2 * 2**20  # the size budget for the tutorial's page (3.9 MB before)
     assert not re.search(r"""(src|href)=["']?https?://""", page)  # offline: nothing fetched from the network
     _check_the_plan_is_drawn(executed["cells"], page)
     _check_every_view_says_the_same_numbers(executed["cells"], page)
@@ -175,7 +175,7 @@ def test_pip_install_then_thunderviz_demo_runs_the_packaged_tutorial(tmp_path: P
     # the terminal story: each cell's decisions and rank 0's collectives, then where everything is
     assert "running tutorial.ipynb headlessly on 2 CPU ranks" in story
     assert "[zero2] thunder_fsdp on 2 ranks (gloo)" in story
-    # one-line decision headlines (issue 19); the 4-block tutorial model gets a bucket per block
+    # one-line decision headlines; the 4-block tutorial model gets a bucket per block
     assert "\n  case 1: jit once, then shard - ZERO2, 4 block buckets + root\n" in story
     assert "\n  case 1: jit once, then shard - ZERO3, 4 block buckets + root\n" in story
     assert "\n  executors: sdpa, torchcompile_xentropy (thunder's defaults on CPU: they compile fastest)\n" in story
@@ -203,7 +203,7 @@ def test_pip_install_then_thunderviz_demo_runs_the_packaged_tutorial(tmp_path: P
 
 
 def _check_the_plan_is_drawn(cells: list[dict], page: str) -> None:
-    """Issue 30: the tutorial printed the plan's table only; why DDP was not run never showed. Now the plan shows as
+    """The tutorial printed the plan's table only; why DDP was not run never showed. Now the plan shows as
     bars (each candidate against the budget line), the TraceView its markdown names is displayed, and the planned
     run's section of the page draws the plan with its ranks measured under their own candidate; no bar's total
     sits across the budget line."""
@@ -245,7 +245,7 @@ def _check_the_words_match_what_is_drawn(cells: list[dict]) -> None:
 
 
 def _check_the_chips_and_the_header_agree(cells: list[dict], page: str) -> None:
-    """Issue 30: the first cell's chips said 20.1 s and its header 13.61 s; both now say the same split."""
+    """The first cell's chips said 20.1 s and its header 13.61 s; both now say the same split."""
     header = re.search(r"<h3>zero2: [^<]*, gloo: ([^<]*)</h3>", page).group(1)
     assert header.endswith(" s starting the pool"), header  # the first cell started the pool
     status = [

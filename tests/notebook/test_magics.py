@@ -131,7 +131,7 @@ def test_fsdp_cell_streams_output_and_returns_a_report(shell, capsys) -> None:
     assert last.data["text/plain"] == "ranks: 0:done  1:done"
     assert "rank 1: done" in last.data["text/html"] and "widget-view" not in str(last.data)
     assert "<script" not in last.data["text/html"]
-    # Issue 30: the chips said 20.1 s and the header 13.61 s for one cell. The chips count from the cell's start;
+    # The chips said 20.1 s and the header 13.61 s for one cell. The chips count from the cell's start;
     # the header and the chips' line split the same time into the ranks' part and starting the pool (this first
     # cell started it)
     from thunderviz.render.run_report import cell_seconds

@@ -25,7 +25,7 @@ def test_the_prediction_for_this_strategy_and_world_size_is_attached() -> None:
     assert sorted(cmp) == [0, 1] and cmp[0].off() == []  # 7000 predicted, 7100 measured: within 10%
     html = report.to_html(standalone=False)
     assert "against the plan's fsdp-zero3-block x2" in html
-    # issue 30: the whole plan comes along, and the report draws every candidate, not only its own prediction
+    # The whole plan comes along, and the report draws every candidate, not only its own prediction
     assert report.plan is plan and "<text x='0' y='35'>ddp x2 \u2713</text>" in html
 
 

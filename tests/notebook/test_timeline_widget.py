@@ -58,7 +58,7 @@ def view() -> TimelineView:
 
 
 def test_a_common_scale_for_runs_compared(view):
-    """Issue 19: FSDP and DDP were drawn on different scales; ``span_ms`` puts both on the longer one's."""
+    """FSDP and DDP were drawn on different scales; ``span_ms`` puts both on the longer one's."""
     from thunderviz.notebook.timeline_widget import TimelineView, common_span_ms
 
     tl = view.timeline
@@ -96,7 +96,7 @@ def test_a_graph_nodes_group_outlines_its_spans_on_every_rank(view):
 
 
 def test_idle_time_is_drawn_and_neighbouring_blocks_get_distinct_colours(view):
-    """Issue 30: rank 1's sleep before every backward was drawn blank, not idle; blocks.0-3 shared one colour."""
+    """Rank 1's sleep before every backward was drawn blank, not idle; blocks.0-3 shared one colour."""
     from itertools import combinations
 
     from thunderviz.render.timeline_svg import group_colour
@@ -139,7 +139,7 @@ def test_in_chromium_lanes_per_rank_a_clicked_collective_shows_arrivals_and_the_
             assert page.locator(".tl-summary .tl-line").first.inner_text().startswith("Straggler: rank 1 arrived last")
             assert "3 of every 4 recorded steps" in page.locator(".tl-note").inner_text()  # the rule, stated
             assert page.locator("g.tl-lane[data-rank='1'] rect.tl-idle").count() >= 1  # the sleep, drawn idle
-            # Issue 19: every lane's rows are labelled, each step marked, and the legend shows the colours the
+            # Every lane's rows are labelled, each step marked, and the legend shows the colours the
             # module bars really use.
             labels = page.locator("text.tl-row-label").evaluate_all("els => els.map(e => e.textContent)")
             assert labels == ["steps", "compute by module", "main thread", "collectives"] * 2

@@ -282,7 +282,7 @@ def _statuses(pane: dict[str, Any]) -> dict[str, str]:
 
 
 def test_compare_zero2_zero3_outlines_what_changed_and_says_a_verdict() -> None:
-    """Issue 30: both runs have blocks.0-3 and ln_f (ZERO3 adds unsqueeze/expand ops to them): outlined as changed,
+    """Both runs have blocks.0-3 and ln_f (ZERO3 adds unsqueeze/expand ops to them): outlined as changed,
     on both sides, with what changed on click; only ZERO3's re-gathering buckets are added; a verdict on top."""
     files = bucketed_trace_files()
     z2, z3 = run_report("zero2", files["zero2"]), run_report("zero3", files["zero3"])
@@ -447,12 +447,12 @@ def test_trace_view_of_a_rank_engine_report(fsdp: list[TraceBundle], ddp: list[T
         assert row["est_peak_forward"] == fsdp[row["rank"]].forward.peak_memory_bytes > 0
         assert row["rss_bytes"] > 0
     assert {c["unit"] for c in memory["columns"]} == {"bytes"} and "estimate" in memory["note"]
-    # Named like the cell, with the strategy's configuration (issue 19): two runs of one model read apart.
+    # Named like the cell, with the strategy's configuration: two runs of one model read apart.
     assert w.title == "FSDP ZERO2 BLOCK \u00b7 gpt: rank 0 of 2"
     report.name = "zero2"
     assert TraceView(report).title == "zero2: FSDP ZERO2 BLOCK \u00b7 gpt: rank 0 of 2"
     assert w.panels["ledger"]["mismatches"] == []
-    # Issue 30: the Memory tab drew the cell's prediction twice (as the plan's candidate and again in MemTracker's
+    # The Memory tab drew the cell's prediction twice (as the plan's candidate and again in MemTracker's
     # groups): once now, and every bar in the one account with its one colour.
     from tests.helpers.plans import synthetic_plan
     from thunderviz.trace.memory import ACCOUNT, COLORS, StepMemory

@@ -158,7 +158,7 @@ BLOCKS4 = ObjectFacts(kind=ObjectKind.MODULE, type_name="GPT", blocks=tuple(f"bl
     ],
 )
 def test_every_decision_has_a_one_line_headline(facts, options, headline):
-    """Issue 19: the decision in one line; the paragraph of reasoning stays one attribute away (``reason``)."""
+    """The decision in one line; the paragraph of reasoning stays one attribute away (``reason``)."""
     decision = decide(facts, options)
     assert decision.headline == headline
     assert len(decision.reason) > 3 * len(headline)  # the full reasoning is still there
@@ -299,7 +299,7 @@ def test_jit_false_with_jit_kwargs_is_rejected():
 
 
 def test_decisions_module_reads_thunder_only_through_thunder_hooks():
-    """Issue 13: thunder internals are read in one module; the table itself never imports thunder."""
+    """Thunder internals are read in one module; the table itself never imports thunder."""
     import ast
     import inspect
 

@@ -1,4 +1,4 @@
-"""``activation_checkpointing_policy`` and ``reduce_dtype`` in the option table and the decision table (issue 17), and
+"""``activation_checkpointing_policy`` and ``reduce_dtype`` in the option table and the decision table, and
 Fabric's own spellings refused with what to use: no processes, no thunder."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The rank's "compiling" sub-phase (issue 30: a first compile showed as a bare "running" for 12 s): the watch
+"""The rank's "compiling" sub-phase (a first compile showed as a bare "running" for 12 s): the watch
 samples the main thread's stack during a real thunder compile, in this process, and says so."""
 
 from __future__ import annotations

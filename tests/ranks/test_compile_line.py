@@ -1,4 +1,4 @@
-"""The cell report's compile line (issue 29): one line when ranks did alike, per rank otherwise."""
+"""The cell report's compile line: one line when ranks did alike, per rank otherwise."""
 
 from __future__ import annotations
 

@@ -318,7 +318,7 @@ def test_the_collecting_phase_a_rank_publishes_is_shown_before_done() -> None:
 
 
 def test_a_compile_the_rank_publishes_is_shown_while_it_lasts() -> None:
-    """Issue 30: a first compile showed as a bare "running" for 12 s; the rank now says when it compiles."""
+    """A first compile showed as a bare "running" for 12 s; the rank now says when it compiles."""
     published = ((0.3, Phase.COMPILING), (1.5, Phase.RUNNING), (1.8, Phase.COLLECTING))
     ranks = FakeRanks({0: Script(published=published, finishes_at=2.0), 1: Script(finishes_at=0.2)})
     _drive(ranks, done_phase=Phase.DONE)

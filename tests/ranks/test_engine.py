@@ -76,7 +76,7 @@ TORCH_LINE = (
 def test_library_chatter_stays_out_of_the_cell_but_in_the_report_and_the_debug_log(
     engine: RankEngine, output_log, caplog
 ) -> None:
-    """Issue 19: gloo's and torch's lines read as errors in a notebook; the user's own output still streams."""
+    """Gloo's and torch's lines read as errors in a notebook; the user's own output still streams."""
     import logging
 
     output_log.clear()
@@ -95,7 +95,7 @@ def test_library_chatter_stays_out_of_the_cell_but_in_the_report_and_the_debug_l
 
 
 def test_ipyparallel_logs_at_warning_level_unless_asked(engine: RankEngine) -> None:
-    """Issue 19: at INFO the controller wrote ~100 lines per pool start and stop, replayed into the server's
+    """At INFO the controller wrote ~100 lines per pool start and stop, replayed into the server's
     terminal when an engine was killed; at WARNING its log file holds none of its routine lines."""
     from thunderviz.ranks.cluster import ipp_log_level
 
@@ -217,7 +217,7 @@ def test_capturing_traces_is_its_own_phase(engine: RankEngine) -> None:
 
 
 def test_a_rerun_cell_reports_that_it_reused_the_trace_and_the_option_turns_it_off(engine: RankEngine) -> None:
-    """Issue 29: the report says what each rank's compile did; ``compile_reuse=False`` (``--no-compile-reuse``)
+    """The report says what each rank's compile did; ``compile_reuse=False`` (``--no-compile-reuse``)
     interprets afresh."""
     cell = (
         "class Reused(torch.nn.Module):\n"
@@ -231,7 +231,7 @@ def test_a_rerun_cell_reports_that_it_reused_the_trace_and_the_option_turns_it_o
     )
     fsdp = StrategySpec("thunder_fsdp")
     first, phases = _phases_per_rank(engine, cell, strategy=fsdp)
-    # issue 30: the first compile is its own sub-phase on every rank, not a bare "running"
+    # The first compile is its own sub-phase on every rank, not a bare "running"
     for seen in phases.values():
         assert "compiling" in seen and seen.index("running") < seen.index("compiling") < seen.index("done"), phases
     again = engine.run(cell, strategy=fsdp)
@@ -247,7 +247,7 @@ def test_a_rerun_cell_reports_that_it_reused_the_trace_and_the_option_turns_it_o
 
 
 def test_compare_runs_tables_two_real_runs_with_their_peaks_and_ring_bytes(engine: RankEngine) -> None:
-    """Issue 30's "which strategy?" table from two real cells: each row's peak is its largest rank's measured step
+    """The "which strategy?" table from two real cells: each row's peak is its largest rank's measured step
     peak, its bytes per step follow the ring formulas from the ledgers (an MLP of P parameter bytes on 2 ranks:
     DDP's all_reduce sends P per rank; ZERO3 gathers P/2 in forward, reduce-scatters P/2, and in backward gathers
     again only the weight backward needs, the second layer's: 64 x 64 x 4 / 2), and each row says why."""
@@ -280,7 +280,7 @@ def test_compare_runs_tables_two_real_runs_with_their_peaks_and_ring_bytes(engin
     assert [r.name for r in table.rows] == ["<zero3>", "run 1"]  # leanest first
     assert "more per rank than <zero3>" in rows["run 1"].why and "0.80x <zero3>'s bytes" in rows["run 1"].why
     assert rows["<zero3>"].why == "the leanest peak per rank; sends 1.25x run 1's bytes per step"
-    # Issue 30: one memory account for both runs. DDP's bar had no parameters and no bar had gradients: thunder
+    # One memory account for both runs. DDP's bar had no parameters and no bar had gradients: thunder
     # hands every gradient to autograd at backward's end, so at a peak inside backward they were "temporaries".
     for report in (ddp, zero3):
         for m in report.step_memory.values():

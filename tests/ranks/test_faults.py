@@ -54,7 +54,7 @@ def test_rank_that_raises_fails_fast_with_its_traceback(engine: RankEngine) -> N
 
 
 def test_tracebacks_number_cells_as_the_notebook_does(engine: RankEngine) -> None:
-    """Issue 19: a rank's traceback said "Cell In[6]" (its own count) where the notebook showed [13]."""
+    """A rank's traceback said "Cell In[6]" (its own count) where the notebook showed [13]."""
     engine.run("def check(x):\n    if x > 1:\n        raise ValueError(f'too big: {x}')", collect=False, cell_label=20)
     err, _ = _timed_failure(engine, "check(rank + 2)", cell_label=31)  # every rank raises: no restart
     for failure in err.failures.values():

@@ -63,14 +63,14 @@ def test_messages_pickle_as_they_cross_to_the_ranks() -> None:
 
 
 RANK_SIDE_MODULES = (
-    "inside_rank",
-    "rank_identity",
-    "rank_setup",
-    "rank_fabric",
-    "cell_hooks",
-    "cell_targets",
-    "collect",
-    "rank_state",
+    "thunderviz.ranks.inside_rank",
+    "thunderviz.ranks.rank_identity",
+    "thunderviz.ranks.rank_setup",
+    "thunderviz.ranks.rank_fabric",
+    "thunderviz.ranks.cell_hooks",
+    "thunderviz.ranks.cell_targets",
+    "thunderviz.ranks.collect",
+    "thunderviz.ranks.rank_state",
 )
 
 
@@ -80,7 +80,7 @@ def test_rank_side_module_is_cheap_to_import_in_the_kernel() -> None:
     import subprocess
     import sys
 
-    modules = ", ".join(f"thunderviz.ranks.{m}" for m in RANK_SIDE_MODULES)
+    modules = ", ".join(RANK_SIDE_MODULES)
     heavy = ("IPython", "thunder", "lightning", "ipyparallel")
     code = f"import sys, {modules}; print([m for m in {heavy!r} if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -172,7 +172,7 @@ def _numerics_match_and_ranks_span_both_hosts(nb: Notebook, flags: str) -> None:
 
 
 def _hybrid_shards_within_each_host(nb: Notebook, flags: str) -> None:
-    """Issue 31: by default the shard group is each host's ranks, numerics still equal one process, and the report
+    """By default the shard group is each host's ranks, numerics still equal one process, and the report
     splits the traffic: the shard group's collectives stay inside a host, only the replica all_reduce leaves it."""
     answer = _ok(nb.cell(f"{flags} --sharding hybrid --output none", NUMERICS + HYBRID_GROUPS))
     assert max(_ok(nb.ask(pull="grad_error"))["values"]) < 1e-6

@@ -1,4 +1,4 @@
-"""The collapsed graph follows the data flow (issue 19): communication sits in its bucket's node, forward reads
+"""The collapsed graph follows the data flow: communication sits in its bucket's node, forward reads
 input -> embeddings -> blocks -> norm -> head, backward the reverse; on the tutorial's model and a litgpt GPT, from
 real 2-rank FSDP ZERO3 traces with the default BLOCK buckets. And with thunder's torchcompile executor (ZERO2), each
 fusion region sits where its ops belong, or is named for the modules it spans, and every module stays findable."""
@@ -74,7 +74,7 @@ def test_the_laid_out_graph_reads_top_to_bottom_in_data_flow_order(bundles, run)
 
 @pytest.mark.parametrize("label", ["forward", "backward"])
 def test_a_bucket_node_says_when_it_is_waited_for_as_the_ledger_does(bundles, label):
-    """``wait N ops later`` on a bucket node is the ledger's collective-to-wait distance, not one less (issue 30)."""
+    """``wait N ops later`` on a bucket node is the ledger's collective-to-wait distance, not one less."""
     import re
 
     from thunderviz.trace.ledger import ledger_from_bundle

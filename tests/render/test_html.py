@@ -120,7 +120,7 @@ def test_run_report_html_shows_decisions_memory_traces_and_problems():
     decision = Decision(EVIL, Case.RAW_MODULE, Action.JIT_AND_DISTRIBUTE, "</td><b>why</b>")
     report = _run_report([decision], problems=("<img src=x onerror=alert(1)>",))
     frag = run_report_html(report, standalone=False)
-    # one root element with the scoped stylesheet once, then the title (issue 19: nothing leaks into the notebook)
+    # one root element with the scoped stylesheet once, then the title (nothing leaks into the notebook)
     assert frag.startswith(
         f"<div class='{ROOT_CLASSES}'><style>{REPORT_CSS}</style><h3>thunder_fsdp (FSDP ZERO2 BLOCK)"
     )
@@ -138,7 +138,7 @@ def test_run_report_html_shows_decisions_memory_traces_and_problems():
 
 
 def test_every_rule_of_the_stylesheet_is_scoped_to_our_root():
-    """Issue 19: a report in a notebook restyled every stream output (pre), heading and the page (body)."""
+    """A report in a notebook restyled every stream output (pre), heading and the page (body)."""
     rules = [r for r in REPORT_CSS.splitlines() if r]
     for rule in rules:
         selectors = rule.split("{", 1)[0].split(",")

@@ -85,7 +85,7 @@ def _drawn(svg: str) -> list[tuple[str, str]]:
 
 
 def test_every_bar_of_every_view_is_drawn_in_one_account_with_one_colour_each() -> None:
-    """Issue 30: the Memory tab mixed two schemes (a prediction in MemTracker's groups next to the plan's
+    """The Memory tab mixed two schemes (a prediction in MemTracker's groups next to the plan's
     categories, near-identical reds for "optimizer state" and "optimizer"), the DDP bar had no parameters and no
     bar had gradients. A plan's bars, a run's predicted and measured bars and compare_runs' table draw the same
     categories, in the same order, each in its own colour; anything else is refused."""
@@ -151,7 +151,7 @@ def _value_labels(svg: str) -> list[tuple[float, str]]:
 
 
 def test_the_budget_line_never_runs_through_a_bar_total() -> None:
-    """Issue 30: a bar ending a little short of the budget had its total written across the dashed line."""
+    """A bar ending a little short of the budget had its total written across the dashed line."""
     plan = synthetic_plan({"ddp": 1_288_490, "fsdp-zero2-block": 1_050_000}, budget=1_100_000)
     svg = plan_html(plan)
     line = float(re.search(r"class='tv-budget' x1='([0-9.]+)'", svg).group(1))
@@ -163,7 +163,7 @@ def test_the_budget_line_never_runs_through_a_bar_total() -> None:
 
 
 def test_a_run_with_its_plan_draws_every_candidate_against_the_budget_and_the_ranks_under_their_own() -> None:
-    """Issue 30: the report of a --plan run drew only its own prediction; why DDP was not run (over the budget)
+    """The report of a --plan run drew only its own prediction; why DDP was not run (over the budget)
     never showed. Now the plan's candidates, each against the budget line, with the measured ranks under the
     candidate the run ran as."""
     plan = synthetic_plan({"ddp": 12_000, "fsdp-zero2-block": 10_000, "fsdp-zero3-layer": 8_000}, budget=11_000)

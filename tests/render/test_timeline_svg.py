@@ -69,7 +69,7 @@ def test_names_from_user_code_are_escaped_and_the_svg_parses():
 
 
 def test_rows_are_labelled_steps_marked_and_blocked_time_past_the_work_drawn_apart():
-    """Issue 19: unlabelled rows, no step markers, and a 'blocked' bar running past its collective's end."""
+    """Unlabelled rows, no step markers, and a 'blocked' bar running past its collective's end."""
     steps = [Region("step", 0.0, 100.0, 2), Region("step", 100.0, 200.0, 3)]
     c = CollectiveEvent(
         step=2,

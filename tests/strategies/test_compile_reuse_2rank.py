@@ -1,4 +1,4 @@
-"""Compile reuse under the strategies, on 2 gloo ranks (issue 29): a re-run and a ZERO2 <-> ZERO3 switch reuse the
+"""Compile reuse under the strategies, on 2 gloo ranks: a re-run and a ZERO2 <-> ZERO3 switch reuse the
 interpreted trace, and train exactly as a fresh compile does: the same ops in the same order, forward and backward,
 the same buckets, bit-identical losses and parameters after two AdamW steps.
 

@@ -1,4 +1,4 @@
-"""Compile reuse for case 2 under a real strategy (issue 29): a function the user jitted, taking two models set up
+"""Compile reuse for case 2 under a real strategy: a function the user jitted, taking two models set up
 by ``ThunderFSDPStrategy(jit=False)``, re-run as a notebook cell re-runs (a new Fabric, new models, the same jitted
 function), reuses the interpreted trace and trains exactly as a fresh compile: the same forward and backward traces,
 the same buckets, each parameter's plan rebound to its own model, bit-identical loss and gradients.

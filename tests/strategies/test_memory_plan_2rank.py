@@ -3,8 +3,8 @@
 One pair of rank processes runs every scenario (``demos.memory_runs.measure_many``): a GPT whose head is tied to its
 embedding under four candidates with AdamW (one with every block checkpointed, ``+ac``), a residual MLP (no
 attention) with SGD + momentum under ZERO3 and under ``ThunderAutoStrategy`` with a budget between two candidates'
-predicted peaks, and an activation-heavy MLP tower whose ``forward`` returns the loss (AdamW; issue 28 reported +18%
-for DDP there, measured with the optimizer state left out of the tracker). The predictions are made here, on the
+predicted peaks, and an activation-heavy MLP tower whose ``forward`` returns the loss (AdamW; a measurement reported
++18% for DDP there, measured with the optimizer state left out of the tracker). The predictions are made here, on the
 meta device (``thunderviz.plan``). The full table (4 models x both optimizers x every candidate x 2 and 4 ranks) is
 ``bench/memory_plan.py``.
 

@@ -238,7 +238,7 @@ def test_fsdp_buckets_by_block_unless_told_otherwise():
     assert ThunderFSDPStrategy().bucketing_strategy is FSDPBucketingStrategy.BLOCK
 
 
-# -- unknown and foreign keywords never pass silently (issue 16) ------------------------------------------------------
+# -- unknown and foreign keywords never pass silently ------------------------------------------------------------------
 
 
 def test_a_typo_raises_at_construction_naming_the_closest_option():
@@ -311,7 +311,7 @@ def test_every_option_of_fabrics_own_strategy_is_taken_or_refused_with_what_to_u
 
 
 def test_fabric_fsdp_spelling_of_activation_checkpointing_says_what_to_do():
-    """``activation_checkpointing_policy`` is implemented (issue 17); Fabric's older spelling says to use it."""
+    """``activation_checkpointing_policy`` is implemented; Fabric's older spelling says to use it."""
     from torch import nn
 
     from thunderviz.parallel.options import CheckpointPolicy

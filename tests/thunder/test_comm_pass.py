@@ -660,7 +660,7 @@ def test_reduce_scatter_buffer_gives_each_rank_its_rows_of_every_gradient():
         torch.testing.assert_close(chunk, expected)
 
 
-# -- reduce_dtype and no_backward_sync (issue 17) -------------------------------------------------------------------
+# -- reduce_dtype and no_backward_sync ------------------------------------------------------------------------------
 
 
 def _returned_names(trace: Any) -> list[str | None]:

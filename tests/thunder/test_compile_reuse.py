@@ -1,4 +1,4 @@
-"""Compile reuse (issue 29): a marked module with the same code, state and inputs reuses thunder's initial trace, and
+"""Compile reuse: a marked module with the same code, state and inputs reuses thunder's initial trace, and
 every change the issue lists compiles afresh.
 
 Each "cell" runs in one namespace, as a notebook's cells share ``__main__``: a class or helper redefined there is

@@ -85,7 +85,7 @@ def test_collectives_carry_ledger_names_times_and_module_groups(timeline, runs):
                 assert c.trace == c.region and c.group is not None and c.ledger_position is not None
                 assert c.issue_start <= c.issue_end and c.start is not None and c.start <= c.end
                 assert not c.sync and c.wait_start is not None and c.wait_start <= c.wait_end
-        # compute by graph node: the block, and the root bucket's packing and unpacking (its own node, issue 19)
+        # compute by graph node: the block, and the root bucket's packing and unpacking (its own node)
         assert {s.group for s in t.segments} >= {"blocks.0", fwd_bucket.group}, {s.group for s in t.segments}
         assert {s.trace for s in t.segments} == {"forward", "backward"}
 
@@ -112,7 +112,7 @@ def test_the_sleeping_rank_is_named_at_the_first_backward_collective(timeline):
 
 @pytest.mark.parametrize("kind", ["fsdp", "ddp"])
 def test_unslowed_repeats_name_no_straggler(runs, kind):
-    """Issue 19: with nobody sleeping, two ranks sharing the CPUs take turns arriving last by milliseconds (tens on
+    """With nobody sleeping, two ranks sharing the CPUs take turns arriving last by milliseconds (tens on
     a busy machine); STRAGGLER_RULE names no one, and the summary says which rank came closest."""
     paths = [[p for k, p in r.quiet if k == kind] for r in runs]
     assert all(len(p) == QUIET_REPEATS for p in paths)
@@ -122,7 +122,7 @@ def test_unslowed_repeats_name_no_straggler(runs, kind):
         a = tl.analysis()
         assert a.straggler() is None, a.summary()[0]
         assert a.summary()[0].startswith("No straggler: no rank"), a.summary()[0]
-        # Issue 30: DDP's forward has no collective and its backward one at the end; compute still goes to the
+        # DDP's forward has no collective and its backward one at the end; compute still goes to the
         # module that ran (it was one block's for the whole forward / backward)
         for t in tl.ranks.values():
             for step in tl.steps:

@@ -205,7 +205,7 @@ def _ddp_step(i: int, t0: float) -> list[RawEvent]:
 
 
 def test_compute_without_collectives_around_it_goes_to_the_module_that_ran():
-    """Issue 30: under DDP the forward has no collective and the backward one at its end; the whole forward was
+    """Under DDP the forward has no collective and the backward one at its end; the whole forward was
     'compute of blocks.0' and the whole backward one block's. Each op event now takes its trace op's group."""
     events = [e for i in range(3) for e in _ddp_step(i, i * 1000.0)]
     metas = {n: CollectiveMeta("all_reduce", sync=False, shape=(8,), dtype="float32") for n in (1, 2, 3)}
@@ -467,7 +467,7 @@ def test_a_rank_late_in_every_step_by_a_large_share_is_named_in_one_sentence():
 
 
 def test_issue_30_a_rank_last_in_every_step_is_named_however_much_the_steps_vary():
-    """Issue 30: rank 0 last in 4 of 4 steps, rank 1 waiting up to 52 ms of a ~65 ms step, steps varying by 72 ms:
+    """Rank 0 last in 4 of 4 steps, rank 1 waiting up to 52 ms of a ~65 ms step, steps varying by 72 ms:
     the old rule compared the wait with 3x that jitter and named nobody."""
     lates = [-40_000.0, -110_000.0, -45_000.0, -80_000.0]
     a = _two_ranks(lates, [65_000.0, 200_000.0, 70_000.0, 140_000.0]).analysis()
@@ -491,7 +491,7 @@ def test_issue_30_a_rank_last_in_every_step_is_named_however_much_the_steps_vary
     ],
 )
 def test_a_rank_not_holding_the_others_up_in_most_steps_is_not_named(lates, steps_us, why):
-    """Issue 19: ranks sharing CPUs take turns, or are late by a small share of the step: no straggler."""
+    """Ranks sharing CPUs take turns, or are late by a small share of the step: no straggler."""
     a = _two_ranks(lates, steps_us).analysis()
     assert a.straggler() is None, why
     line = a.summary()[0]
@@ -517,7 +517,7 @@ def test_the_closest_rank_is_said_with_its_numbers_when_nobody_is_named():
 def test_the_rule_is_data_and_its_sentence_is_short():
     from thunderviz.timeline.analysis import StragglerRule
 
-    assert len(STRAGGLER_RULE.split()) <= 40, STRAGGLER_RULE  # issue 30: a 60-word rule
+    assert len(STRAGGLER_RULE.split()) <= 40, STRAGGLER_RULE  # a 60-word rule read as a paragraph
     assert "3 of every 4 recorded steps" in STRAGGLER_RULE and "50% of the step" in STRAGGLER_RULE
     assert "jitter" not in STRAGGLER_RULE
     strict = StragglerRule(share=0.7)

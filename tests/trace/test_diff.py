@@ -85,7 +85,7 @@ def runs():
 
 
 def test_a_block_both_runs_have_is_changed_not_added(runs):
-    """Issue 30: ZERO3's backward puts unsqueeze/expand ops into every block and ln_f that ZERO2's backward has too.
+    """ZERO3's backward puts unsqueeze/expand ops into every block and ln_f that ZERO2's backward has too.
     Op by op those are all '+' rows, which outlined the blocks as "only in the right run"; group by group they are
     changed, and only the re-gathering buckets are new."""
     a, b = runs["zero2"].backward, runs["zero3"].backward

@@ -106,7 +106,7 @@ def view_data(timeline: Timeline, *, span_us: float | None = None) -> dict[str, 
                 ]
             )
         busy = [[_r(a), _r(b)] for a, b in close_gaps(union(tl.ops.intervals(0)), 2.0)]
-        # idle: drawn, not left blank (issue 30: a rank's one-second sleep read as nothing); gaps under
+        # idle: drawn, not left blank (a rank's one-second sleep read as nothing); gaps under
         # _IDLE_MIN_US between ops are Python's own overhead, too many and too short to draw
         idle = [[_r(a), _r(b)] for a, b in idle_intervals(tl) if b - a >= _IDLE_MIN_US]
         unc = tl.clock.uncertainty

@@ -1,7 +1,7 @@
 """What the trace widgets show, computed from plain trace objects: no IPython, no ipywidgets, no browser.
 
 The widgets are thin: every number, label, search hit, diff mark and ledger row a person sees is computed here
-from the trace model (``thunderviz.core``) and the DOT renderer (``thunderviz.render.graph``), so it can be tested
+from the trace model (``thunderviz.trace``) and the DOT renderer (``thunderviz.render.graph``), so it can be tested
 in plain Python and reused by the static (nbconvert/GitHub) view. The browser only lays out the DOT and handles
 zoom, pan and clicks.
 
@@ -301,8 +301,8 @@ def subject_of(obj: Any, name: str | None = None) -> Subject:
         subj.decisions = list(getattr(obj, "decisions", None) or [])
         return subj
     raise TypeError(
-        f"thunderviz widgets show traces; got {type(obj).__name__}. Pass a TraceBundle (thunderviz.thunder.capture."
-        "capture(jitted)), a list of them (one per rank), a saved trace file's path, or a run report."
+        f"thunderviz widgets show traces; got {type(obj).__name__}. Pass a TraceBundle (thunderviz.capture(jitted)),"
+        " a list of them (one per rank), a saved trace file's path, or a run report."
     )
 
 

@@ -1,5 +1,5 @@
 """Rank side: while a user cell runs, say when thunder (or inductor) is compiling, so the chip is not a bare
-"running" for the 10-20 s a first compile takes (issue 30: a cold start showed "running" for 12 s).
+"running" for the 10-20 s a first compile takes (a cold start showed "running" for 12 s).
 
 Why sample the stack rather than wrap thunder's compile: the compile is thunder's cache miss inside ``thunder.jit``'s
 own closures (``acquire_initial_trace``, then ``apply_transforms_and_build_cache_entry``: interpreting, our

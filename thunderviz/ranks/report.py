@@ -54,7 +54,7 @@ class RunReport:
     #: the cell's name (``--name zero2``), which every view of the report leads with ("" when unnamed)
     name: str = ""
     #: what the cell spent before ``seconds`` began: starting (or restarting) the rank pool it runs on, importing
-    #: torch and thunder there, joining the process group. The header and the status chips say both (issue 30:
+    #: torch and thunder there, joining the process group. The header and the status chips say both (once
     #: the chips said 20.1 s, the header 13.61 s, for one cell)
     start_seconds: float = 0.0
     #: the host each rank ran on (what the rank pool knows): ``traffic()`` splits communication by it

@@ -1,7 +1,7 @@
 """What a run sends within hosts and between them, from every rank's ledger and the host each rank ran on.
 
 Why here and in these terms: across hosts the link is the slow one, and hybrid sharding exists to keep the heavy
-collectives off it (issue 31); a report that only says "bytes per step" cannot show that. The accounting is the
+collectives off it; a report that only says "bytes per step" cannot show that. The accounting is the
 plan's (``parallel.plan.inter_host_bytes``, ``hybrid_communication``) and every view's (``trace.wire``), so a
 measured run and its prediction use the same words: ring algorithms; a collective whose group lies inside one host
 never leaves it; a ring over a group that spans hosts leaves each host once per ring step, so each host sends what

@@ -4,8 +4,8 @@ saved-for-backward per group and per source line, thunder against eager.
 Static (inline SVG, no script) so it reads the same in JupyterLab, nbconvert, GitHub and the offline report; the
 trace widget draws the same bars live from the same data (``MemoryBar``, built here). Every bar, predicted or
 measured, a plan's or a run's or ``compare_runs``'s, is drawn in the one account of ``trace.memory`` (``ACCOUNT``, in
-that order, coloured by ``COLORS``): a ``MemoryBar`` refuses any other category, so a second scheme cannot come back
-(issue 30). Reads plans, candidates and reports by attribute: render imports neither the strategies nor the rank
+that order, coloured by ``COLORS``): a ``MemoryBar`` refuses any other category, so a second scheme cannot come back.
+Reads plans, candidates and reports by attribute: render imports neither the strategies nor the rank
 engine.
 """
 
@@ -163,7 +163,7 @@ def _text_px(text: str) -> float:
 
 def _value_x(bar_end: float, text: str, budget_x: float | None) -> float:
     """Where a bar's total starts: just right of the bar, or just right of the budget line when the line would
-    run through it (a bar ending a little short of the budget: issue 30 read "1.0 MiB" struck through)."""
+    run through it (a bar ending a little short of the budget read "1.0 MiB" struck through)."""
     x = bar_end + 4
     if budget_x is not None and x - _LINE_CLEARANCE < budget_x < x + _text_px(text) + _LINE_CLEARANCE:
         x = budget_x + _LINE_CLEARANCE + 1

@@ -37,7 +37,7 @@ _RULES = (
     (".ok", "color:#1e7b34"),
     (".bad", "color:#b3261e;font-weight:600"),
     # as tall as its graph: a static graph in a fixed-height box hid lm_head and the root reduce_scatter behind an
-    # inner scrollbar (issue 30); the page scrolls instead
+    # inner scrollbar; the page scrolls instead
     (".graph", "overflow-x:auto;overflow-y:hidden;border:1px solid #d5dde6;padding:6px;background:#fff"),
     (".graph svg", "max-width:100%;height:auto"),
     (".graph g.node", "cursor:pointer"),

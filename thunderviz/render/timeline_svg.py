@@ -80,7 +80,7 @@ def group_colour(name: str) -> str:
     """A pastel per module group, the same wherever the group appears (every rank, a redraw, two runs compared).
 
     Numbered siblings (``blocks.0``, ``blocks.1``, ...) share a base hue from their stem and step a golden angle
-    (137.5 degrees) apart, so neighbouring blocks never look alike: issue 30 saw ``blocks.0``-``blocks.3`` in one
+    (137.5 degrees) apart, so neighbouring blocks never look alike: a run once drew ``blocks.0``-``blocks.3`` in one
     colour when the hue came from a hash of the whole name (names one character apart, hues one degree apart).
     """
     m = re.match(r"^(.*?)(\d+)$", name)

@@ -1,4 +1,4 @@
-"""Reuse thunder's initial trace when a cell sets up a model whose code and structure did not change (issue 29).
+"""Reuse thunder's initial trace when a cell sets up a model whose code and structure did not change.
 
 Why: thunder 0.2.6 spends most of a first call in ``thunder_general_jit`` (its bytecode interpreter: 78% of 13 s
 for the tutorial's TinyGPT on these machines), and a notebook pays it on every rank for every cell, also when the

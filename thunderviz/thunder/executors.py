@@ -8,7 +8,7 @@ executor has, the distributed prims included (``torch_compile_ex._implmap`` is a
   gradient bucketing walks producers of region inputs that have none (``IndexError: tuple index out of range`` in
   ``apply_bucketing_to_grad_allreduce``);
 - case 2: a region holding an ``all_reduce`` / ``all_gather`` reaches Dynamo, which refuses ``async_op=True``
-  (thunder's issue #298).
+  (Lightning-AI/lightning-thunder#298 upstream).
 
 A collective inside a torch.compile region can never run, so taking the distributed prims out of every fusion
 executor's claims turns only failures into working traces; the communication pass (``thunder.comm_pass``) then finds

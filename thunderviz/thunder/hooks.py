@@ -538,7 +538,7 @@ def _key_cache_on_no_sync(group: tdist.ProcessGroup) -> None:
     thunder._get_cache_info()["no_grad_sync"] = bool(get_skip_data_parallel_grad_sync())
 
 
-# -- Accessors for the strategies and the decision table (issue 10 / 13: thunder internals are read only here) ---
+# -- Accessors for the strategies and the decision table (thunder internals are read only here) ----------------
 
 
 def cached_trace_count(obj: Any) -> int:

@@ -26,7 +26,7 @@ and the moment of the peak. When the window closes each storage alive at the pea
 - ``gradients``: every storage that MemTracker's gradient hooks saw reach a ``.grad``, also when that happened after
   the peak: thunder's backward hands every gradient to autograd at its end, so at a peak inside backward the
   gradients computed so far (under DDP: the all-reduced buckets the ``.grad`` become views of) were still unlabelled
-  and the measured bar had no gradients at all (issue 30);
+  and the measured bar had no gradients at all;
 - ``saved for backward``: what autograd saved (``torch.autograd.graph.saved_tensors_hooks``) before the peak;
 - ``temporaries``: the rest, communication buffers included (MemTracker cannot tell them apart; the prediction counts
   them there too, ``trace.memory``).

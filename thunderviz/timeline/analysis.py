@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from thunderviz.trace.units import format_us
 
 if TYPE_CHECKING:  # the model calls in here; at run time this module only reads its attributes
-    from thunderviz.timeline.model import CollectiveEvent, RankTimeline, Timeline
+    from thunderviz.timeline.events import CollectiveEvent, RankTimeline, TimelineShape
 
 __all__ = [
     "STRAGGLER_RULE",
@@ -59,7 +59,7 @@ class StragglerRule:
     that, who came last is not known). The rank is named when at least ``most_steps`` of the recorded steps (and
     ``min_steps``) count against it.
 
-    Why no jitter term: issue 30 had rank 0 last in 4 of 4 steps, rank 1 waiting up to 52 ms of a 65 ms step, and
+    Why no jitter term: a tutorial run had rank 0 last in 4 of 4 steps, rank 1 waiting up to 52 ms of a 65 ms step, and
     the earlier rule (3x the step-to-step jitter) named nobody because the steps varied by 72 ms. Varying steps are
     no reason for one rank to be last every time. What keeps noise out is the count and the share: ranks sharing
     CPUs take turns arriving last, and in 20 unslowed 2-rank recordings of 4 steps (FSDP and DDP, 1 and 4 blocks,
@@ -317,7 +317,7 @@ def _span(xs: Sequence[float], fmt: Callable[[float], str]) -> str:
 class TimelineAnalysis:
     """Breakdown and straggler analysis of a ``Timeline`` (computed on first use, then cached)."""
 
-    timeline: Timeline
+    timeline: TimelineShape
     rule: StragglerRule = DEFAULT_STRAGGLER_RULE
     _waits: list[CollectiveWait] | None = field(default=None, init=False, repr=False)
 
@@ -474,7 +474,7 @@ def _main_thread(t: RankTimeline) -> tuple[list[Interval], list[Interval], list[
     return window, busy, blocked
 
 
-def _rank_breakdown(tl: Timeline, rank: int) -> RankBreakdown:
+def _rank_breakdown(tl: TimelineShape, rank: int) -> RankBreakdown:
     t = tl.ranks[rank]
     window, busy, blocked = _main_thread(t)
     work = [(c.start, c.end) for c in t.collectives if c.start is not None and c.end is not None]
@@ -494,7 +494,7 @@ def _rank_breakdown(tl: Timeline, rank: int) -> RankBreakdown:
     )
 
 
-def _collective_waits(tl: Timeline) -> list[CollectiveWait]:
+def _collective_waits(tl: TimelineShape) -> list[CollectiveWait]:
     by_key: dict[tuple[int, int], dict[int, CollectiveEvent]] = {}
     for r, t in tl.ranks.items():
         for c in t.collectives:

@@ -18,14 +18,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the model calls in here; at run time this module only reads its attributes
-    from thunderviz.timeline.model import RankTimeline, Timeline
+    from thunderviz.timeline.events import RankTimeline, TimelineShape
 
 __all__ = ["chrome_trace"]
 
 _STEPS, _OPS, _COLL, _MODULES, _GPU, _COMM = 0, 1, 2, 3, 9, 10
 
 
-def chrome_trace(timeline: Timeline) -> dict[str, Any]:
+def chrome_trace(timeline: TimelineShape) -> dict[str, Any]:
     """The Trace Event Format object for ``timeline`` (JSON Object Format, with ``traceEvents``)."""
     events: list[dict[str, Any]] = []
     for rank, t in sorted(timeline.ranks.items()):

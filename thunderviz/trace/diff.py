@@ -285,8 +285,8 @@ class GroupChange:
 
     ``status``: ``added`` / ``removed`` when only one run has the group at all, ``changed`` when both have it and
     its ops differ, ``same`` otherwise. A block both runs have is never ``added`` because ops were added to it:
-    ZERO3's backward puts a few unsqueeze/expand ops into every block that ZERO2's backward has too (issue 30
-    outlined them as "only in the right run"). ``communication`` says the same of the group's collectives and waits
+    ZERO3's backward puts a few unsqueeze/expand ops into every block that ZERO2's backward has too (a diff
+    once outlined them as "only in the right run"). ``communication`` says the same of the group's collectives and waits
     alone (its collectives node in the graph; ``""`` when neither run has any), ``compute`` of its other ops (the
     block's own node). Op counts are by short op name (``unsqueeze``, ``all_gather``); ``ops_changed`` counts ops
     at the same place with other output shapes or dtypes (a sharded gradient's wait); ``bytes_a``/``bytes_b`` what
