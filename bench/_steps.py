@@ -62,7 +62,7 @@ def report(title: str, times: dict[str, list[float]], numerator: str, denominato
 
 def main(bench: Callable[..., str], description: str | None) -> None:
     """Command line shared by the strategy benchmarks: run ``bench`` on 2 ranks for FSDP, then DDP."""
-    from thunderviz.ranks.spawn import run_ranks
+    from thunderviz.pool.spawn import run_ranks
 
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--rounds", type=int, default=30)

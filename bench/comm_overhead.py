@@ -394,7 +394,7 @@ def table(result: dict[str, Any], load: str) -> str:
 def main() -> None:
     import argparse
 
-    from thunderviz.ranks.spawn import run_ranks
+    from thunderviz.pool.spawn import run_ranks
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=15)

@@ -178,7 +178,7 @@ def memory_job(rank: int, world: int, device_type: str) -> list[dict[str, Any]]:
     from lightning.fabric import Fabric
 
     import thunderviz
-    from thunderviz.thunder.memory_meter import StepMemoryMeter
+    from thunderviz.thunder.memory.meter import StepMemoryMeter
 
     build, shape, vocab = _memory_model(device_type)
     y_meta = torch.empty(shape, dtype=torch.long, device="meta")
@@ -489,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import thunder
 
-    from thunderviz.ranks.spawn import run_ranks
+    from thunderviz.pool.spawn import run_ranks
 
     device_type, backend = ("cpu", "gloo") if args.cpu_rehearsal else ("cuda", "nccl")
     nvfuser = thunder.extend.get_executor("nvfuser") is not None

@@ -128,7 +128,7 @@ def main() -> int:
     parser.add_argument("--cpu", action="store_true", help="a small rehearsal on CPU with gloo")
     parser.add_argument("--only", default="", help="comma-separated name parts of the variants to run (eager always)")
     args = parser.parse_args()
-    from thunderviz.ranks.spawn import run_ranks
+    from thunderviz.pool.spawn import run_ranks
 
     device_type = "cpu" if args.cpu else "cuda"
     rows = run_ranks(job, device_type, tuple(filter(None, args.only.split(","))), nproc=1, timeout=400)[0]

@@ -278,7 +278,7 @@ def main() -> int:
     parser.add_argument("--worlds", default="1,2", help="comma-separated world sizes")
     parser.add_argument("--only", default="", help="comma-separated parts of our variants' names (DDP,ZERO2,ZERO3)")
     args = parser.parse_args()
-    from thunderviz.ranks.spawn import run_ranks
+    from thunderviz.pool.spawn import run_ranks
 
     only = tuple(filter(None, args.only.split(",")))
     for world in (int(w) for w in args.worlds.split(",")):

@@ -209,7 +209,7 @@ def _table(world: int, per_rank: list[dict[str, Any]]) -> str:
 
 
 def main() -> None:
-    from thunderviz.ranks.spawn import run_ranks
+    from thunderviz.pool.spawn import run_ranks
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--worlds", default="1,2", help="comma-separated world sizes (default 1,2)")

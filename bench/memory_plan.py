@@ -5,7 +5,7 @@ Six models (``thunderviz.demos.memory_runs.MODELS``: two litgpt ``GPT(Config(...
 to its embedding, a residual MLP, an activation-heavy MLP tower whose forward returns the loss and a small CNN) x
 AdamW and SGD with momentum x the five candidates x world sizes 2 and 4. The prediction is ``thunderviz.plan`` on the
 meta device in this process; the measurement is each
-rank's steady-state step peak with torch's ``MemTracker`` (``thunder.memory_meter``) in real gloo rank processes, the
+rank's steady-state step peak with torch's ``MemTracker`` (``thunder.memory.meter``) in real gloo rank processes, the
 largest over the ranks. Beside them: what DeepSpeed's model-states formulas (``estimate_zero2_model_states_mem_needs``
 / ``estimate_zero3_model_states_mem_needs`` without offload: 4 bytes per parameter plus 16 (ZeRO-2) or 18 (ZeRO-3)
 per parameter over the ranks, ZeRO-3 plus 4 bytes per parameter of the largest layer; DDP as ZeRO-2 on one rank)
@@ -82,7 +82,7 @@ def main() -> None:
     import torch
 
     from thunderviz.demos.memory_runs import MODELS, measure_many, predict, time_many
-    from thunderviz.ranks.spawn import run_ranks
+    from thunderviz.pool.spawn import run_ranks
 
     models = args.models.split(",") if args.models else list(MODELS)
     worlds = tuple(int(w) for w in args.worlds.split(","))

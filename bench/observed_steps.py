@@ -11,8 +11,8 @@ Two loops of 9 optimizer steps on 2 gloo ranks, the tutorial's model (TinyGPT, 4
 Each round runs three variants of the loop in turns (the order rotated each round), after compiling once:
 
 - ``unobserved``: the loop alone, each step timed from one ``optimizer.step()``'s end to the next's;
-- ``observed``: what a ``--timeline --steps 4`` cell runs on every rank (``ranks.timeline_rank`` and
-  ``ranks.memory_measure``, as ``cell_hooks`` calls them): the profiler records steps 2-5 (drawn), step 6 lets the
+- ``observed``: what a ``--timeline --steps 4`` cell runs on every rank (``rank.timeline`` and
+  ``rank.memory``, as ``cell_hooks`` calls them): the profiler records steps 2-5 (drawn), step 6 lets the
   ranks settle, the recorder times steps 7-8 with the profiler stopped (the step time reported), the memory meter
   measures step 9;
 - ``overlapping``: as before they were kept apart: the meter on steps 2-3, the step time read from the drawn steps.
@@ -80,8 +80,8 @@ def observed_steps(rank: int, world_size: int, kind: str, rounds: int) -> list[d
     """Every round's three variants on this rank: step times, and for the observed ones this rank's timeline."""
     import torch.distributed as dist
 
-    from thunderviz.ranks import memory_measure
-    from thunderviz.ranks.timeline_rank import finish_cell_recording, start_cell_recording, stop_cell_recording
+    from thunderviz.rank import memory as memory_measure
+    from thunderviz.rank.timeline import finish_cell_recording, start_cell_recording, stop_cell_recording
 
     fabric, run = _loop(kind, rank)
     run(3)  # compile, and the optimizer's state
@@ -135,7 +135,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
-    from thunderviz.ranks.spawn import run_ranks
+    from thunderviz.pool.spawn import run_ranks
 
     print(f"load before: {os.getloadavg()}")
     for kind in ("ddp", "zero3"):

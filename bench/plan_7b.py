@@ -1,9 +1,9 @@
 """A 7B litgpt config planned for 8 and 64 ranks from the meta device: wall time and peak RSS of the planning process.
 
 ``Config.from_name("Llama-2-7b-hf")``, one sequence of 4096 tokens per rank, ``bf16-true``, AdamW, CUDA ranks (the
-plan answers thunder's executor choices as an Ampere-or-newer GPU would, see ``thunder.meta_world``). Nothing is
+plan answers thunder's executor choices as an Ampere-or-newer GPU would, see ``thunder.memory.meta_world``). Nothing is
 allocated: the model is built on the meta device. The 32 blocks are not rehearsed: each candidate is rehearsed cut to
-2 and 3 blocks and extrapolated (``thunder.rehearsal``; proven equal on a small model in
+2 and 3 blocks and extrapolated (``thunder.memory.rehearsal``; proven equal on a small model in
 ``tests/thunder/test_rehearsal.py``). Run: ``.venv/bin/python bench/plan_7b.py``.
 """
 

@@ -124,7 +124,8 @@ train(3)
 
 def cell_cost(cells: int, steps: int, model_kind: str) -> dict[str, list[float]]:
     """Wall time of the same training cell through the rank engine, with --timeline and without, alternating."""
-    from thunderviz.ranks import RankEngine, StrategySpec
+    from thunderviz.cell.protocol import StrategySpec
+    from thunderviz.pool.engine import RankEngine
 
     spec = StrategySpec("thunder_fsdp", {})
     out: dict[str, list[float]] = {"without": [], "with --timeline": []}
@@ -187,7 +188,7 @@ def main() -> None:
     ap.add_argument("--cells", type=int, default=3, help="cells of each kind through the rank engine (0: skip)")
     ap.add_argument("--skip-browser", action="store_true")
     args = ap.parse_args()
-    from thunderviz.ranks.spawn import run_ranks
+    from thunderviz.pool.spawn import run_ranks
 
     print(f"load: {os.getloadavg()}")
     for kind in ("fsdp", "ddp"):

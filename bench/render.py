@@ -43,7 +43,7 @@ def _train_step_and_bench(rank: int, world_size: int, cap: float, out_dir: str, 
     from thunder.examine import make_trace_dot
 
     from thunderviz.render.graph import graph_view, render_dot
-    from thunderviz.thunder.capture import capture
+    from thunderviz.thunder.capture.traces import capture
     from thunderviz.trace.file import load, save
 
     traces = thunder.last_backward_traces(jm) if which == "backward" else thunder.last_traces(jm)
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         print("bench/render.py needs the Graphviz `dot` binary (apt-get install graphviz).", file=sys.stderr)
         return 2
     os.makedirs(args.out, exist_ok=True)
-    from thunderviz.ranks.spawn import run_ranks
+    from thunderviz.pool.spawn import run_ranks
 
     r = run_ranks(_train_step_and_bench, args.cap, args.out, args.trace, nproc=2, timeout=args.cap + 600)[0]
     capped = r["base_capped"]

@@ -465,7 +465,7 @@ def table(ranks: list[dict[str, Any]], load: str) -> str:
 def main() -> None:
     import argparse
 
-    from thunderviz.ranks.spawn import run_ranks
+    from thunderviz.pool.spawn import run_ranks
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)

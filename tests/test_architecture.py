@@ -10,8 +10,9 @@ One row per package: which thunderviz packages it may import and which third-par
 - ``thunder``: the only package that imports lightning-thunder (and the only one that reads its internals).
 - ``strategies``: the Fabric strategies; lightning lives here and above.
 - ``render``: DOT/SVG/HTML from trace and timeline data. No torch, no thunder.
-- ``ranks``: rank processes (ipyparallel engines) and the kernel's driver. IPython only inside functions that run in
-  the rank engine's own shell.
+- ``pool`` (kernel: the rank processes), ``cell`` (kernel: one cell across the ranks), ``rank`` (inside each
+  rank process): IPython only inside functions that run in the rank engine's own shell. ``reports``: what a
+  run reports, drawn by ``render``.
 - ``notebook``: magics and widgets, the top layer: nothing below imports it.
 - ``demos``: example user code (models, scenarios, the tutorial): like a user's notebook it may call thunder.
 
@@ -36,6 +37,11 @@ PACKAGE = Path(thunderviz.__file__).parent
 BASE = {"errors", "gc_pause", "process_rank"}
 
 
+#: What was ranks/: the rank processes (pool), one cell across them (cell), inside a rank (rank),
+#: what a run reports (reports).
+RANK_PACKAGES = {"pool", "cell", "rank", "reports"}
+
+
 @dataclass(frozen=True)
 class Rule:
     may_import: frozenset[str]  # thunderviz packages (first name under thunderviz/) besides itself and BASE
@@ -57,13 +63,26 @@ RULES: dict[str, Rule] = {
     "thunder": _rule({"trace", "parallel"}, ("lightning", "lightning_fabric", *NOTEBOOK)),
     "strategies": _rule({"trace", "parallel", "thunder"}, ("thunder", *NOTEBOOK)),
     "render": _rule({"trace", "timeline"}, ("torch", "thunder", "lightning", *NOTEBOOK)),
-    "ranks": _rule({"trace", "timeline", "parallel", "thunder", "strategies", "render"}, ("thunder", *NOTEBOOK)),
-    "notebook": _rule({"trace", "timeline", "parallel", "thunder", "strategies", "render", "ranks", "demos"}, ()),
+    # kernel side: the rank processes (IPython only inside functions run in the rank engine's own shell)
+    "pool": _rule({"trace", "timeline", "parallel", "cell", "rank", "reports"}, ("thunder", *NOTEBOOK)),
+    # kernel side: one cell across the ranks; what crosses is plain data
+    "cell": _rule({"trace", "timeline", "parallel"}, ("thunder", *NOTEBOOK)),
+    # rank side: inside each rank process
+    "rank": _rule({"trace", "timeline", "parallel", "thunder", "strategies", "cell", "pool"}, ("thunder", *NOTEBOOK)),
+    # what a run reports: picklable objects that open anywhere, drawn by render
+    "reports": _rule({"trace", "timeline", "parallel", "render", "cell", "rank"}, ("thunder", *NOTEBOOK)),
+    "notebook": _rule(
+        {"trace", "timeline", "parallel", "thunder", "strategies", "render", *RANK_PACKAGES, "demos"}, ()
+    ),
     # example user code imports thunderviz's public API (the package itself) like any user would
-    "demos": _rule({"__init__", "trace", "timeline", "parallel", "thunder", "strategies", "render", "ranks"}, NOTEBOOK),
+    "demos": _rule(
+        {"__init__", "trace", "timeline", "parallel", "thunder", "strategies", "render", *RANK_PACKAGES}, NOTEBOOK
+    ),
     "cli": _rule({"trace", "timeline", "render", "demos", "strategies"}, NOTEBOOK),
     # the package's front door re-exports the public API (lazily) and loads the notebook extension on request
-    "__init__": _rule({"trace", "timeline", "parallel", "thunder", "strategies", "render", "ranks", "notebook"}, ()),
+    "__init__": _rule(
+        {"trace", "timeline", "parallel", "thunder", "strategies", "render", *RANK_PACKAGES, "notebook"}, ()
+    ),
 }
 
 
@@ -149,7 +168,7 @@ def _violation(imp: Import) -> str | None:
         return None
     if any(imp.source == f"thunderviz.{m}" for m in rule.exempt_modules):
         return None
-    if layer == "ranks" and top == "IPython":
+    if layer in {"pool", "cell", "rank"} and top == "IPython":
         return None if imp.in_function else f"{where}: ranks use IPython only inside the rank engine's functions"
     return f"{where}: the {layer!r} package must not import {top}"
 
@@ -158,13 +177,13 @@ def test_every_package_has_a_rule():
     """A new package must say what it may import before it lands."""
     layers = {_layer(_module_name(p)) for p in PACKAGE.rglob("*.py")}
     assert layers - set(RULES) == set()
-    assert {"trace", "timeline", "parallel", "thunder", "strategies", "render", "ranks", "notebook"} <= layers
+    assert {"trace", "timeline", "parallel", "thunder", "strategies", "render", *RANK_PACKAGES, "notebook"} <= layers
 
 
 def test_every_import_follows_its_package_rule():
     imports = _all_imports()
     assert len(imports) > 300  # the walk reached the whole package, function-level imports included
-    assert any(i.source == "thunderviz.thunder.capture" and i.target == "thunder" for i in imports)
+    assert any(i.source == "thunderviz.thunder.capture.traces" and i.target == "thunder" for i in imports)
     assert [v for imp in imports if (v := _violation(imp))] == []
 
 
@@ -180,7 +199,7 @@ def test_the_checks_catch_what_they_forbid():
     assert _violation(Import("thunderviz.render.html", "thunderviz.notebook.widgets", 1, False)) is not None
     assert _violation(Import("thunderviz.timeline.model", "torch", 1, True)) is not None
     assert _violation(Import("thunderviz.timeline.record", "torch", 1, True)) is None
-    assert _violation(Import("thunderviz.ranks.engine", "IPython", 1, False)) is not None
+    assert _violation(Import("thunderviz.pool.engine", "IPython", 1, False)) is not None
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
@@ -241,7 +260,8 @@ def test_importing_every_lower_layer_module_leaves_the_notebook_stack_unloaded()
     lower = sorted(
         _module_name(p)
         for p in PACKAGE.rglob("*.py")
-        if _layer(_module_name(p)) in {"trace", "timeline", "parallel", "thunder", "strategies", "render", "ranks"}
+        if _layer(_module_name(p))
+        in {"trace", "timeline", "parallel", "thunder", "strategies", "render", *RANK_PACKAGES}
     )
     assert {"thunderviz.parallel.decisions", "thunderviz.render.html", "thunderviz.strategies.fsdp"} <= set(lower)
     code = (

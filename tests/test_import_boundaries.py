@@ -23,7 +23,7 @@ FILE_TO_PICTURE = [
     "thunderviz.notebook.viewdata",
 ]
 #: What a rank imports to capture traces it saves.
-CAPTURE = ["thunderviz.thunder.capture", "thunderviz.trace.file", "thunderviz.trace.model"]
+CAPTURE = ["thunderviz.thunder.capture.traces", "thunderviz.trace.file", "thunderviz.trace.model"]
 
 
 @functools.cache

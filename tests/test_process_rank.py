@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
+from thunderviz.pool.spawn import run_ranks
 from thunderviz.process_rank import ProcessRank
-from thunderviz.ranks.spawn import run_ranks
 
 pytestmark = pytest.mark.timeout(600)
 

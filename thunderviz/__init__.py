@@ -36,15 +36,15 @@ _LAZY: dict[str, str] = {
     "TraceBundle": "thunderviz.trace.model",
     "TimelineView": "thunderviz.notebook.timeline_widget",
     "TraceView": "thunderviz.notebook.widgets",
-    "capture": "thunderviz.thunder.capture",
+    "capture": "thunderviz.thunder.capture.traces",
     "collective_changes": "thunderviz.trace.diff",
     "compare": "thunderviz.notebook.compare",
-    "compare_runs": "thunderviz.ranks.strategy_table",
+    "compare_runs": "thunderviz.reports.strategy_table",
     "load": "thunderviz.trace.file",
     "plan": "thunderviz.strategies.planning",
     "record_timeline": "thunderviz.timeline.record",
     "render_html": "thunderviz.render.html",
-    "run_ranks": "thunderviz.ranks.spawn",
+    "run_ranks": "thunderviz.pool.spawn",
     "save": "thunderviz.trace.file",
 }
 

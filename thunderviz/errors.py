@@ -37,7 +37,7 @@ class JitDecisionError(ThundervizError, ValueError):
 
 class UntraceableModelError(JitDecisionError):
     """thunder's interpreter could not trace a model our strategies set up; ``failure`` locates it
-    (``thunder.untraceable.TraceFailure``: module, line, op). The interpreter's own error is its ``__cause__``."""
+    (``thunder.jit.untraceable.TraceFailure``: module, line, op). The interpreter's own error is its ``__cause__``."""
 
     def __init__(self, message: str, *, failure: object = None) -> None:
         super().__init__(message)

@@ -58,8 +58,8 @@ def capture_on_rank(rank: int, world_size: int, out_dir: str) -> dict[str, str]:
 
     from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
     from thunderviz.demos.models import make_batch
-    from thunderviz.thunder.capture import capture
-    from thunderviz.thunder.executors import uncompiled_fusions
+    from thunderviz.thunder.capture.traces import capture
+    from thunderviz.thunder.jit.executors import uncompiled_fusions
     from thunderviz.trace.file import save
 
     paths = {}
@@ -83,7 +83,7 @@ def capture_on_rank(rank: int, world_size: int, out_dir: str) -> dict[str, str]:
 
 def write_bucketed_traces(out_dir: str | Path, nproc: int = 2) -> dict[str, list[str]]:
     """Run the ranks; ``{run: [rank0.json, rank1.json]}``."""
-    from thunderviz.ranks.spawn import run_ranks
+    from thunderviz.pool.spawn import run_ranks
 
     Path(out_dir).mkdir(parents=True, exist_ok=True)
     per_rank = run_ranks(capture_on_rank, str(out_dir), nproc=nproc, timeout=600)
@@ -101,8 +101,8 @@ def run_report(run: str, files: list[str]) -> Any:
     bundle and ledger, the decision log, the run's strategy, each rank's measured RSS (this process's, a stand-in)."""
     import psutil
 
-    from thunderviz.ranks.protocol import ReportData, StrategySpec
-    from thunderviz.ranks.report import RunReport
+    from thunderviz.cell.protocol import ReportData, StrategySpec
+    from thunderviz.reports.run_report import RunReport
     from thunderviz.trace.file import load
     from thunderviz.trace.ledger import ledger_from_bundle
 

@@ -26,7 +26,7 @@ def capture_gpt_on_rank(rank: int, world_size: int, out_dir: str, kinds: tuple[s
 
     from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
     from thunderviz.demos.models import TinyGPT, make_batch
-    from thunderviz.thunder.capture import capture
+    from thunderviz.thunder.capture.traces import capture
     from thunderviz.trace.file import save
 
     paths: dict[str, str] = {}
@@ -60,7 +60,7 @@ def write_gpt_traces(
     """Run the ranks (2: the session's rank pair; another count: fresh processes); return
     ``{kind: [rank0.json, rank1.json, ...]}``."""
     from tests.helpers import rank_pool
-    from thunderviz.ranks.spawn import run_ranks
+    from thunderviz.pool.spawn import run_ranks
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

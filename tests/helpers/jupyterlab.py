@@ -36,7 +36,7 @@ class LabPage:
 
 
 def _free_port() -> int:
-    from thunderviz.ranks.rendezvous import free_port
+    from thunderviz.pool.rendezvous import free_port
 
     return free_port()
 

@@ -20,7 +20,7 @@ CANDIDATES = ("ddp", "fsdp-zero3-layer")
 @functools.cache
 def memory_view_inputs() -> tuple[Any, Any]:
     from thunderviz.demos.memory_runs import MODELS, predict
-    from thunderviz.thunder.saved_compare import compare_saved
+    from thunderviz.thunder.memory.saved_compare import compare_saved
 
     plan = predict("gpt-tied", "adamw", (2,), candidates=CANDIDATES)
     ddp, zero3 = (plan.candidate(c).peak_bytes for c in CANDIDATES)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tests.helpers.rank_pool import run_on_pool
 from tests.helpers.run_once import once_per_run
-from thunderviz.ranks.spawn import run_ranks
+from thunderviz.pool.spawn import run_ranks
 
 STEPS = 4
 # Well above what two ranks sharing 2 busy CPU cores lose to each other (tens of ms; see STRAGGLER_RULE).
@@ -79,7 +79,7 @@ def record_fsdp(rank: int, world_size: int, out_dir: str, kind: str = "fsdp", sl
     restored = all(getattr(dist, n) is f for n, f in originals.items()) and "backward" not in vars(fabric)
     path = str(Path(out_dir) / f"{kind}-rank{rank}.json")
     rec.save(path)
-    from thunderviz.thunder.capture import capture
+    from thunderviz.thunder.capture.traces import capture
     from thunderviz.trace.file import save
 
     traces = str(Path(out_dir) / f"{kind}-traces-rank{rank}.json")

@@ -24,7 +24,7 @@ def gpt() -> Jitted:
     import thunder
 
     from thunderviz.demos.models import TinyGPT, make_batch
-    from thunderviz.thunder.capture import capture
+    from thunderviz.thunder.capture.traces import capture
 
     torch.manual_seed(0)
     jm = thunder.jit(TinyGPT(vocab_size=64, block_size=16, d_model=32, n_layer=2, n_head=2))
@@ -50,7 +50,7 @@ def evil() -> Jitted:
     its prologue puts the raw name into a Python identifier; ``hostile_bundle`` covers that case.)"""
     import thunder
 
-    from thunderviz.thunder.capture import capture
+    from thunderviz.thunder.capture.traces import capture
 
     jm = thunder.jit(EvilSource())
     jm(torch.randn(4, 8)).sum().backward()
@@ -67,7 +67,7 @@ def function() -> Jitted:
     """A plain function (no module, so no parameter names) through thunder.jit."""
     import thunder
 
-    from thunderviz.thunder.capture import capture
+    from thunderviz.thunder.capture.traces import capture
 
     jf = thunder.jit(_mlp_loss)
     w1 = torch.randn(8, 16, requires_grad=True)

@@ -42,7 +42,7 @@ def capture_fsdp_and_ddp(rank: int, world_size: int, out_dir: str) -> RankResult
     import torch.distributed as dist
 
     from thunderviz.demos.models import TinyGPT, make_batch
-    from thunderviz.thunder.capture import capture
+    from thunderviz.thunder.capture.traces import capture
     from thunderviz.trace.file import save
 
     if not dist.is_initialized():  # on the session's rank pair an earlier job may have created it
@@ -97,7 +97,7 @@ def _capture_cases(rank: int, world_size: int, kind: str) -> dict:
 
     from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
     from thunderviz.errors import TraceCaptureError
-    from thunderviz.thunder.capture import capture
+    from thunderviz.thunder.capture.traces import capture
 
     def summary(bundle) -> dict:
         ops = bundle.forward.ops + (bundle.backward.ops if bundle.backward else [])
@@ -161,7 +161,7 @@ def capture_small(rank: int, world_size: int, out_dir: str) -> str:
     from lightning.fabric import Fabric
 
     from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
-    from thunderviz.thunder.capture import capture
+    from thunderviz.thunder.capture.traces import capture
     from thunderviz.trace.file import save
 
     bundles = []

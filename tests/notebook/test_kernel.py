@@ -13,7 +13,7 @@ import pytest
 from tests.helpers.kernel import execute as _execute
 from tests.helpers.kernel import reply_to as _reply_to
 from tests.helpers.kernel import wait_for_output as _wait_for_output
-from thunderviz.ranks.watchdog import tagged_processes
+from thunderviz.pool.watchdog import tagged_processes
 
 ROOT = Path(__file__).resolve().parents[2]
 

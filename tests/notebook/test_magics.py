@@ -8,8 +8,10 @@ import psutil
 import pytest
 from IPython.core.error import UsageError
 
+from thunderviz.cell.failures import CellError
+from thunderviz.cell.protocol import StrategySpec
 from thunderviz.parallel.decisions import Action
-from thunderviz.ranks import CellError, RunReport, StrategySpec
+from thunderviz.reports.run_report import RunReport
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -56,8 +58,9 @@ def _choices(magic, flag: str) -> list[str]:
 
 
 def test_flag_choices_are_the_engines_and_the_strategys(shell) -> None:
+    from thunderviz.cell.driver import OUTPUT_MODES
     from thunderviz.parallel.options import Bucketing, Sharding, StateDictType
-    from thunderviz.ranks import BACKENDS, OUTPUT_MODES
+    from thunderviz.pool.topology import BACKENDS
 
     magics = _magics(shell)
     for magic in (magics.thunder_fsdp, magics.thunder_ddp):
@@ -272,7 +275,7 @@ def test_thunder_ranks_restart_and_stop(shell, capsys) -> None:
     tag = magics.engine.cluster.tag
     shell.run_line_magic("thunder_ranks", "stop")
     assert magics.engine is None
-    from thunderviz.ranks.watchdog import tagged_processes
+    from thunderviz.pool.watchdog import tagged_processes
 
     assert tagged_processes(tag) == []
     shell.run_line_magic("thunder_ranks", "")
@@ -281,7 +284,7 @@ def test_thunder_ranks_restart_and_stop(shell, capsys) -> None:
 
 def test_old_reports_release_their_traces_unless_something_holds_them(shell) -> None:
     from thunderviz.notebook.magics import REPORT_HISTORY
-    from thunderviz.ranks import RunReport
+    from thunderviz.reports.run_report import RunReport
 
     magics = _magics(shell)
     magics._recent_reports.clear()

@@ -4,9 +4,9 @@ or says which candidate the plan lacks."""
 from __future__ import annotations
 
 from tests.helpers.plans import synthetic_plan
+from thunderviz.cell.protocol import StrategySpec
 from thunderviz.notebook.magics import _attach_prediction
-from thunderviz.ranks.protocol import StrategySpec
-from thunderviz.ranks.report import RunReport
+from thunderviz.reports.run_report import RunReport
 from thunderviz.trace.memory import StepMemory
 
 

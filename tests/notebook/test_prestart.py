@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.kernel import execute as _execute
-from thunderviz.ranks.watchdog import tagged_processes
+from thunderviz.pool.watchdog import tagged_processes
 
 ROOT = Path(__file__).resolve().parents[2]
 MAGICS = "m = get_ipython().magics_manager.registry['ThundervizMagics']\n"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from thunderviz.cell.status import PHASES
 from thunderviz.notebook.widgets import RankStatus
-from thunderviz.ranks import PHASES
 
 
 def test_states_are_the_engines_phases() -> None:

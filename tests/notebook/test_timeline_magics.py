@@ -6,7 +6,8 @@ import psutil
 import pytest
 from IPython.core.error import UsageError
 
-from thunderviz.ranks import CellError, RunReport
+from thunderviz.cell.failures import CellError
+from thunderviz.reports.run_report import RunReport
 
 pytestmark = pytest.mark.timeout(400)
 

@@ -18,11 +18,11 @@ import traitlets
 from tests.helpers import trace_fixtures as tf
 from tests.helpers.bucketed_traces import bucketed_trace_files, run_report
 from tests.helpers.trace_scenarios import two_rank_run
+from thunderviz.cell.protocol import StrategySpec
 from thunderviz.notebook import viewdata as vd
 from thunderviz.notebook.compare import compare
 from thunderviz.notebook.widgets import CompareView, RankStatus, TraceView
 from thunderviz.parallel.decisions import Action, Case, Decision
-from thunderviz.ranks.protocol import StrategySpec
 from thunderviz.render.graph import INPUT_NODE, dot_available, group_ops
 from thunderviz.trace.diff import diff_traces, memory_changes
 from thunderviz.trace.ledger import ledger_from_bundle
@@ -412,7 +412,7 @@ def test_notebook_layer_data_code_needs_no_widget_libraries() -> None:
 def test_trace_view_of_a_rank_engine_report(fsdp: list[TraceBundle], ddp: list[TraceBundle]) -> None:
     import psutil
 
-    from thunderviz.ranks.report import RunReport
+    from thunderviz.reports.run_report import RunReport
 
     # What the rank engine's bootstrap.collect returns per rank, built from real per-rank bundles.
     decision = Decision("TinyGPT", Case.RAW_MODULE, Action.JIT_AND_DISTRIBUTE, "a raw nn.Module")

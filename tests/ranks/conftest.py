@@ -29,7 +29,7 @@ def output_log() -> OutputLog:
 
 
 def start_engine(output_log: OutputLog, **kwargs) -> RankEngine:  # noqa: F821
-    from thunderviz.ranks import RankEngine
+    from thunderviz.pool.engine import RankEngine
 
     return RankEngine.start(2, backend="gloo", on_output=output_log, **kwargs)
 

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from thunderviz.cell.failures import RankUsageError
 from thunderviz.errors import RankError
-from thunderviz.ranks import RankEngine, RankUsageError
+from thunderviz.pool.engine import RankEngine
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,9 +8,9 @@ import time
 import thunder
 import torch
 
-from thunderviz.ranks.cell_phase import INTERPRETER, PASSES, CellPhaseWatch, compile_split
-from thunderviz.ranks.protocol import PHASE_DATA_KEY
-from thunderviz.ranks.status import Phase
+from thunderviz.cell.protocol import PHASE_DATA_KEY
+from thunderviz.cell.status import Phase
+from thunderviz.rank.cell_phase import INTERPRETER, PASSES, CellPhaseWatch, compile_split
 
 
 def test_the_watch_says_compiling_during_a_thunder_compile_and_running_after_it() -> None:

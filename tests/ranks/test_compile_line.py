@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from thunderviz.ranks.report import compile_summary
+from thunderviz.reports.run_report import compile_summary
 
 
 def test_the_compile_line_says_once_what_every_rank_did_alike_and_per_rank_otherwise() -> None:

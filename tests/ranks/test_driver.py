@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from ipyparallel.error import RemoteError
 
-from thunderviz.ranks.driver import (
+from thunderviz.cell.driver import (
     INTERRUPT_GRACE_S,
     PEER_GRACE_S,
     POLL_S,
@@ -29,9 +29,9 @@ from thunderviz.ranks.driver import (
     Outcome,
     drive,
 )
-from thunderviz.ranks.failures import FailureKind
-from thunderviz.ranks.protocol import PHASE_DATA_KEY
-from thunderviz.ranks.status import Phase
+from thunderviz.cell.failures import FailureKind
+from thunderviz.cell.protocol import PHASE_DATA_KEY
+from thunderviz.cell.status import Phase
 
 #: one driver pass moves the fake clock by POLL_S: an event is seen on the first pass after it, and the step of the
 #: ladder it starts is taken on the first pass past that step's deadline, so at most two passes late

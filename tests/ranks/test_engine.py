@@ -10,8 +10,10 @@ from typing import Any
 import psutil
 import pytest
 
-from thunderviz.ranks import RankEngine, RunReport, StrategySpec
-from thunderviz.ranks.watchdog import tagged_processes
+from thunderviz.cell.protocol import StrategySpec
+from thunderviz.pool.engine import RankEngine
+from thunderviz.pool.watchdog import tagged_processes
+from thunderviz.reports.run_report import RunReport
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -97,7 +99,7 @@ def test_library_chatter_stays_out_of_the_cell_but_in_the_report_and_the_debug_l
 def test_ipyparallel_logs_at_warning_level_unless_asked(engine: RankEngine) -> None:
     """At INFO the controller wrote ~100 lines per pool start and stop, replayed into the server's
     terminal when an engine was killed; at WARNING its log file holds none of its routine lines."""
-    from thunderviz.ranks.cluster import ipp_log_level
+    from thunderviz.pool.cluster import ipp_log_level
 
     assert ipp_log_level() == (30, False)
     log_file = engine.cluster._cluster.controller.output_file
@@ -107,7 +109,7 @@ def test_ipyparallel_logs_at_warning_level_unless_asked(engine: RankEngine) -> N
 
 
 def test_status_reports_every_rank(engine: RankEngine) -> None:
-    from thunderviz.ranks import PHASES, Phase, RankStatusInfo
+    from thunderviz.cell.status import PHASES, Phase, RankStatusInfo
 
     seen: list[dict[int, Phase]] = []
     engine.on_status = seen.append
@@ -180,7 +182,7 @@ def test_a_model_from_an_earlier_strategy_is_reported_when_it_runs_again(engine:
 def test_ranks_package_does_not_import_ipython() -> None:
     import subprocess
 
-    code = "import sys, thunderviz.ranks; print('IPython' in sys.modules)"
+    code = "import sys, thunderviz.pool; print('IPython' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

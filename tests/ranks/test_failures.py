@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from ipyparallel.error import RemoteError
 
-from thunderviz.ranks.failures import (
+from thunderviz.cell.failures import (
     CellError,
     FailureKind,
     RankFailure,

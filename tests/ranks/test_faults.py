@@ -14,7 +14,8 @@ import time
 import psutil
 import pytest
 
-from thunderviz.ranks import CellError, FailureKind, RankEngine, RanksInterrupted, RankUsageError
+from thunderviz.cell.failures import CellError, FailureKind, RanksInterrupted, RankUsageError
+from thunderviz.pool.engine import RankEngine
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -104,7 +105,7 @@ def test_restart_that_fails_says_why_and_the_next_cell_retries(
     import sys
 
     from thunderviz.errors import RankError
-    from thunderviz.ranks import cluster
+    from thunderviz.pool import cluster
 
     _timed_failure(engine, "import os\nif rank == 0:\n    os._exit(4)\nimport time\ntime.sleep(30)\n")
     assert engine.restart_reason == "rank 0 died"

@@ -16,13 +16,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from thunderviz.ranks.watchdog import OwnerWatch, tagged_processes
+from thunderviz.pool.watchdog import OwnerWatch, tagged_processes
 
 ROOT = Path(__file__).resolve().parents[2]
 
 OWNER = """
 import json, sys
-from thunderviz.ranks import RankEngine
+from thunderviz.pool import RankEngine
 engine = RankEngine.start(2, backend="gloo", timeout=10, on_output=lambda *a: None)
 engine.run("x = rank", collect=False)
 print(json.dumps({"tag": engine.cluster.tag, "watchdog": engine.cluster.watchdog_pid,

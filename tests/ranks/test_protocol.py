@@ -6,9 +6,9 @@ import pickle
 
 import pytest
 
+from thunderviz.cell.failures import RankUsageError
+from thunderviz.cell.protocol import CellConfig, RankSetup, StrategySpec
 from thunderviz.parallel.options import REGISTERED_STRATEGIES, Sharding, StrategyOptions
-from thunderviz.ranks.failures import RankUsageError
-from thunderviz.ranks.protocol import CellConfig, RankSetup, StrategySpec
 
 
 @pytest.mark.parametrize("kind", list(REGISTERED_STRATEGIES))
@@ -63,14 +63,14 @@ def test_messages_pickle_as_they_cross_to_the_ranks() -> None:
 
 
 RANK_SIDE_MODULES = (
-    "thunderviz.ranks.inside_rank",
-    "thunderviz.ranks.rank_identity",
-    "thunderviz.ranks.rank_setup",
-    "thunderviz.ranks.rank_fabric",
-    "thunderviz.ranks.cell_hooks",
-    "thunderviz.ranks.cell_targets",
-    "thunderviz.ranks.collect",
-    "thunderviz.ranks.rank_state",
+    "thunderviz.rank.calls",
+    "thunderviz.rank.identity",
+    "thunderviz.rank.setup",
+    "thunderviz.rank.fabric",
+    "thunderviz.rank.cell_hooks",
+    "thunderviz.rank.cell_targets",
+    "thunderviz.rank.collect",
+    "thunderviz.rank.state",
 )
 
 
@@ -88,27 +88,27 @@ def test_rank_side_module_is_cheap_to_import_in_the_kernel() -> None:
 
 
 def test_the_calls_the_kernel_sends_keep_their_names() -> None:
-    """``engine.py`` and ``warm_pool.py`` name these through ``inside_rank``; each crosses by reference to the
+    """``engine.py`` and ``warm_pool.py`` name these through ``rank.calls``; each crosses by reference to the
     module of its job."""
-    from thunderviz.ranks import inside_rank
+    from thunderviz.rank import calls as inside_rank
 
     homes = {name: getattr(inside_rank, name).__module__ for name in inside_rank.__all__}
     assert homes == {
-        "identify": "thunderviz.ranks.rank_identity",
-        "bind_rendezvous": "thunderviz.ranks.rank_setup",
-        "set_up": "thunderviz.ranks.rank_setup",
-        "check_process_group": "thunderviz.ranks.rank_setup",
-        "reset": "thunderviz.ranks.rank_setup",
-        "warm_up": "thunderviz.ranks.rank_setup",
-        "prepare_cell": "thunderviz.ranks.cell_hooks",
+        "identify": "thunderviz.rank.identity",
+        "bind_rendezvous": "thunderviz.rank.setup",
+        "set_up": "thunderviz.rank.setup",
+        "check_process_group": "thunderviz.rank.setup",
+        "reset": "thunderviz.rank.setup",
+        "warm_up": "thunderviz.rank.setup",
+        "prepare_cell": "thunderviz.rank.cell_hooks",
     }
 
 
 def test_an_engine_identifies_itself_typed_and_the_answer_pickles() -> None:
     import os
 
-    from thunderviz.ranks.inside_rank import identify
-    from thunderviz.ranks.topology import EngineIdentity
+    from thunderviz.pool.topology import EngineIdentity
+    from thunderviz.rank.calls import identify
 
     identity = identify(7, "127.0.0.1", 9)
     assert isinstance(identity, EngineIdentity)
@@ -119,7 +119,7 @@ def test_an_engine_identifies_itself_typed_and_the_answer_pickles() -> None:
 
 
 def test_report_data_is_typed_on_both_sides() -> None:
-    from thunderviz.ranks.protocol import ReportData, TimelinePart, missing_report
+    from thunderviz.cell.protocol import ReportData, TimelinePart, missing_report
 
     assert missing_report(3, "sent nothing") == ReportData(rank=3, problems=["sent nothing"])
     assert set(TimelinePart.__annotations__) <= set(ReportData.__annotations__)
@@ -127,7 +127,7 @@ def test_report_data_is_typed_on_both_sides() -> None:
 
 
 def test_the_rendezvous_socket_is_bound_to_one_address_and_kept() -> None:
-    from thunderviz.ranks.rendezvous import bind_listener, interface_of, route_to
+    from thunderviz.pool.rendezvous import bind_listener, interface_of, route_to
 
     sock = bind_listener("127.0.0.1")
     try:

@@ -7,8 +7,8 @@ import os
 import pytest
 
 from thunderviz.errors import RankError
-from thunderviz.ranks.rendezvous import torchrun_environment
-from thunderviz.ranks.spawn import run_ranks
+from thunderviz.pool.rendezvous import torchrun_environment
+from thunderviz.pool.spawn import run_ranks
 
 pytestmark = pytest.mark.timeout(600)
 

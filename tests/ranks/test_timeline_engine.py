@@ -11,8 +11,10 @@ import json
 import psutil
 import pytest
 
-from thunderviz.ranks import CellError, FailureKind, RankEngine, StrategySpec
-from thunderviz.ranks.timeline_rank import NO_STEP_PROBLEM
+from thunderviz.cell.failures import CellError, FailureKind
+from thunderviz.cell.protocol import StrategySpec
+from thunderviz.pool.engine import RankEngine
+from thunderviz.rank.timeline import NO_STEP_PROBLEM
 from thunderviz.timeline.model import NoTimelineError
 
 pytestmark = pytest.mark.timeout(400)

@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from thunderviz.ranks import RunReport
-from thunderviz.ranks.protocol import CellConfig, StrategySpec
-from thunderviz.ranks.timeline_rank import (
+from thunderviz.cell.protocol import CellConfig, StrategySpec
+from thunderviz.rank.timeline import (
     NO_STEP_PROBLEM,
     finish_cell_recording,
     merge_rank_timelines,
@@ -15,6 +14,7 @@ from thunderviz.ranks.timeline_rank import (
     start_cell_recording,
     stop_cell_recording,
 )
+from thunderviz.reports.run_report import RunReport
 from thunderviz.timeline.model import NoTimelineError, RankTimeline, Region
 
 
@@ -60,7 +60,7 @@ def test_an_unfinished_previous_recording_is_stopped_before_the_next():
 
 
 def test_steps_must_be_a_positive_whole_number_in_the_config():
-    from thunderviz.ranks import RankUsageError
+    from thunderviz.cell.failures import RankUsageError
 
     for bad in (0, -1, True, 1.5):
         with pytest.raises(RankUsageError, match="whole number >= 1"):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from thunderviz.ranks.failures import RankUsageError
-from thunderviz.ranks.topology import EngineIdentity, layout_ranks, resolve_backend, validate_pool_args
+from thunderviz.cell.failures import RankUsageError
+from thunderviz.pool.topology import EngineIdentity, layout_ranks, resolve_backend, validate_pool_args
 
 
 @pytest.mark.parametrize(

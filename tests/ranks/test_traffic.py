@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from thunderviz.parallel.plan import hybrid_communication, inter_host_bytes
-from thunderviz.ranks.traffic import host_traffic
+from thunderviz.reports.traffic import host_traffic
 from thunderviz.trace.ledger import Ledger, LedgerEntry
 from thunderviz.trace.wire import ring_bytes
 

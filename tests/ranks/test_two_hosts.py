@@ -38,7 +38,7 @@ PROFILE = "tv2h"
 # FSDP over 4 ranks on 2 hosts vs one process on the global batch: every dim-0 divisible by 4 (no padding).
 NUMERICS = """
 import socket
-from thunderviz.thunder.distribute import gather_full
+from thunderviz.thunder.comm.distribute import gather_full
 host = socket.gethostname()
 def make():
     torch.manual_seed(0)

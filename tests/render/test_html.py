@@ -9,15 +9,15 @@ import pytest
 from tests.helpers import trace_fixtures as tf
 from tests.helpers.trace_fixtures import EVIL, hostile_bundle
 from tests.helpers.trace_scenarios import two_rank_run
+from thunderviz.cell.protocol import StrategySpec
 from thunderviz.cli import main
 from thunderviz.parallel.decisions import Action, Case, Decision
-from thunderviz.ranks.protocol import StrategySpec
-from thunderviz.ranks.report import RunReport
 from thunderviz.render.graph import dot_available
 from thunderviz.render.html import Report, render_html
 from thunderviz.render.markup import DECISION_COLUMNS, decisions_table, escape, page, table
 from thunderviz.render.run_report import reports_page, run_report_html
 from thunderviz.render.style import REPORT_CSS, ROOT, ROOT_CLASSES
+from thunderviz.reports.run_report import RunReport
 from thunderviz.trace.file import save
 from thunderviz.trace.ledger import ledger_from_bundle
 

@@ -8,9 +8,9 @@ import re
 import pytest
 
 from tests.helpers.plans import synthetic_plan
-from thunderviz.ranks.strategy_table import StrategyGroup, StrategyRow, StrategyTable
 from thunderviz.render.memory_view import MemoryBar, plan_bars, plan_html, plan_run_bars, run_bars, run_memory_html
 from thunderviz.render.strategy_table import strategy_table_html
+from thunderviz.reports.strategy_table import StrategyGroup, StrategyRow, StrategyTable
 from thunderviz.trace.memory import ACCOUNT, COLORS, LEGEND, StepMemory
 
 

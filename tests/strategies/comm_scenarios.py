@@ -1,7 +1,7 @@
 """Communication scenarios run inside real rank processes: bucketed, scheduled collectives against eager PyTorch.
 
 Each scenario sets up a model with a thunderviz strategy given the communication knobs (``sharding_strategy``,
-``bucketing_strategy``, ``bucket_size_in_mb``; the strategy attaches the plan through ``thunder.comm_setup``),
+``bucketing_strategy``, ``bucket_size_in_mb``; the strategy attaches the plan through ``thunder.comm.setup``),
 trains a few SGD steps on a different batch per rank, and returns plain data: losses, all-gathered gradients and
 parameters next to single-process eager PyTorch on the whole global batch, plus what the executed traces did
 (collectives, buckets with their issue/wait positions, what forward saved for backward, thunder's peak estimates).

@@ -54,7 +54,7 @@ def inner(model: Any) -> nn.Module:
 
 def full(p: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """``p`` (a shard of, or a gradient for, parameter ``like``) gathered to the parameter's full size."""
-    from thunderviz.thunder import distribute
+    from thunderviz.thunder.comm import distribute
 
     return distribute.gather_full(p, like)
 

@@ -226,7 +226,7 @@ def train(
 
 def _captured_fusions(trace: Any) -> list[tuple[str, tuple[str, ...]]]:
     """The fusion regions as the trace model captures them (``OpRecord.fused``)."""
-    from thunderviz.thunder.snapshot import snapshot_trace
+    from thunderviz.thunder.capture.snapshot import snapshot_trace
 
     return [(op.op, op.fused) for op in snapshot_trace(trace, "forward", memory=False).fusion_regions]
 

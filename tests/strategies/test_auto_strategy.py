@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from thunderviz.ranks.spawn import run_ranks
+from thunderviz.pool.spawn import run_ranks
 
 PEAKS = {"ddp": 9000, "fsdp-zero2-block": 7000, "fsdp-zero2-layer": 6900, "fsdp-zero3-block": 5000}
 #: (bytes, collectives) per step, litgpt-gpt2's at world 2: ZERO2-LAYER sends fewer bytes in more collectives

@@ -18,7 +18,7 @@ from tests.strategies.checkpoint_scenarios import (
     load_elsewhere,
     two_rank_suite,
 )
-from thunderviz.ranks.spawn import run_ranks
+from thunderviz.pool.spawn import run_ranks
 
 COMBOS = [f"{k}-{f}-{o}" for k in KINDS for f in FORMATS for o in OPTIMIZERS]
 SHARDED = [f"{k}-sharded-{o}" for k in KINDS for o in OPTIMIZERS]

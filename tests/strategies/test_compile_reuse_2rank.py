@@ -43,7 +43,8 @@ def reuse_sequence(rank: int, world: int) -> list[dict[str, Any]]:
 
     from tests.strategies import common
     from thunderviz.demos.models import TinyGPT, make_batch
-    from thunderviz.thunder import compile_reuse, hooks
+    from thunderviz.thunder import hooks
+    from thunderviz.thunder.reuse import compile_reuse
 
     out = []
     saved = os.environ.get(compile_reuse.ENV_VARIABLE)

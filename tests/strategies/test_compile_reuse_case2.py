@@ -21,8 +21,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from thunderviz.thunder import compile_reuse, hooks
-from thunderviz.thunder.comm_pass import comm_transform_of
+from thunderviz.thunder import hooks
+from thunderviz.thunder.comm.comm_pass import comm_transform_of
+from thunderviz.thunder.reuse import compile_reuse
 
 
 class Pair(nn.Module):

@@ -14,7 +14,7 @@ import torch
 
 from tests.helpers.rank_pool import run_on_pool
 from tests.strategies.hybrid_scenarios import CASES, LEVELS, load_on, suite
-from thunderviz.ranks.spawn import run_ranks
+from thunderviz.pool.spawn import run_ranks
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,7 @@ import functools
 import pytest
 
 from thunderviz.demos.memory_runs import measure_many, predict, time_many
-from thunderviz.ranks.spawn import run_ranks
+from thunderviz.pool.spawn import run_ranks
 from thunderviz.trace.memory import compare
 
 pytestmark = pytest.mark.timeout(1500)

@@ -225,7 +225,7 @@ def test_meta_init_context_builds_on_meta_and_setup_moves_nothing():
 
 
 def test_fsdp_knobs_are_carried_out_not_warned_about():
-    """ZERO3 and every bucketing strategy are implemented (thunder.comm_setup): no "accepted but ignored" warning."""
+    """ZERO3 and every bucketing strategy are implemented (thunder.comm.setup): no "accepted but ignored" warning."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for sharding in ("ZERO2", "ZERO3"):
@@ -256,7 +256,7 @@ def test_only_keywords_the_installed_thunder_jit_reads_pass_through():
 
     import thunder
 
-    from thunderviz.thunder.jit_keywords import jit_keywords
+    from thunderviz.thunder.jit.keywords import jit_keywords
 
     accepted = jit_keywords()
     assert {"cache", "sharp_edges", "disable_torch_autograd", "transforms", "debug_options"} <= accepted

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from thunderviz.ranks.rendezvous import free_port
+from thunderviz.pool.rendezvous import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,7 @@ import torch
 
 from tests.helpers import trace_fixtures as tf
 from thunderviz.errors import TraceCaptureError
-from thunderviz.thunder.capture import capture
+from thunderviz.thunder.capture.traces import capture
 
 
 def test_snapshot_matches_thunders_trace_objects():

@@ -15,7 +15,7 @@ import pytest
 import thunder
 import torch
 
-from thunderviz.thunder import compile_reuse
+from thunderviz.thunder.reuse import compile_reuse
 
 CELL = """
 import torch

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from thunderviz.thunder import distribute
+from thunderviz.thunder.comm import distribute
 
 
 @pytest.mark.parametrize(("rows", "world", "padding"), [(7, 2, 1), (8, 2, 0), (1, 2, 1), (5, 4, 3)])

@@ -7,7 +7,7 @@ from thunder.executors.torch_compile import TorchCompileExecutor, torch_compile_
 from thunder.executors.torchex import ex as torch_ex
 from thunder.extend import ImplInfo, deregister_executor, register_executor
 
-from thunderviz.thunder.executors import executor_facts, keep_collectives_out_of_fusions
+from thunderviz.thunder.jit.executors import executor_facts, keep_collectives_out_of_fusions
 
 
 def _claims_collectives(executor: object) -> list:

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from thunderviz.parallel.decisions import ObjectFacts, ObjectKind
-from thunderviz.thunder.facts import inspect_object
+from thunderviz.thunder.jit.facts import inspect_object
 
 
 def test_inspect_object_reads_live_thunder_state():

@@ -19,8 +19,8 @@ from thunder.core.trace import from_trace
 from thunder.core.transform_common import dce
 from thunder.extend import OperatorExecutor, register_executor
 
-from thunderviz.thunder.executors import uncompiled_fusions
-from thunderviz.thunder.fusion_regions import open_regions, refuse
+from thunderviz.thunder.comm.fusion_regions import open_regions, refuse
+from thunderviz.thunder.jit.executors import uncompiled_fusions
 
 _opaque_ex = OperatorExecutor("thunderviz_test_opaque", version="0")
 register_executor(_opaque_ex)

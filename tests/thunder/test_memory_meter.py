@@ -6,7 +6,7 @@ from __future__ import annotations
 import thunder
 import torch
 
-from thunderviz.thunder.memory_meter import StepMemoryMeter
+from thunderviz.thunder.memory.meter import StepMemoryMeter
 from thunderviz.trace.memory import ACCOUNT, StepMemory
 
 

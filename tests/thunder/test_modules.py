@@ -1,4 +1,5 @@
-"""The one unwrapping of what a user holds (``thunder.modules``) and the one collective table (``thunder.collectives``),
+"""The one unwrapping of what a user holds (``thunder.modules``) and the one collective table
+(``thunder.comm.collectives``),
 on real objects: Fabric's wrapper from a single-device ``fabric.setup_module``, a real ThunderModule."""
 
 from __future__ import annotations
@@ -6,7 +7,7 @@ from __future__ import annotations
 import thunder
 from torch import nn
 
-from thunderviz.thunder.collectives import collective_kinds, executed_collective_ids
+from thunderviz.thunder.comm.collectives import collective_kinds, executed_collective_ids
 from thunderviz.thunder.modules import unwrap_fabric, user_module
 from thunderviz.trace.model import COLLECTIVE_KINDS
 

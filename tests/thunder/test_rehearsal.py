@@ -1,5 +1,5 @@
 """The meta-device rehearsal: it allocates nothing, counts storages as MemTracker does, and its extrapolation over
-repeated blocks equals rehearsing the whole model, byte for byte (the proof ``thunder.rehearsal`` refers to)."""
+repeated blocks equals rehearsing the whole model, byte for byte (the proof ``thunder.memory.rehearsal`` refers to)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from thunderviz.demos.models import ResidualMLP, TinyGPT
 from thunderviz.parallel.extrapolation import CUTS, extrapolate_peak
 from thunderviz.parallel.plan import candidate_specs, extrapolate
 from thunderviz.strategies.planning import block_checkpoint_policy
-from thunderviz.thunder.rehearsal import block_container, cut_blocks, meta_twin, rehearse
-from thunderviz.thunder.storage_tracker import StorageTracker
+from thunderviz.thunder.memory.rehearsal import block_container, cut_blocks, meta_twin, rehearse
+from thunderviz.thunder.memory.storage_tracker import StorageTracker
 from thunderviz.trace.memory import CATEGORIES
 
 pytestmark = pytest.mark.timeout(900)
@@ -134,7 +134,7 @@ def test_extrapolation_over_blocks_equals_the_whole_rehearsal(name: str) -> None
 @pytest.mark.parametrize("name", ["fsdp-zero2-block", "fsdp-zero3-layer"])
 def test_one_fsdp_rehearsal_counts_other_world_sizes_exactly(name: str) -> None:
     """Counting the shards at another world size gives what rehearsing at that world size gives (no padding)."""
-    from thunderviz.thunder.rehearsal import rehearse_worlds, scalable_world_sizes
+    from thunderviz.thunder.memory.rehearsal import rehearse_worlds, scalable_world_sizes
 
     model = ResidualMLP(n_layer=2)  # every first dimension divisible by 2 and 4
     assert scalable_world_sizes(model, (2, 4)) and not scalable_world_sizes(model, (3,))
@@ -150,7 +150,7 @@ def test_one_fsdp_rehearsal_counts_other_world_sizes_exactly(name: str) -> None:
 def test_layer_laid_out_on_block_traces_equals_tracing_layer(sharding: str) -> None:
     """One trace, two bucketings: the communication pass run again on the optimized traces gives what tracing with
     LAYER gives (memory, communication, the backward's buckets)."""
-    from thunderviz.thunder.rehearsal import rehearse_all
+    from thunderviz.thunder.memory.rehearsal import rehearse_all
 
     model = ResidualMLP(n_layer=2)
     specs = candidate_specs([2], [f"fsdp-{sharding.lower()}-block", f"fsdp-{sharding.lower()}-layer"])

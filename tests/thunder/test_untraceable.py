@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from thunderviz.errors import UntraceableModelError
-from thunderviz.thunder import compile_reuse
+from thunderviz.thunder.reuse import compile_reuse
 
 
 class PositiveSum(nn.Module):

@@ -22,7 +22,7 @@ from tests.helpers import rank_pool
 def _ours(proc: psutil.Process) -> str | None:
     environ = proc.environ()
     cmd = " ".join(proc.cmdline())
-    if "ipyparallel" in cmd or "thunderviz.ranks" in cmd or "ipykernel" in cmd:
+    if "ipyparallel" in cmd or "thunderviz.pool" in cmd or "ipykernel" in cmd:
         return cmd
     if "THUNDERVIZ_CLUSTER_TAG" in environ or rank_pool.POOL_VARIABLE in environ:
         return cmd

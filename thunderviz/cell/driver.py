@@ -29,9 +29,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from thunderviz.ranks.failures import FailureKind, RankFailure, classify_remote_error
-from thunderviz.ranks.protocol import PHASE_DATA_KEY
-from thunderviz.ranks.status import PUBLISHED, Phase
+from thunderviz.cell.failures import FailureKind, RankFailure, classify_remote_error
+from thunderviz.cell.protocol import PHASE_DATA_KEY
+from thunderviz.cell.status import PUBLISHED, Phase
 
 __all__ = [
     "INTERRUPT_GRACE_S",

@@ -19,9 +19,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from thunderviz.cell.tracebacks import compact, same_text
 from thunderviz.errors import RankError, ThundervizError
 from thunderviz.parallel.options import TextEnum
-from thunderviz.ranks.tracebacks import compact, same_text
 
 __all__ = [
     "CellError",

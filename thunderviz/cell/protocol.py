@@ -1,12 +1,12 @@
 """The protocol between the kernel and a rank: what a cell sends, what comes back, and what a rank's namespace holds.
 
-Everything that crosses between ``engine.py`` (kernel side) and the rank side (``inside_rank`` names its entry
+Everything that crosses between ``engine.py`` (kernel side) and the rank side (``rank.calls`` names its entry
 points) is defined here, so one cell's path can be read hop by hop. Three delivery mechanisms, each for one kind of
 thing:
 
 1. **The user's cell** goes by ipyparallel ``execute``: it runs as a real IPython cell in the rank (magics,
    tracebacks, the shell's ``post_run_cell`` event), and its stdout/stderr stream back while it runs.
-2. **Our own calls** go by ipyparallel ``apply`` of a plain function named in ``inside_rank`` (pickled by
+2. **Our own calls** go by ipyparallel ``apply`` of a plain function named in ``rank.calls`` (pickled by
    reference), with this module's dataclasses as arguments; the result comes back in the reply:
    ``identify(engine_id, controller_host, controller_port)`` -> ``topology.EngineIdentity``,
    ``bind_rendezvous(address)`` -> port (rank 0 only), ``set_up(RankSetup)``, ``prepare_cell(CellConfig)``,
@@ -23,7 +23,7 @@ and a ``ReportData``.
 
 The rank's namespace holds ``NAMESPACE_NAMES`` (the names a user's cell can rely on) and nothing else of ours: the
 rank's bookkeeping (set-up info, the strategy spec in use, call counts before the cell) lives in
-``rank_state.STATE``, not in ``_thunderviz_*`` variables a user could see, clobber or ``%reset``.
+``rank.state.STATE``, not in ``_thunderviz_*`` variables a user could see, clobber or ``%reset``.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from thunderviz.cell.failures import RankUsageError
 from thunderviz.parallel.decisions import Decision
 from thunderviz.parallel.options import REGISTERED_STRATEGIES, OptionError, StrategyOptions, parse_options
-from thunderviz.ranks.failures import RankUsageError
 from thunderviz.trace.memory import StepMemory
 from thunderviz.trace.workload import Workload
 
@@ -173,7 +173,7 @@ class MemoryReading(TypedDict, total=False):
 
 
 class TimelinePart(TypedDict, total=False):
-    """With ``--timeline``, what a rank adds to its ``ReportData`` (``timeline_rank.finish_cell_recording``):
+    """With ``--timeline``, what a rank adds to its ``ReportData`` (``rank.timeline.finish_cell_recording``):
     ``timeline``, this rank's recording (absent when nothing was recorded), and ``timeline_problems``, why it is
     missing or partial, in words."""
 
@@ -187,7 +187,7 @@ class ReportData(TimelinePart, total=False):
     ``rank`` and ``host``: who sent it; ``decisions``: this cell's entries of the strategy's decision log;
     ``bundles``: trace bundles by object name; ``ledgers``: collectives ledgers by object name; ``memory``: see
     ``MemoryReading``; ``step_memory``: the measured peak of the cell's steady-state training steps
-    (``thunder.memory_meter``); ``problems``: what could not be gathered, in words. With ``--timeline``, the fields
+    (``thunder.memory.meter``); ``problems``: what could not be gathered, in words. With ``--timeline``, the fields
     of ``TimelinePart`` too (sent also when the cell raised: what ran before the error).
     """
 

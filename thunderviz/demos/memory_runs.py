@@ -5,7 +5,7 @@ Shared by the accuracy tests (``tests/strategies/test_memory_plan_2rank.py``), t
 models (two litgpt ``GPT(Config(...))`` shapes, a GPT with its head tied to its embedding, a residual MLP and a small
 CNN), each with one rank's batch and its loss; ``predict`` plans them (``thunderviz.plan``, on the meta device, in
 this process); ``measure_many`` trains them on rank processes (``thunderviz.run_ranks``) under each candidate's
-strategy, and measures each rank's steady-state step peak with torch's accounting (``thunder.memory_meter``);
+strategy, and measures each rank's steady-state step peak with torch's accounting (``thunder.memory.meter``);
 ``time_many`` times the candidates of a model against each other, side by side in the same ranks.
 
 The loop is the one the plan rehearses: ``out = model(x); loss = loss_fn(out, y); fabric.backward(loss);
@@ -272,7 +272,7 @@ def measure(
     measured steps after the first; ``time_side_by_side`` times candidates fairly against each other).
     """
     from thunderviz.strategies.auto import ThunderAutoStrategy
-    from thunderviz.thunder.memory_meter import StepMemoryMeter
+    from thunderviz.thunder.memory.meter import StepMemoryMeter
 
     m = MODELS[model]
     if candidate == "auto":

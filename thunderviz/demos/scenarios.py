@@ -47,7 +47,7 @@ def run_scenarios_on_rank(rank: int, world: int, scenarios: Sequence[Scenario]) 
 
     from thunderviz.demos.models import TinyGPT, make_batch
     from thunderviz.strategies import ThunderDDPStrategy, ThunderFSDPStrategy
-    from thunderviz.thunder.capture import capture
+    from thunderviz.thunder.capture.traces import capture
     from thunderviz.trace.file import bundle_to_dict
 
     def loss_of(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
@@ -93,7 +93,7 @@ def run_scenarios(
     echo: Any = print,
 ) -> Path:
     """Run the seed scenarios on ``nproc`` CPU ranks, print the story, write ``report.html``; return its path."""
-    from thunderviz.ranks.spawn import run_ranks
+    from thunderviz.pool.spawn import run_ranks
 
     echo(f"thunderviz demo: {len(scenarios)} scenarios on {nproc} CPU ranks (gloo), tiny GPT")
     per_rank = run_ranks(run_scenarios_on_rank, list(scenarios), nproc=nproc, timeout=1800)

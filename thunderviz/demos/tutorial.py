@@ -51,10 +51,10 @@ def write_reports(reports: dict[str, Any], path: str) -> str:
     for name, report in reports.items():
         if all(report is not r for r in unique.values()):  # a loop variable holding a report already named
             unique[name] = report
-    from thunderviz.ranks.strategy_table import compare_runs
     from thunderviz.render.run_report import reports_page
     from thunderviz.render.runs_compared import RUNS_COMPARED_ID, runs_compared_html
     from thunderviz.render.strategy_table import STRATEGIES_ID
+    from thunderviz.reports.strategy_table import compare_runs
 
     # the "which strategy?" table over the cells that trained under a strategy, grouped by workload, with the plan a
     # cell ran by (its candidates and its budget), at the top of the page; then each pair of runs of one workload

@@ -1,1 +1,1 @@
-"""The notebook layer: IPython magics over ``thunderviz.ranks`` (imported only by ``%load_ext thunderviz``)."""
+"""The notebook layer: IPython magics over ``thunderviz.pool`` (imported only by ``%load_ext thunderviz``)."""

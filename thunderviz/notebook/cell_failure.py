@@ -1,6 +1,6 @@
 """A failed cell's full output, folded: every rank's traceback in a collapsed ``<details>`` above the short error.
 
-Why: the error a failed cell raises is the short form (``ranks.tracebacks``: identical tracebacks once, the user's
+Why: the error a failed cell raises is the short form (``cell.tracebacks``: identical tracebacks once, the user's
 frames first, library frames folded), which is what a reader needs first; the full text of every rank is still what
 a bug report needs, so the notebook keeps it one click away. Outside a notebook (IPython in a terminal) the same
 display prints one line saying how to get it.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 
-from thunderviz.ranks.failures import CellError
+from thunderviz.cell.failures import CellError
 
 __all__ = ["FullTracebacks"]
 

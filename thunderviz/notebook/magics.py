@@ -1,4 +1,4 @@
-"""``%%thunder_fsdp``, ``%%thunder_ddp`` and ``%thunder_ranks``: a thin shell over ``thunderviz.ranks``.
+"""``%%thunder_fsdp``, ``%%thunder_ddp`` and ``%thunder_ranks``: a thin shell over ``thunderviz.pool``.
 
 Everything a magic does is one call on a ``RankEngine``; what the magic adds is argument parsing (with
 ``magic_arguments``, so ``%%thunder_fsdp?`` shows the flags), pool reuse across cells, a live per-rank status line,
@@ -20,22 +20,17 @@ from IPython.core.magic import Magics, cell_magic, line_magic, magics_class
 from IPython.core.magic_arguments import argument, argument_group, magic_arguments, parse_argstring
 from traitlets import Bool
 
+from thunderviz.cell.driver import OUTPUT_MODES
+from thunderviz.cell.failures import CellError, RankUsageError
+from thunderviz.cell.protocol import StrategySpec
+from thunderviz.cell.status import Phase
 from thunderviz.notebook.cell_failure import FullTracebacks
 from thunderviz.notebook.strategy_flags import flag_values, strategy_arguments
 from thunderviz.notebook.timeline_cell import STEPS_HELP, TIMELINE_HELP, steps_arg, timeline_options
 from thunderviz.parallel.options import Parallelism, closest_name
-from thunderviz.ranks import (
-    BACKENDS,
-    DEFAULT_TIMEOUT_S,
-    OUTPUT_MODES,
-    CellError,
-    Phase,
-    RankEngine,
-    RankUsageError,
-    StrategySpec,
-)
-from thunderviz.ranks.topology import check_local_backend
-from thunderviz.ranks.warm_pool import PRESTART_VARIABLE, WarmPool, prestart_enabled
+from thunderviz.pool.engine import RankEngine
+from thunderviz.pool.topology import BACKENDS, DEFAULT_TIMEOUT_S, check_local_backend
+from thunderviz.pool.warm_pool import PRESTART_VARIABLE, WarmPool, prestart_enabled
 
 __all__ = ["ThundervizMagics", "register"]
 
@@ -213,7 +208,7 @@ class ThundervizMagics(Magics):
     def __init__(self, shell: Any = None, **kwargs: Any) -> None:
         super().__init__(shell=shell, **kwargs)
         self.engine: RankEngine | None = None
-        #: local engines started when the extension loaded, for the first cell (see ``ranks.warm_pool``)
+        #: local engines started when the extension loaded, for the first cell (see ``pool.warm_pool``)
         self.warm: WarmPool | None = None
         self._recent_reports: collections.deque[Any] = collections.deque()
         self._pool_key: tuple[Any, ...] | None = None

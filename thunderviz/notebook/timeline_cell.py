@@ -1,7 +1,7 @@
 """The ``--timeline [--steps N]`` flags of ``%%thunder_fsdp`` / ``%%thunder_ddp``: their definitions and checks.
 
 Kept apart from ``magics.py`` so the magics add two ``argument`` lines and one call. The ranks do the recording
-(``ranks.timeline_rank``) and the report merges it (``RunReport.timeline``).
+(``rank.timeline``) and the report merges it (``RunReport.timeline``).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import argparse
 
 from IPython.core.error import UsageError
 
-from thunderviz.ranks.protocol import DEFAULT_TIMELINE_STEPS
+from thunderviz.cell.protocol import DEFAULT_TIMELINE_STEPS
 
 __all__ = ["STEPS_HELP", "TIMELINE_HELP", "steps_arg", "timeline_options"]
 

@@ -654,7 +654,7 @@ def memory_view(subject: Subject, plan: Any = None, saved_vs_eager: SavedCompari
     """The Memory tab: the plan's candidates and the measured ranks as bars, saved tensors, thunder vs eager.
 
     ``plan`` is a ``thunderviz.plan(...)`` result (read by attribute); ``saved_vs_eager`` a
-    ``thunder.saved_compare.compare_saved(...)`` result.
+    ``thunder.memory.saved_compare.compare_saved(...)`` result.
     """
     if plan_predicted(plan, subject.prediction):
         bars = [b.to_dict() for b in plan_run_bars(plan, subject.step_memory, subject.prediction_name)]

@@ -22,9 +22,9 @@ from typing import Any
 import anywidget
 import traitlets as t
 
+from thunderviz.cell.status import PHASES
 from thunderviz.notebook import viewdata as vd
 from thunderviz.parallel.decisions import Decision
-from thunderviz.ranks import PHASES
 from thunderviz.render.graph import dot_available, to_svg
 from thunderviz.render.markup import decisions_table
 from thunderviz.render.markup import escape as _e
@@ -280,7 +280,8 @@ class TraceView(_GraphWidget):
         plan: a ``thunderviz.plan(...)`` result: the Memory tab draws each candidate's predicted peak as a stacked
             bar against the budget, with the ranks' measured peaks under the candidate they ran as (a report run
             with ``--plan`` carries its plan: the default).
-        saved_vs_eager: a ``thunderviz.thunder.saved_compare.compare_saved(module, batch)`` result: the Memory tab
+        saved_vs_eager: a ``thunderviz.thunder.memory.saved_compare.compare_saved(module, batch)`` result: the Memory
+        tab
             lists, line by line, what thunder saves for backward against eager PyTorch.
     """
 
@@ -449,7 +450,7 @@ class CompareView(_GraphWidget):
 
 class RankStatus(anywidget.AnyWidget):
     """Live per-rank status of a running cell: one chip per rank in one of the rank engine's phases
-    (``thunderviz.ranks.PHASES``: starting, importing, waiting, configuring, running, collecting, done, failed,
+    (``thunderviz.cell.status.PHASES``: starting, importing, waiting, configuring, running, collecting, done, failed,
     interrupted, stopped) with the seconds since the widget was made when it got there.
 
     Trait updates are sent on IOPub as they happen, so a cell that is still running (the rank engine's magics)

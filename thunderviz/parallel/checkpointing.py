@@ -3,7 +3,7 @@
 Why the outermost match only: checkpointing a module already inside a checkpointed module saves nothing more (the
 outer region is recomputed as a whole) and would nest thunder's checkpoint regions; torch's
 ``apply_activation_checkpointing`` wraps the outermost match for the same reason. The forwards themselves are
-wrapped by ``thunder.checkpointed_forward``; the decision log names what was selected here.
+wrapped by ``thunder.jit.checkpointed_forward``; the decision log names what was selected here.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The one decision table: what a thunder strategy does with the object handed to ``fabric.setup``.
 
-Both strategies, the notebook and the docs read this table; nothing else decides. ``thunder.facts.inspect_object``
+Both strategies, the notebook and the docs read this table; nothing else decides. ``thunder.jit.facts.inspect_object``
 turns a live object into plain facts, ``decide`` maps facts + options to a ``Decision`` (pure, so every row is
 unit-testable without processes or thunder), and the strategy carries the decision out.
 
@@ -261,7 +261,7 @@ def _door_headline(facts: ObjectFacts) -> str:
 
 
 def communication_plan(options: StrategyOptions, facts: ObjectFacts | None = None) -> str:
-    """What the strategy does with the collectives (``thunder.comm_setup``), in the words of the decision log."""
+    """What the strategy does with the collectives (``thunder.comm.setup``), in the words of the decision log."""
     return _collectives_plan(options, facts) + _reduce_dtype_plan(options)
 
 
@@ -487,7 +487,7 @@ def _door_reason(facts: ObjectFacts, options: StrategyOptions) -> str:
             notes.append(
                 f"transformers {hf.version if hf else ''} builds attention masks with torch.vmap, which thunder's"
                 " interpreter cannot trace: transformers' masking_utils._vmap_for_bhqkv is traced as the same mask"
-                " built by broadcasting the batch, head, query and key indices (thunder.hf, registered once per"
+                " built by broadcasting the batch, head, query and key indices (thunder.jit.hf, registered once per"
                 " process)"
             )
         elif step is Preparation.NO_GENERATION_CACHE:

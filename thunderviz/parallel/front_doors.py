@@ -4,7 +4,7 @@ front door allows (read by ``parallel.decisions.decide``).
 The front doors users arrive by: thunder's README entry point ``thunder.compile(model, recipe=..., plugins=...)``
 (a recipe picks executors and transforms; a plugin adds distribution, CUDA graphs, FP8 or int4 quantization), thunder's
 Dynamo front end (``thunder.dynamo.thunderfx(model)``, ``torch.compile(model, backend=ThunderCompiler())``), and
-Hugging Face transformers models. ``thunder.facts`` reads these facts from the live object; nothing here imports
+Hugging Face transformers models. ``thunder.jit.facts`` reads these facts from the live object; nothing here imports
 thunder, torch or transformers, so every row is a unit test.
 """
 
@@ -27,7 +27,7 @@ __all__ = [
 
 #: The transformers versions whose models thunderviz traces with thunder 0.2.6: the 4.55 series, tested at 4.55.4 (the
 #: top of thunder's own HF recipe; the ``hf`` extra and constraints.txt install it). Since 4.51 transformers builds
-#: attention masks with ``torch.vmap``, which thunder's interpreter cannot trace; ``thunder.hf`` builds them by
+#: attention masks with ``torch.vmap``, which thunder's interpreter cannot trace; ``thunder.jit.hf`` builds them by
 #: broadcasting instead.
 TRANSFORMERS_RANGE = ("4.55.0", "4.55.4")
 

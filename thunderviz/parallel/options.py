@@ -13,7 +13,7 @@ What a keyword handed to a strategy can be, checked in this order by ``parse_opt
 2. one of ``OPTIONS`` for the other strategy: an error naming what to use here (``Option.elsewhere``);
 3. an option of Fabric's own ``FSDPStrategy`` / ``DDPStrategy`` (or of torch's FSDP/DDP they forward to) that we do
    not implement: an error saying what to use instead (``FOREIGN_OPTIONS``);
-4. a keyword ``thunder.jit`` really reads (asked of the installed thunder: ``thunder.jit_keywords``): kept for the
+4. a keyword ``thunder.jit`` really reads (asked of the installed thunder: ``thunder.jit.keywords``): kept for the
    strategy's own ``thunder.jit`` call;
 5. anything else: an error naming the closest valid option.
 """
@@ -794,7 +794,7 @@ def parse_options(
     Args:
         parallelism: which strategy the keywords are for.
         given: the keywords as the user wrote them.
-        jit_keywords: the keywords the installed ``thunder.jit`` reads (``thunderviz.thunder.jit_keywords``); called
+        jit_keywords: the keywords the installed ``thunder.jit`` reads (``thunderviz.thunder.jit.keywords``); called
             only when a keyword is none of ours. ``None``: no keyword may go to ``thunder.jit`` (the magics).
 
     Raises:

@@ -392,7 +392,7 @@ class Extrapolation:
 
     ``values[k]`` are the quantities (category -> bytes, collectives...) measured on the model cut to its first ``k``
     blocks; with two counts ``k0 < k1`` every quantity is ``v(k0) + (n - k0) * (v(k1) - v(k0)) / (k1 - k0)``. Why
-    that is exact for a transformer, and from which ``k0``: see ``thunder.rehearsal`` (the proof is a test that
+    that is exact for a transformer, and from which ``k0``: see ``thunder.memory.rehearsal`` (the proof is a test that
     rehearses a small model whole and compares byte for byte).
     """
 

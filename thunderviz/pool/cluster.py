@@ -26,7 +26,7 @@ from typing import Any
 import psutil
 
 from thunderviz.errors import RankError
-from thunderviz.ranks.watchdog import TAG_VARIABLE, kill_tagged, tagged_processes
+from thunderviz.pool.watchdog import TAG_VARIABLE, kill_tagged, tagged_processes
 
 __all__ = ["IPP_LOG_VARIABLE", "AttachedCluster", "LocalCluster", "RankCluster", "controller_address", "ipp_log_level"]
 
@@ -326,7 +326,7 @@ class LocalCluster(RankCluster):
             [
                 sys.executable,
                 "-m",
-                "thunderviz.ranks.watchdog",
+                "thunderviz.pool.watchdog",
                 "--owner",
                 str(me.pid),
                 "--owner-started",
@@ -503,7 +503,7 @@ class AttachedCluster(RankCluster):
             RankError: fewer registered within ``wait_s`` (says how many and where).
             RankUsageError: more registered than ``nproc`` (every engine becomes a rank).
         """
-        from thunderviz.ranks.failures import RankUsageError
+        from thunderviz.cell.failures import RankUsageError
 
         wanted = nproc or 1
         started = time.monotonic()

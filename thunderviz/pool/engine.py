@@ -2,12 +2,12 @@
 
 ``RankEngine`` speaks only in ranks, and reads as the path of one cell:
 
-1. set-up (``start``/``attach``/``restart``): ``inside_rank.identify`` on every engine (an ``EngineIdentity``
+1. set-up (``start``/``attach``/``restart``): ``rank.calls.identify`` on every engine (an ``EngineIdentity``
    each), ``topology.layout_ranks``
    numbers them by host, rank 0 binds the rendezvous on its address facing the controller
-   (``inside_rank.bind_rendezvous``), and ``protocol.RankSetup`` goes to each rank (``inside_rank.set_up``: torchrun
+   (``rank.calls.bind_rendezvous``), and ``protocol.RankSetup`` goes to each rank (``rank.calls.set_up``: torchrun
    environment, socket interface, process group with our timeout, namespace, report hook);
-2. ``run``: a ``protocol.CellConfig`` only when the strategy or collect flag changed (``inside_rank.prepare_cell``),
+2. ``run``: a ``protocol.CellConfig`` only when the strategy or collect flag changed (``rank.calls.prepare_cell``),
    then the cell's source by ``execute``; ``driver.drive`` waits and streams; the report data arrives on the cell's
    data channel (``protocol.REPORT_DATA_KEY``) and becomes a ``RunReport``;
 3. a failure becomes a ``failures.CellError``; whether the process group survived decides a restart.
@@ -30,20 +30,12 @@ from typing import Any
 
 import psutil
 
-from thunderviz.errors import RankError
-from thunderviz.ranks import inside_rank
-from thunderviz.ranks.cell_numbers import CellNumbers
-from thunderviz.ranks.cluster import (
-    ATTACH_WAIT_S,
-    AttachedCluster,
-    LocalCluster,
-    RankCluster,
-    controller_address,
-    memory_note,
-)
-from thunderviz.ranks.driver import OUTPUT_MODES, Outcome, drive, output_filter
-from thunderviz.ranks.failures import CellError, FailureKind, RankFailure, RankUsageError, cell_error
-from thunderviz.ranks.protocol import (
+from thunderviz.cell.driver import OUTPUT_MODES, Outcome, drive, output_filter
+from thunderviz.cell.failures import CellError, FailureKind, RankFailure, RankUsageError, cell_error
+from thunderviz.cell.numbers import CellNumbers
+from thunderviz.cell.output import LOG as OUTPUT_LOG
+from thunderviz.cell.output import is_chatter
+from thunderviz.cell.protocol import (
     DEFAULT_TIMELINE_STEPS,
     REPORT_DATA_KEY,
     CellConfig,
@@ -52,10 +44,17 @@ from thunderviz.ranks.protocol import (
     StrategySpec,
     missing_report,
 )
-from thunderviz.ranks.rank_output import LOG as OUTPUT_LOG
-from thunderviz.ranks.rank_output import is_chatter
-from thunderviz.ranks.status import Phase, RankStatusInfo
-from thunderviz.ranks.topology import (
+from thunderviz.cell.status import Phase, RankStatusInfo
+from thunderviz.errors import RankError
+from thunderviz.pool.cluster import (
+    ATTACH_WAIT_S,
+    AttachedCluster,
+    LocalCluster,
+    RankCluster,
+    controller_address,
+    memory_note,
+)
+from thunderviz.pool.topology import (
     DEFAULT_TIMEOUT_S,
     EngineIdentity,
     RankLayout,
@@ -64,6 +63,7 @@ from thunderviz.ranks.topology import (
     resolve_backend,
     validate_pool_args,
 )
+from thunderviz.rank import calls as inside_rank
 
 __all__ = ["RankEngine"]
 
@@ -388,7 +388,7 @@ class RankEngine:
         report either way). ``timeline``: record ``steps`` training steps of the cell on every rank
         (``RunReport.timeline``); when the cell fails, ``CellError.partial_report`` holds what the ranks that
         returned recorded. ``cell_label``: the notebook's number of this cell (``In[13]``), which the ranks'
-        tracebacks then use (``cell_numbers``).
+        tracebacks then use (``cell.numbers``).
         """
         try:
             return self._run(
@@ -414,7 +414,7 @@ class RankEngine:
         steps: int,
         cell_label: int | None,
     ) -> Any:
-        from thunderviz.ranks.report import RunReport
+        from thunderviz.reports.run_report import RunReport
 
         if output not in OUTPUT_MODES:
             raise RankUsageError(f"output must be one of {', '.join(OUTPUT_MODES)}, got {output!r}")
@@ -502,7 +502,7 @@ class RankEngine:
         """A failed ``--timeline`` cell's report from the ranks that returned (a rank that raised still sends what
         it recorded before the error), the ranks that died or were killed named in its problems; None when no
         rank returned anything."""
-        from thunderviz.ranks.report import RunReport
+        from thunderviz.reports.run_report import RunReport
 
         collected: dict[int, ReportData] = {}
         lost: dict[int, str] = {}

@@ -1,6 +1,7 @@
-"""How ranks find each other: the torchrun environment block, the rendezvous socket, and the interface to use.
+"""Both sides (kernel and rank): how ranks find each other: the torchrun environment block, the rendezvous socket, and
+the interface to use.
 
-Shared by both ways thunderviz makes ranks: the persistent engines (``inside_rank.set_up``) and the one-shot
+Shared by both ways thunderviz makes ranks: the persistent engines (``rank.calls.set_up``) and the one-shot
 spawner (``spawn.run_ranks``). Fabric and torch read these variables exactly as torchrun sets them, so processes
 created by us look "created externally" to Fabric.
 

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from thunderviz.errors import RankError
-from thunderviz.ranks.rendezvous import free_port, one_host_environment
+from thunderviz.pool.rendezvous import free_port, one_host_environment
 
 __all__ = ["run_ranks"]
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from thunderviz.ranks.failures import RankUsageError
+from thunderviz.cell.failures import RankUsageError
 
 __all__ = [
     "BACKENDS",
@@ -99,7 +99,7 @@ def check_local_backend(backend: str, nproc: int) -> None:
 
 @dataclass(frozen=True)
 class EngineIdentity:
-    """What an engine says about itself (``rank_identity.identify``, pickled back to the kernel): enough to place
+    """What an engine says about itself (``rank.identity.identify``, pickled back to the kernel): enough to place
     it, to kill it by pid, and the address and interface it reaches the controller through (its cluster-facing
     side); ``None`` for those when no route to the controller was found."""
 

@@ -3,7 +3,7 @@
 ``%load_ext thunderviz`` starts one (opt out: ``THUNDERVIZ_PRESTART=0`` in the kernel's environment, or
 ``c.ThundervizMagics.prestart = False`` in an IPython profile). In the background, and only this: a ``LocalCluster``
 of ``nproc`` engines on loopback (they import torch and thunder before registering), then the imports a first cell
-needs (``inside_rank.warm_up``: lightning.fabric, the strategies, trace capture) on every engine, and the kernel-side
+needs (``rank.calls.warm_up``: lightning.fabric, the strategies, trace capture) on every engine, and the kernel-side
 modules that build the first report. No process group and no CUDA: set-up, which picks the backend and may create a
 CUDA context, waits for the first cell, which also decides ``--nproc``, ``--backend`` and ``--timeout``.
 """
@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 import threading
 
-from thunderviz.ranks import inside_rank
-from thunderviz.ranks.cluster import ENGINE_START_TIMEOUT_S, LocalCluster
+from thunderviz.pool.cluster import ENGINE_START_TIMEOUT_S, LocalCluster
+from thunderviz.rank import calls as inside_rank
 
 __all__ = ["PRESTART_VARIABLE", "WarmPool", "prestart_enabled"]
 

@@ -6,7 +6,7 @@ ipyparallel starts its controller and engines in their own sessions, so nothing 
 ``THUNDERVIZ_CLUSTER_TAG=<tag>``; the watchdog follows the owner (``OwnerWatch``) and, once it is gone, kills all that
 carries the tag. It knows no pids in advance, so engines restarted later and their children are covered too.
 
-Run as ``python -m thunderviz.ranks.watchdog --owner PID --owner-started T --tag TAG [--cluster-file F]``.
+Run as ``python -m thunderviz.pool.watchdog --owner PID --owner-started T --tag TAG [--cluster-file F]``.
 """
 
 from __future__ import annotations

@@ -5,13 +5,13 @@ them into a process group, a launched ``Fabric`` and a namespace the user's cell
 (``protocol.NAMESPACE_NAMES``). ``engine.py`` and ``warm_pool.py`` name the calls through this module; each lives
 in the rank-side module of its job:
 
-    rank_identity.py  identify: who this engine is (host, pid, GPUs, the address facing the controller)
-    rank_setup.py     warm_up, bind_rendezvous, set_up, check_process_group, reset: the process group
+    rank/identity.py  identify: who this engine is (host, pid, GPUs, the address facing the controller)
+    rank/setup.py     warm_up, bind_rendezvous, set_up, check_process_group, reset: the process group
     cell_hooks.py     prepare_cell, and the pre/post-cell hooks that record the timeline and publish the report data
-    rank_fabric.py    the launched Fabric for a StrategySpec
+    rank/fabric.py    the launched Fabric for a StrategySpec
     cell_targets.py   what ran in a cell (call-count snapshots, the objects to capture)
     collect.py        the ReportData of a cell: decisions, traces, ledgers, memory
-    rank_state.py     STATE, the rank's bookkeeping between cells (never in the user's namespace)
+    rank/state.py     STATE, the rank's bookkeeping between cells (never in the user's namespace)
 
 Importing any of them is cheap (torch, thunder and IPython load inside the calls), so the kernel imports this
 module to name the functions it sends; a function crosses by reference to its own module.
@@ -19,8 +19,8 @@ module to name the functions it sends; a function crosses by reference to its ow
 
 from __future__ import annotations
 
-from thunderviz.ranks.cell_hooks import prepare_cell
-from thunderviz.ranks.rank_identity import identify
-from thunderviz.ranks.rank_setup import bind_rendezvous, check_process_group, reset, set_up, warm_up
+from thunderviz.rank.cell_hooks import prepare_cell
+from thunderviz.rank.identity import identify
+from thunderviz.rank.setup import bind_rendezvous, check_process_group, reset, set_up, warm_up
 
 __all__ = ["bind_rendezvous", "check_process_group", "identify", "prepare_cell", "reset", "set_up", "warm_up"]

@@ -14,13 +14,13 @@ import contextlib
 import traceback
 from typing import Any
 
-from thunderviz.ranks import memory_measure
-from thunderviz.ranks.cell_targets import forget_unreachable_modules, snapshot
-from thunderviz.ranks.collect import collect
-from thunderviz.ranks.protocol import PHASE_DATA_KEY, REPORT_DATA_KEY, CellConfig, ReportData, TimelinePart
-from thunderviz.ranks.rank_fabric import configure_fabric
-from thunderviz.ranks.rank_state import STATE, publish, this_rank, user_namespace
-from thunderviz.ranks.status import Phase
+from thunderviz.cell.protocol import PHASE_DATA_KEY, REPORT_DATA_KEY, CellConfig, ReportData, TimelinePart
+from thunderviz.cell.status import Phase
+from thunderviz.rank import memory as memory_measure
+from thunderviz.rank.cell_targets import forget_unreachable_modules, snapshot
+from thunderviz.rank.collect import collect
+from thunderviz.rank.fabric import configure_fabric
+from thunderviz.rank.state import STATE, publish, this_rank, user_namespace
 
 __all__ = ["after_user_cell", "before_user_cell", "install_cell_hooks", "prepare_cell"]
 
@@ -40,11 +40,11 @@ def prepare_cell(config: CellConfig) -> None:
 
 def before_user_cell(_info: Any) -> None:
     """The ``pre_run_cell`` hook: with ``--timeline`` start recording this rank, and measure the memory of the cell's
-    steps the recording does not keep (``memory_measure``), just before the user's code."""
+    steps the recording does not keep (``rank.memory``), just before the user's code."""
     _forget_compiles()
     _watch_phase()
     if STATE.timeline_steps:
-        from thunderviz.ranks.timeline_rank import start_cell_recording
+        from thunderviz.rank.timeline import start_cell_recording
 
         fabric = user_namespace().get("fabric")
         STATE.recorder, STATE.timeline_problems = start_cell_recording(
@@ -57,14 +57,14 @@ def _forget_compiles() -> None:
     """Start the cell's compile log afresh (what earlier cells compiled is not this cell's story)."""
     import sys
 
-    if "thunderviz.thunder.compile_reuse" in sys.modules:  # nothing was compiled through a strategy otherwise
-        sys.modules["thunderviz.thunder.compile_reuse"].take_events()
+    if "thunderviz.thunder.reuse.compile_reuse" in sys.modules:  # nothing was compiled through a strategy otherwise
+        sys.modules["thunderviz.thunder.reuse.compile_reuse"].take_events()
 
 
 def _watch_phase() -> None:
     """Say "compiling" while thunder compiles during the cell (``cell_phase``); one watch per rank process."""
     if STATE.phase_watch is None:
-        from thunderviz.ranks.cell_phase import CellPhaseWatch
+        from thunderviz.rank.cell_phase import CellPhaseWatch
 
         STATE.phase_watch = CellPhaseWatch(publish)
     STATE.phase_watch.start()
@@ -122,13 +122,13 @@ def _stop_timeline(*, failed: bool) -> tuple[Any, list[str]]:
     problems, STATE.timeline_problems = STATE.timeline_problems, []
     if recorder is None:
         return None, problems
-    from thunderviz.ranks.timeline_rank import stop_cell_recording
+    from thunderviz.rank.timeline import stop_cell_recording
 
     return recorder, problems + stop_cell_recording(recorder, failed=failed)
 
 
 def _finish_timeline(recorder: Any, *, failed: bool, bundles: dict[int, Any], problems: list[str]) -> TimelinePart:
-    from thunderviz.ranks.timeline_rank import finish_cell_recording
+    from thunderviz.rank.timeline import finish_cell_recording
 
     if recorder is not None:
         publish({PHASE_DATA_KEY: Phase.COLLECTING})

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-from thunderviz.ranks.protocol import PHASE_DATA_KEY
-from thunderviz.ranks.status import Phase
+from thunderviz.cell.protocol import PHASE_DATA_KEY
+from thunderviz.cell.status import Phase
 
 __all__ = [
     "INDUCTOR",
@@ -53,7 +53,7 @@ INDUCTOR = "inductor compiling fusion regions"
 _COMPILE_FRAMES = (
     ("thunder/__init__.py", "acquire_initial_trace", INTERPRETER),  # thunder's interpreter (or our compile reuse)
     ("thunder/__init__.py", "apply_transforms_and_build_cache_entry", PASSES),  # transforms, autodiff, executors
-    ("thunderviz/thunder/comm_pass.py", "", OURS),  # our communication pass (and its re-fusion)
+    ("thunderviz/thunder/comm/comm_pass.py", "", OURS),  # our communication pass (and its re-fusion)
     ("torch/_inductor/compile_fx.py", "compile_fx", INDUCTOR),  # a torch.compile region (thunder's torchcompile)
 )
 #: How the line saying where a rank's seconds went begins (``compile_split``).

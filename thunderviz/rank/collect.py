@@ -1,7 +1,7 @@
 """Rank side: what the report needs from this rank after a cell, as plain picklable data (``ReportData``).
 
 This cell's decisions, the traces and collectives ledgers of what ran (``cell_targets``), the process's memory and
-the measured peak of the cell's steps (``memory_measure``).
+the measured peak of the cell's steps (``rank.memory``).
 A part that cannot be gathered is named in ``problems`` instead of failing the cell, which already ran. Importing
 this module is cheap: psutil, torch and thunder load inside the functions.
 """
@@ -13,11 +13,11 @@ import time
 import traceback
 from typing import Any
 
-from thunderviz.ranks import memory_measure
-from thunderviz.ranks.cell_targets import CellSnapshot, cell_targets, strategy_of
-from thunderviz.ranks.protocol import PHASE_DATA_KEY, MemoryReading, ReportData
-from thunderviz.ranks.rank_state import STATE, publish, this_rank
-from thunderviz.ranks.status import Phase
+from thunderviz.cell.protocol import PHASE_DATA_KEY, MemoryReading, ReportData
+from thunderviz.cell.status import Phase
+from thunderviz.rank import memory as memory_measure
+from thunderviz.rank.cell_targets import CellSnapshot, cell_targets, strategy_of
+from thunderviz.rank.state import STATE, publish, this_rank
 from thunderviz.trace.workload import Workload, tensor_text
 
 __all__ = ["collect", "read_memory"]
@@ -39,10 +39,10 @@ def read_memory(*, cuda: bool) -> MemoryReading:
 
 
 def _compiles() -> list[str]:
-    """What this cell's compiles did (``thunder.compile_reuse``); empty when no strategy compiled anything."""
+    """What this cell's compiles did (``thunder.reuse.compile_reuse``); empty when no strategy compiled anything."""
     import sys
 
-    reuse = sys.modules.get("thunderviz.thunder.compile_reuse")
+    reuse = sys.modules.get("thunderviz.thunder.reuse.compile_reuse")
     return reuse.take_events() if reuse is not None else []
 
 
@@ -86,7 +86,7 @@ def collect(
     publish({PHASE_DATA_KEY: Phase.COLLECTING})
     capturing = time.perf_counter()
     try:
-        from thunderviz.thunder.capture import capture
+        from thunderviz.thunder.capture.traces import capture
         from thunderviz.thunder.hooks import compile_key
         from thunderviz.trace.ledger import ledger_from_bundle
     except ImportError as exc:
@@ -129,7 +129,7 @@ def _add_split(result: ReportData, watch: Any, captured_s: float) -> None:
     """Where this rank's seconds went, after what its compiles did (only for a cell that compiled something)."""
     if watch is None or not result["compile"]:
         return
-    from thunderviz.ranks.cell_phase import compile_split
+    from thunderviz.rank.cell_phase import compile_split
 
     reused = all(e.startswith("reused") for e in result["compile"])
     total = time.perf_counter() - watch.started_at

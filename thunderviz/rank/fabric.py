@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from thunderviz.ranks.protocol import StrategySpec
-from thunderviz.ranks.rank_state import STATE
+from thunderviz.cell.protocol import StrategySpec
+from thunderviz.rank.state import STATE
 
 __all__ = ["build_strategy", "configure_fabric"]
 

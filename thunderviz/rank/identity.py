@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 import socket
 
-from thunderviz.ranks.rendezvous import route_to
-from thunderviz.ranks.topology import EngineIdentity
+from thunderviz.pool.rendezvous import route_to
+from thunderviz.pool.topology import EngineIdentity
 
 __all__ = ["identify"]
 

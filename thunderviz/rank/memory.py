@@ -1,8 +1,8 @@
 """Measured per-rank step memory for every notebook cell: started before the user's code, read back after it.
 
-The rank side of "measured next to predicted" (``thunder.memory_meter`` does the measuring): a cell is arbitrary
+The rank side of "measured next to predicted" (``thunder.memory.meter`` does the measuring): a cell is arbitrary
 code, so the meter is started by the rank's ``pre_run_cell`` hook and stopped when the report data is collected
-(``ranks.collect``). Its state lives here, not in the user's namespace nor in ``rank_state.STATE``; a meter
+(``rank.collect``). Its state lives here, not in the user's namespace nor in ``rank.state.STATE``; a meter
 left running by a cell whose report was never collected (it raised) is stopped when the next cell starts.
 
 The modules the meter registers when a window opens are the ones the cell's strategy set up (read when the window
@@ -43,7 +43,7 @@ def cell_started(namespace: Callable[[], dict[str, Any]], timeline_steps: int = 
         _meter.stop()
         _meter = None
     try:
-        from thunderviz.thunder.memory_meter import StepMemoryMeter
+        from thunderviz.thunder.memory.meter import StepMemoryMeter
     except ImportError:  # torch missing on this rank: set-up reported it already
         return
     modules = functools.partial(_strategy_modules, namespace)

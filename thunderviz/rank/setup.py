@@ -16,12 +16,12 @@ import socket
 from datetime import timedelta
 from typing import Any
 
-from thunderviz.ranks.cell_hooks import install_cell_hooks
-from thunderviz.ranks.cell_targets import CellSnapshot
-from thunderviz.ranks.failures import RankConnectionError
-from thunderviz.ranks.protocol import RankSetup
-from thunderviz.ranks.rank_state import STATE, user_namespace
-from thunderviz.ranks.rendezvous import bind_listener, hostname_address, torchrun_environment
+from thunderviz.cell.failures import RankConnectionError
+from thunderviz.cell.protocol import RankSetup
+from thunderviz.pool.rendezvous import bind_listener, hostname_address, torchrun_environment
+from thunderviz.rank.cell_hooks import install_cell_hooks
+from thunderviz.rank.cell_targets import CellSnapshot
+from thunderviz.rank.state import STATE, user_namespace
 
 __all__ = ["bind_rendezvous", "check_process_group", "reset", "set_up", "warm_up"]
 

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from thunderviz.cell.protocol import RankSetup, StrategySpec
 from thunderviz.process_rank import process_rank
-from thunderviz.ranks.cell_targets import CellSnapshot
-from thunderviz.ranks.protocol import RankSetup, StrategySpec
+from thunderviz.rank.cell_targets import CellSnapshot
 
 __all__ = ["STATE", "RankState", "publish", "this_rank", "user_namespace"]
 

@@ -5,7 +5,7 @@ wrapped in a ``with`` block. ``start_cell_recording`` runs in the ``pre_run_cell
 part in a clock rendezvous), ``stop_cell_recording`` first thing in the ``post_run_cell`` hook (also when the cell
 raised: the profiler stops and every wrapper is undone either way), and ``finish_cell_recording`` after the report's
 traces were captured, so the timeline takes its names from those bundles instead of capturing them a second time.
-The recorder lives in ``rank_state.STATE`` between the hooks, never in the user's namespace.
+The recorder lives in ``rank.state.STATE`` between the hooks, never in the user's namespace.
 
 Kernel side: ``merge_rank_timelines`` turns what each rank sent (``ReportData``'s ``timeline`` and
 ``timeline_problems``) into one ``Timeline`` and plain-language problems (a rank that died, a cell without a step).
@@ -21,7 +21,7 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from thunderviz.ranks.protocol import ReportData, TimelinePart
+from thunderviz.cell.protocol import ReportData, TimelinePart
 from thunderviz.timeline.model import RankTimeline, Timeline
 
 __all__ = [

@@ -1,7 +1,7 @@
 """HTML for the rank engine's ``RunReport`` (what one notebook cell did on every rank), and a page of several.
 
 Static HTML on purpose: the report must read the same in JupyterLab, in nbconvert output and on GitHub, none of
-which run our JavaScript. The report object (``thunderviz.ranks.report.RunReport``) keeps the data; this module
+which run our JavaScript. The report object (``thunderviz.reports.run_report.RunReport``) keeps the data; this module
 draws it, reusing the trace report (``render.html``) for the traces and ``render.markup`` for every table.
 """
 
@@ -19,8 +19,8 @@ from thunderviz.trace.memory import largest_peak
 from thunderviz.trace.units import steps_text
 
 if TYPE_CHECKING:  # read by attribute; render imports neither the decision table nor the rank protocol
+    from thunderviz.cell.protocol import MemoryReading, StrategySpec
     from thunderviz.parallel.decisions import Decision
-    from thunderviz.ranks.protocol import MemoryReading, StrategySpec
     from thunderviz.trace.memory import MemoryEstimate, StepMemory
 
 __all__ = ["RunReportLike", "cell_seconds", "reports_page", "run_report_html", "run_report_title"]
@@ -145,7 +145,7 @@ def _toc_line(report: RunReportLike) -> str:
 
 def _observed_html(report: RunReportLike) -> str:
     """Which steps each measuring view observed, and the run's step time: the profiler and the memory meter never
-    share a step (``ranks.memory_measure``), and a report that does not say which steps it read invites comparing
+    share a step (``rank.memory``), and a report that does not say which steps it read invites comparing
     numbers taken on different ones."""
     timed = report.step_time() if hasattr(report, "step_time") else None
     peak = largest_peak(report.step_memory)

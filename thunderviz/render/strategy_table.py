@@ -1,4 +1,4 @@
-"""The "which strategy?" table (``ranks.strategy_table.StrategyTable``) as static HTML: per workload group, one
+"""The "which strategy?" table (``reports.strategy_table.StrategyTable``) as static HTML: per workload group, one
 stacked bar per row on one scale with the budget line (the Memory view's bars and colours), then the table with each
 row's sentence.
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from thunderviz.cell.protocol import MemoryReading, ReportData, StrategySpec
 from thunderviz.parallel.decisions import Decision
-from thunderviz.ranks.cell_phase import SPLIT
-from thunderviz.ranks.protocol import MemoryReading, ReportData, StrategySpec
+from thunderviz.rank.cell_phase import SPLIT
 from thunderviz.trace.ledger import find_mismatches
 from thunderviz.trace.memory import MemoryComparison, MemoryEstimate, StepMemory, compare, largest_peak
 from thunderviz.trace.workload import Workload
@@ -40,7 +40,7 @@ class RunReport:
     mismatches: dict[str, list[Any]] = field(default_factory=dict)
     memory: dict[int, MemoryReading] = field(default_factory=dict)
     step_memory: dict[int, StepMemory] = field(default_factory=dict)
-    #: per rank, what each compile of the cell did (``thunder.compile_reuse``): reused a trace, or interpreted
+    #: per rank, what each compile of the cell did (``thunder.reuse.compile_reuse``): reused a trace, or interpreted
     compiles: dict[int, list[str]] = field(default_factory=dict)
     prediction: MemoryEstimate | None = None
     prediction_name: str = ""
@@ -150,9 +150,9 @@ class RunReport:
         return None if us is None else (us / 1000.0, *analysis.timed_steps())
 
     def traffic(self) -> Any:
-        """What the run sent per step within hosts and between them (``ranks.traffic.HostTraffic``; None without
+        """What the run sent per step within hosts and between them (``reports.traffic.HostTraffic``; None without
         ledgers or hosts): under hybrid sharding, how much stayed off the inter-host link."""
-        from thunderviz.ranks.traffic import host_traffic
+        from thunderviz.reports.traffic import host_traffic
 
         return host_traffic(self.ledgers, self.rank_hosts)
 
@@ -218,7 +218,7 @@ def compile_summary(compiles: dict[int, list[str]]) -> str:
 
 
 def _merge_timeline(report: RunReport, collected: dict[int, ReportData], failed: dict[int, str]) -> None:
-    from thunderviz.ranks.timeline_rank import merge_rank_timelines
+    from thunderviz.rank.timeline import merge_rank_timelines
 
     kind = report.strategy.kind if report.strategy is not None else ""
     report.timeline_requested = True

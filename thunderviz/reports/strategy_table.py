@@ -34,7 +34,7 @@ class StrategyRow:
     the median step of the slowest rank (None without a timeline); ``peak_steps`` / ``timed_steps`` the step
     numbers the peak and the step time were measured on (``timed_unprofiled``: with the profiler stopped);
     ``across_hosts`` what the busiest host sends to the others per step (None on one host, or when the hosts are
-    unknown: ``ranks.traffic``)."""
+    unknown: ``reports.traffic``)."""
 
     name: str
     source: str  # "measured" or "planned"

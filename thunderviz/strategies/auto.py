@@ -195,7 +195,7 @@ class ThunderAutoStrategy(ThunderParallelStrategy):
         if policy is not None:
             every = PREFERENCE + HYBRID_PREFERENCE if per_host else None
             groups += [[n + AC_SUFFIX for n in g] for g in ([every] if per_host else _BY_TRACE)]
-        for names in groups:  # one trace each (both bucketings of a sharding share one, thunder.rehearsal)
+        for names in groups:  # one trace each (both bucketings of a sharding share one, thunder.memory.rehearsal)
             if names is not None and names[0].endswith(AC_SUFFIX) and _best(tried, budget) is not None:
                 break  # something fits unchecked: checkpointing only when nothing else does
             got, _ = predict_candidates(

@@ -36,14 +36,15 @@ from thunderviz.strategies.front_doors import (
     keep_compile_kwargs_captured,
 )
 from thunderviz.strategies.materialize import has_meta_tensors
-from thunderviz.thunder import compile_reuse, hooks
-from thunderviz.thunder.checkpointed_forward import checkpoint_modules_
-from thunderviz.thunder.comm_setup import configure_comm
-from thunderviz.thunder.executors import executor_facts, resolve_executors
-from thunderviz.thunder.facts import inspect_object
-from thunderviz.thunder.hf import prepare_transformers
-from thunderviz.thunder.jit_keywords import jit_keywords
+from thunderviz.thunder import hooks
+from thunderviz.thunder.comm.setup import configure_comm
+from thunderviz.thunder.jit.checkpointed_forward import checkpoint_modules_
+from thunderviz.thunder.jit.executors import executor_facts, resolve_executors
+from thunderviz.thunder.jit.facts import inspect_object
+from thunderviz.thunder.jit.hf import prepare_transformers
+from thunderviz.thunder.jit.keywords import jit_keywords
 from thunderviz.thunder.modules import user_module
+from thunderviz.thunder.reuse import compile_reuse
 
 __all__ = ["ThunderParallelStrategy", "options_signature"]
 
@@ -219,8 +220,9 @@ class ThunderParallelStrategy(DDPStrategy):
         how = self._decide_executors(module, decision, facts.door.call)
         self.decisions += [how, decision]
         self.decisions += self._decide_layout(decision)
-        # Before anything traces the module: thunder must see the checkpointed forwards (thunder.checkpointed_forward)
-        # and a transformers model's registrations (thunder.hf).
+        # Before anything traces the module: thunder must see the checkpointed forwards
+        # (thunder.jit.checkpointed_forward)
+        # and a transformers model's registrations (thunder.jit.hf).
         checkpoint_modules_(user_module(module), facts.checkpointed)
         prepare_transformers(user_module(module), decision.prepare)
         if decision.action is Action.JIT_AND_DISTRIBUTE:
@@ -263,7 +265,7 @@ class ThunderParallelStrategy(DDPStrategy):
         self._setup_modules.append(inner)
         self._after_distribute(inner, jitted)
         # The communication plan rides on each distributed parameter into whatever thunder traces it
-        # (thunder.comm_setup).
+        # (thunder.comm.setup).
         configure_comm(inner, self.options)
         if jitted is not None:
             self.thunder_modules.append((name, jitted))

@@ -40,7 +40,8 @@ from torch import nn
 from torch.optim import Optimizer
 
 from thunderviz.process_rank import process_rank
-from thunderviz.thunder import distribute, hooks
+from thunderviz.thunder import hooks
+from thunderviz.thunder.comm import distribute
 from thunderviz.thunder.modules import user_module
 
 __all__ = ["SIDE_FILE", "CheckpointContext", "load_checkpoint", "save_checkpoint"]

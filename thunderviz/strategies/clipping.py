@@ -18,7 +18,7 @@ from collections.abc import Iterable
 import torch
 import torch.distributed as tdist
 
-from thunderviz.thunder import distribute
+from thunderviz.thunder.comm import distribute
 from thunderviz.thunder.hooks import param_group
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_", "global_grad_norm"]

@@ -21,7 +21,8 @@ from thunderviz.parallel.options import Parallelism
 from thunderviz.strategies.base import ThunderParallelStrategy
 from thunderviz.strategies.materialize import has_meta_tensors, materialize_, rank0_generator_state
 from thunderviz.strategies.registry import register_strategy_names
-from thunderviz.thunder import distribute, hooks
+from thunderviz.thunder import hooks
+from thunderviz.thunder.comm import distribute
 from thunderviz.thunder.modules import user_module
 
 __all__ = ["ThunderDDPStrategy"]

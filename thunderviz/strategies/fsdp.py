@@ -20,7 +20,8 @@ from thunderviz.strategies.base import ThunderParallelStrategy
 from thunderviz.strategies.materialize import has_meta_tensors, materialize_, rank0_generator_state
 from thunderviz.strategies.mesh import mesh_facts, mesh_groups
 from thunderviz.strategies.registry import register_strategy_names
-from thunderviz.thunder import distribute, hooks
+from thunderviz.thunder import hooks
+from thunderviz.thunder.comm import distribute
 from thunderviz.thunder.hooks import fsdp_enums
 from thunderviz.thunder.modules import user_module
 
@@ -121,7 +122,7 @@ class ThunderFSDPStrategy(ThunderParallelStrategy):
 
 def _pending_params(modules: list[nn.Module]) -> list[str]:
     """Names of sharded parameters whose accumulated gradient waits for a synchronizing backward."""
-    from thunderviz.thunder.accumulation import any_pending
+    from thunderviz.thunder.comm.accumulation import any_pending
 
     if not any_pending():
         return []
@@ -139,7 +140,7 @@ class _ShardedBackwardSyncControl(_BackwardSyncControl):
 
     thunder keys the jitted object's cache on the no-sync mode (``hooks._key_cache_on_no_sync``), so micro-batches
     inside the block run a backward of their own, in which the communication pass adds each bucket's unsharded
-    gradients to the parameters' accumulators (``thunder.accumulation``) and returns no gradient for them; the next
+    gradients to the parameters' accumulators (``thunder.comm.accumulation``) and returns no gradient for them; the next
     backward outside the block reduces each bucket once, accumulated micro-batches included. The result equals
     reducing the sum of all micro-batches' gradients, as torch FSDP2's ``set_requires_gradient_sync(False)`` does.
     """

@@ -2,7 +2,7 @@
 
 Each candidate (``parallel.plan``: DDP and FSDP ZERO2/ZERO3 x BLOCK/LAYER, each also with every repeated block
 checkpointed, ``+ac``, at each world size asked) is rehearsed on the meta device through the strategies' own path
-(``thunder.rehearsal``: nothing is allocated, no process group is needed), with the executors the ranks will use,
+(``thunder.memory.rehearsal``: nothing is allocated, no process group is needed), with the executors the ranks will use,
 which gives its peak with a breakdown, what it communicates per step, and its traces. A model whose repeated blocks
 number more than four is rehearsed cut to 3 and 4 blocks and its step extrapolated moment by moment
 (``parallel.extrapolation`` says why that is exact; ``tests/thunder/test_rehearsal.py`` proves it on a model
@@ -312,7 +312,8 @@ def predict_candidates(
     replica all_reduce works in place on the reduced shard) plus that all_reduce
     (``parallel.plan.hybrid_communication``).
 
-    All of them together, so thunder traces as little as is exact (``thunder.rehearsal.rehearse_all``: one trace per
+    All of them together, so thunder traces as little as is exact (``thunder.memory.rehearsal.rehearse_all``: one trace
+    per
     sharding for every bucketing and world size).
     """
     with warnings.catch_warnings():
@@ -360,7 +361,7 @@ def predict_candidates(
 def target_executors(options: StrategyOptions, device: str) -> tuple[Any, str]:
     """The executor rule's decision for the ranks' ``device`` (``thunder.executors.decided_executors``), and what it
     assumed about their machine ("" when nothing)."""
-    from thunderviz.thunder.executors import decided_executors
+    from thunderviz.thunder.jit.executors import decided_executors
 
     _, how, assumed = decided_executors(options, device)
     return how, assumed
@@ -414,7 +415,7 @@ def _predict_rehearsed(
     ``rehearsal``: ``rehearse_all``'s loss_fn, optimizer, precision and device."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="transformer_engine module not found")
-        from thunderviz.thunder.rehearsal import block_container, cut_blocks, rehearsal_runs, rehearse_all
+        from thunderviz.thunder.memory.rehearsal import block_container, cut_blocks, rehearsal_runs, rehearse_all
 
     names = list(dict.fromkeys(s.name for s in specs))
     by_name = {s.name: s.options for s in specs}
@@ -622,7 +623,7 @@ def block_checkpoint_policy(template: Any) -> CheckpointPolicy | None:
     """Checkpointing per block: the classes of the model's repeated blocks (None: it has none)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="transformer_engine module not found")
-        from thunderviz.thunder.rehearsal import block_container
+        from thunderviz.thunder.memory.rehearsal import block_container
 
     found = block_container(template)
     if found is None:
@@ -730,7 +731,7 @@ def _optimizer_name(optimizer: Any, device: str) -> str:
     """The class of the optimizer the plan rehearsed (``"adamw"`` -> ``AdamW``), built once on a meta parameter."""
     import torch
 
-    from thunderviz.thunder.rehearsal import make_optimizer
+    from thunderviz.thunder.memory.rehearsal import make_optimizer
 
     return type(make_optimizer(optimizer, [torch.nn.Parameter(torch.empty(1, device="meta"))], device)).__name__
 

@@ -4,7 +4,8 @@ Why this exists: thunder 0.2.6 only distributes a ``ThunderModule`` through ``fs
 returns a *second* module whose sharded parameters are invisible to Fabric's wrapper and which cannot be used at
 all from a function the user jitted (case 2). The mechanism here works for every case instead:
 
-1. the module's own parameters are sharded (FSDP) or broadcast (DDP) *in place* (``thunderviz.thunder.distribute``),
+1. the module's own parameters are sharded (FSDP) or broadcast (DDP) *in place*
+(``thunderviz.thunder.comm.distribute``),
    so ``model.parameters()`` are the real shards an optimizer must update, and no full copy is kept next to them;
 2. each such parameter is tagged (``tag_param`` here, because the tag is thunder's format: ``distparallel_type``,
    read by ``thunder.core.proxies.tensorproxy``, and its FSDP padding) with its process group and full shape;
@@ -13,7 +14,8 @@ all from a function the user jitted (case 2). The mechanism here works for every
    forward all_gather for shards, backward reduce_scatter / all_reduce from synchronize's VJP;
 4. fusion executors never take a collective into a fusion region (``thunder.executors``);
 5. a parameter that also carries a communication plan (``set_comm_config``, see ``parallel.buckets``) is recorded in
-   the jitted object's ``CommTransform`` (``thunder.comm_pass``), which buckets and schedules its collectives in the
+   the jitted object's ``CommTransform`` (``thunder.comm.comm_pass``), which buckets and schedules its collectives in
+   the
    final traces; under ZERO3 its gathered value is tagged *recompute in backward*, so thunder's autodiff gathers it
    again from the shard in backward instead of saving the unsharded weight.
 
@@ -33,10 +35,10 @@ from typing import Any
 import torch
 import torch.distributed as tdist
 
-from thunderviz.thunder import compile_reuse
+from thunderviz.thunder.capture.snapshot import dtype_name
 from thunderviz.thunder.compat import SUPPORTED_THUNDER_VERSIONS, ensure_supported_thunder
-from thunderviz.thunder.executors import keep_collectives_out_of_fusions
-from thunderviz.thunder.snapshot import dtype_name
+from thunderviz.thunder.jit.executors import keep_collectives_out_of_fusions
+from thunderviz.thunder.reuse import compile_reuse
 
 __all__ = [
     "SUPPORTED_THUNDER_VERSIONS",
@@ -163,7 +165,7 @@ def comm_config(param: torch.Tensor) -> Any:
 
 def set_accumulator(param: torch.Tensor, key: str, name: str) -> Any:
     """Give a sharded parameter the ``GradAccumulator`` its no_backward_sync gradients go to (kept if it has one)."""
-    from thunderviz.thunder import accumulation
+    from thunderviz.thunder.comm import accumulation
 
     found = getattr(param, _ACCUMULATOR_ATTR, None)
     if found is None:
@@ -173,7 +175,7 @@ def set_accumulator(param: torch.Tensor, key: str, name: str) -> Any:
 
 
 def accumulator(param: torch.Tensor) -> Any:
-    """The parameter's ``GradAccumulator`` (``thunder.accumulation``), or None."""
+    """The parameter's ``GradAccumulator`` (``thunder.comm.accumulation``), or None."""
     return getattr(param, _ACCUMULATOR_ATTR, None)
 
 
@@ -202,7 +204,7 @@ def comm_buckets(jitted: Any) -> dict[str, list[Any]]:
     """
     import thunder
 
-    from thunderviz.thunder.comm_pass import comm_transform_of
+    from thunderviz.thunder.comm.comm_pass import comm_transform_of
 
     cd = thunder.compile_data(jitted)
     t = comm_transform_of(cd) if cd is not None else None
@@ -394,7 +396,7 @@ def _guard_sort_waits() -> None:
     thunder sorts the joint forward-backward trace before splitting it (``thunder.distributed.utils.maybe_sort_waits``,
     looked up by name on every new cache entry): all collectives first, each wait only when nothing else can run.
     That scrambles program order — which block's parameters are needed first — and the communication pass
-    (``thunder.comm_pass``) schedules these collectives itself, one bucket ahead of use. Traces without planned
+    (``thunder.comm.comm_pass``) schedules these collectives itself, one bucket ahead of use. Traces without planned
     parameters are sorted as before.
     """
     import importlib
@@ -407,7 +409,7 @@ def _guard_sort_waits() -> None:
     def maybe_sort_waits(trace: Any) -> tuple[bool, Any]:
         from thunder.core.compile_data import get_compile_data
 
-        from thunderviz.thunder.comm_pass import comm_transform_of
+        from thunderviz.thunder.comm.comm_pass import comm_transform_of
 
         cd = get_compile_data()
         t = comm_transform_of(cd) if cd is not None else None
@@ -495,7 +497,7 @@ def _note_for_comm_pass(
     from thunder.core.compile_data import get_compile_data
     from thunder.core.proxies import ProxyTag
 
-    from thunderviz.thunder.comm_pass import ParamRecord, ensure_comm_transform
+    from thunderviz.thunder.comm.comm_pass import ParamRecord, ensure_comm_transform
 
     recompute = bool(config.reshard_after_forward)
     for proxy in gathered:

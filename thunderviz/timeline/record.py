@@ -462,7 +462,7 @@ class TimelineRecorder:
         for n, m in self._modules.items():
             info = ModuleInfo(_module_name(m, n))
             try:
-                from thunderviz.thunder.capture import capture
+                from thunderviz.thunder.capture.traces import capture
                 from thunderviz.trace.attribution import top_group
                 from thunderviz.trace.ledger import ledger_from_bundle
 

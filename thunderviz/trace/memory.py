@@ -1,7 +1,7 @@
 """Per-rank memory of one training step as plain data: what a plan predicts, what a run measured, and how far apart.
 
-Why plain data here: the prediction is made in one process (``thunder.rehearsal``), the measurement on every rank
-(``thunder.memory_meter``), and both are drawn by ``render`` and the widgets, which must not import torch. A step is
+Why plain data here: the prediction is made in one process (``thunder.memory.rehearsal``), the measurement on every rank
+(``thunder.memory.meter``), and both are drawn by ``render`` and the widgets, which must not import torch. A step is
 forward, the loss, backward, the optimizer step and ``zero_grad``; its *peak* is the most tensor bytes alive at once
 on one rank during it, everything counted (the quantity ``torch.cuda.max_memory_allocated()`` reports in steady state
 after ``reset_peak_memory_stats()``).
@@ -10,7 +10,7 @@ One account for every view: ``ACCOUNT`` names what a step peak is made of and ``
 the plan's bars, a run's measured bars, the reports, the widgets, ``compare_runs`` and the predicted-against-measured
 check all read ``MemoryEstimate.account`` and ``StepMemory.account``, so a part has one value wherever it is shown.
 Each storage alive at the peak is in exactly one part, decided in this order, by the same rules for a prediction
-(``thunder.storage_tracker``) and a measurement (``thunder.memory_meter``):
+(``thunder.memory.storage_tracker``) and a measurement (``thunder.memory.meter``):
 
 - ``parameters``: the modules' parameters and buffers (this rank's shards under FSDP);
 - ``gradients``: gradient tensors alive at the peak, whether already in ``.grad`` or computed in backward and on their
@@ -95,7 +95,7 @@ COLORS: dict[str, str] = {
 }
 
 #: Where each predicted category goes in the account: what autograd saved is ``saved activations`` whatever it was
-#: before (``thunder.storage_tracker``); buffers of collectives and the unsaved batch are temporaries.
+#: before (``thunder.memory.storage_tracker``); buffers of collectives and the unsaved batch are temporaries.
 _ACCOUNT_OF = {
     "parameters": "parameters",
     "gradients": "gradients",

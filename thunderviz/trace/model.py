@@ -6,7 +6,7 @@ collectives, source lines, a memory estimate) and nothing live, so they pickle a
 (ledger, diff, graphs, widgets) can work on them without thunder installed.
 
 Where they come from and go to lives elsewhere, one job per module:
-``thunderviz.thunder.capture`` reads them from thunder's objects (the only part that imports thunder),
+``thunderviz.thunder.capture.traces`` reads them from thunder's objects (the only part that imports thunder),
 ``thunderviz.trace.file`` writes and reads them as versioned, validated JSON.
 """
 
@@ -150,7 +150,8 @@ class OpRecord:
     collective: str | None = None
     group_size: int | None = None
     module: str | None = None
-    #: a backward op that recomputes a forward op (activation checkpointing, ZERO3): ``thunder.snapshot.recomputed_ops``
+    #: a backward op that recomputes a forward op (activation checkpointing, ZERO3):
+    #: ``thunder.capture.snapshot.recomputed_ops``
     recomputed: bool = False
     #: a fusion region (torch.compile's, nvFuser's): the ops it runs as one kernel call, in order. Drawn as one node
     #: that names them, inside the module its ops belong to (or named for the modules it spans).

@@ -7,7 +7,7 @@ records them for forward ops). A saved tensor no op produced is an input of the 
 the batch). Plain data: no torch, so reports and widgets use it anywhere.
 
 ``SavedComparison`` is thunder against eager PyTorch for the same module, line by line (made by
-``thunder.saved_compare``): where thunder saves more, which tensors, from which line.
+``thunder.memory.saved_compare``): where thunder saves more, which tensors, from which line.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ NCCL and gloo backends run large collectives, over a group of ``W`` ranks:
 
 *Bytes sent per step* are the sum over one step's collectives (forward and backward traces) on one rank; a run's
 number is its busiest rank's. The ledger (``trace.ledger.Ledger.sent_bytes``), the comparison verdicts
-(``trace.diff``), the plan's candidates (``thunder.rehearsal``), the "which strategy?" table and the host traffic
+(``trace.diff``), the plan's candidates (``thunder.memory.rehearsal``), the "which strategy?" table and the host traffic
 split all count with ``ring_bytes``; the size of the tensor a collective takes (``LedgerEntry.bytes``) is a
 different fact and is never summed as "sent". Why one rule: the verdict once summed each collective's input, the
 table the ring formula, and one page said ZERO2 sends 1.5x and 1.0x DDP's bytes at once.

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from thunderviz.errors import TraceCaptureError
+from thunderviz.thunder.capture.snapshot import dtype_name
+from thunderviz.thunder.jit.prologue import ModuleRead, prologue_reads
 from thunderviz.thunder.modules import unwrap_fabric
-from thunderviz.thunder.prologue import ModuleRead, prologue_reads
-from thunderviz.thunder.snapshot import dtype_name
 
 __all__ = ["Target", "find_target"]
 

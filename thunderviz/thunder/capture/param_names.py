@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from thunderviz.thunder.prologue import prologue_reads
-from thunderviz.thunder.snapshot import flat_proxies
+from thunderviz.thunder.capture.snapshot import flat_proxies
+from thunderviz.thunder.jit.prologue import prologue_reads
 
 __all__ = ["param_names"]
 

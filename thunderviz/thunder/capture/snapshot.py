@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from thunderviz.thunder.collectives import collective_kinds
+from thunderviz.thunder.comm.collectives import collective_kinds
 from thunderviz.trace.model import COLLECTIVE_KINDS, OpRecord, SourceRef, TensorRef, TraceSnapshot
 
 __all__ = [

@@ -18,9 +18,9 @@ from typing import Any
 
 from thunderviz.errors import TraceCaptureError
 from thunderviz.process_rank import process_rank
-from thunderviz.thunder.find_target import find_target
-from thunderviz.thunder.param_names import param_names as _param_names
-from thunderviz.thunder.snapshot import recomputed_ops, snapshot_trace, stage_label, tensor_ref
+from thunderviz.thunder.capture.find_target import find_target
+from thunderviz.thunder.capture.param_names import param_names as _param_names
+from thunderviz.thunder.capture.snapshot import recomputed_ops, snapshot_trace, stage_label, tensor_ref
 from thunderviz.trace.attribution import assign_modules
 from thunderviz.trace.model import TraceBundle, TraceSnapshot
 
@@ -34,7 +34,7 @@ def capture(obj: Any, name: str | None = None, *, rank: int | None = None, stage
         obj: what ``thunder.jit`` or ``fabric.setup`` returned: a ``ThunderModule`` (also after
             ``thunder.distributed.fsdp/ddp``), a jitted function, or Fabric's wrapper around either a
             ThunderModule (cases 1 and 3) or a plain module whose jitted function ran (case 2, see
-            ``thunderviz.thunder.find_target``).
+            ``thunderviz.thunder.capture.find_target``).
         name: label for reports; defaults to the module class or function name.
         rank: defaults to ``torch.distributed.get_rank()`` when a process group exists, else 0.
         stages: also snapshot every named stage of ``thunder.last_traces`` (larger files).

@@ -3,7 +3,7 @@ sharded parameter.
 
 Why outside the trace: an accumulating backward must not reduce_scatter (that is the point), but the unsharded
 gradient it computes cannot go to ``param.grad`` either — autograd requires a shard-shaped gradient for a shard. So
-the communication pass (``thunder.comm_pass``) has the accumulating backward add each bucket's unsharded gradients
+the communication pass (``thunder.comm.comm_pass``) has the accumulating backward add each bucket's unsharded gradients
 into these accumulators and return no gradient for those parameters, and the next synchronizing backward's bucket
 packs add what was accumulated before the one reduce_scatter of that bucket. The cost is memory: every sharded
 parameter's unsharded gradient, i.e. a full copy of the gradients on every rank (``world_size`` times the sharded

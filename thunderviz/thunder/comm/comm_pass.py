@@ -51,10 +51,10 @@ from thunder.core.trace import TraceTag, from_trace
 from thunder.core.transform_common import Transform
 
 from thunderviz.parallel.buckets import CommConfig, group_in_order, size_capped
-from thunderviz.thunder.collectives import executed_collective_ids
+from thunderviz.thunder.capture.snapshot import dtype_name
+from thunderviz.thunder.comm.collectives import executed_collective_ids
+from thunderviz.thunder.comm.fusion_regions import open_regions, refuse
 from thunderviz.thunder.compat import ensure_supported_thunder
-from thunderviz.thunder.fusion_regions import open_regions, refuse
-from thunderviz.thunder.snapshot import dtype_name
 from thunderviz.trace.buckets import Bucket
 
 ensure_supported_thunder()  # everything below reads thunder 0.2.6's trace format
@@ -121,7 +121,7 @@ def _with_accumulated(grads: list[torch.Tensor], keys: tuple[str, ...], world: i
     ``divide``: the pack divides by the world size afterwards (it gets undivided gradients); otherwise the gradients
     arrive divided already and so must the accumulated sums.
     """
-    from thunderviz.thunder import accumulation
+    from thunderviz.thunder.comm import accumulation
 
     out = []
     for g, key in zip(grads, keys, strict=True):
@@ -199,7 +199,7 @@ def _unpack_views_impl(
 def _accumulate_impl(
     grads: list[torch.Tensor], keys: tuple[str, ...], divided: bool, dtypes: tuple[str, ...], label: str
 ) -> torch.Tensor:
-    from thunderviz.thunder import accumulation
+    from thunderviz.thunder.comm import accumulation
 
     for g, key, dtype in zip(grads, keys, dtypes, strict=True):
         accumulation.lookup(key).add(g, divided=divided, dtype=getattr(torch, dtype))
@@ -580,7 +580,7 @@ def rewrite_reductions(
     ``grad_records`` maps the name of each *returned* reduced gradient to its parameter. Each bucket is issued right
     after its last gradient is produced and waited for when the next bucket is issued (a reduce_scatter) or just
     before the return (an all_reduce; module docstring); a sharded bucket's pack adds what
-    earlier no_backward_sync micro-batches accumulated for its parameters (``thunder.accumulation``).
+    earlier no_backward_sync micro-batches accumulated for its parameters (``thunder.comm.accumulation``).
 
     ``accumulate`` (a backward traced under ``fabric.no_backward_sync``): sharded buckets are not reduced at all;
     their unsharded gradients go to the parameters' accumulators and the backward returns no gradient for them.
@@ -740,7 +740,7 @@ def _accumulation_code(trace: Any, k: int, g: list[_Member], idx: _Index, trace_
     """no_backward_sync: add the bucket's unsharded gradients to their accumulators instead of reducing them."""
     from thunder.core import dtypes
 
-    from thunderviz.thunder.accumulation import accumulation_dtype
+    from thunderviz.thunder.comm.accumulation import accumulation_dtype
 
     ops = _Ops.get()
     divide, sends, ready = _divisions(g, idx)

@@ -3,7 +3,7 @@
 The plan is per parameter (``parallel.buckets.CommConfig``), so it travels with the tensor into whatever thunder traces
 it — the module jitted by the strategy (case 1), the user's own ThunderModule (case 3) or a jitted function that
 takes the module (case 2) — and the trace-time hook (``thunder_hooks``) hands it to the communication pass
-(``thunder.comm_pass``). Call it after the parameters are distributed and before the first traced call.
+(``thunder.comm.comm_pass``). Call it after the parameters are distributed and before the first traced call.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ def configure_comm(module: Any, options: StrategyOptions) -> list[CommConfig]:
                 reshard_after_forward=options.reshard_after_forward,
                 reduce_dtype=reduce_dtype,
             )
-            # Where no_backward_sync keeps this parameter's unsharded gradient (thunder.accumulation).
+            # Where no_backward_sync keeps this parameter's unsharded gradient (thunder.comm.accumulation).
             hooks.set_accumulator(param, config.key, name)
         else:
             config = CommConfig(

@@ -11,7 +11,8 @@ executor has, the distributed prims included (``torch_compile_ex._implmap`` is a
   (Lightning-AI/lightning-thunder#298 upstream).
 
 A collective inside a torch.compile region can never run, so taking the distributed prims out of every fusion
-executor's claims turns only failures into working traces; the communication pass (``thunder.comm_pass``) then finds
+executor's claims turns only failures into working traces; the communication pass (``thunder.comm.comm_pass``) then
+finds
 the collectives where it always did, outside the fusion regions, and buckets them as before.
 """
 

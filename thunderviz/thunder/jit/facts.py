@@ -17,7 +17,7 @@ from thunderviz.parallel.decisions import ObjectFacts, ObjectKind
 from thunderviz.parallel.front_doors import FrontDoor
 from thunderviz.parallel.options import CheckpointPolicy
 from thunderviz.thunder import hooks
-from thunderviz.thunder.front_doors import dynamo_door, dynamo_inner, thunder_module_door, transformers_facts
+from thunderviz.thunder.jit.front_doors import dynamo_door, dynamo_inner, thunder_module_door, transformers_facts
 
 __all__ = ["inspect_object"]
 

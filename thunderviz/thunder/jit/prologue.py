@@ -14,8 +14,8 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
+from thunderviz.thunder.capture.snapshot import dtype_name
 from thunderviz.thunder.modules import FABRIC_PREFIX
-from thunderviz.thunder.snapshot import dtype_name
 
 __all__ = ["ModuleRead", "prologue_reads"]
 

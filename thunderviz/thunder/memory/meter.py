@@ -1,7 +1,7 @@
 """Measure the per-rank peak of real training steps with torch's own accounting, never the process's RSS.
 
 A *step* ends when an optimizer's ``step()`` returns (any ``torch.optim`` optimizer; Fabric's wrapper calls it), so
-a window runs from one step's end to the next's, the way ``thunder.rehearsal`` counts a predicted step. The first
+a window runs from one step's end to the next's, the way ``thunder.memory.rehearsal`` counts a predicted step. The first
 step of a measurement compiles and creates the optimizer state, so the windows start after it (after ``skip``
 steps: a cell recording a timeline leaves the steps the profiler times to it, since MemTracker's dispatch mode would
 slow them several times over); ``steps`` windows are measured (2 by default) and the result is the largest peak
@@ -303,7 +303,7 @@ class StepMemoryMeter:
         host = next(((dev, snap) for dev, snap in snaps.items() if torch.device(dev).type == "cpu"), None)
         if host is None or self._inductor:
             return
-        from thunderviz.thunder.executors import inductor_fusions_ran
+        from thunderviz.thunder.jit.executors import inductor_fusions_ran
 
         self._inductor = inductor_fusions_ran(self._window_start_ns)
         if not self._inductor:

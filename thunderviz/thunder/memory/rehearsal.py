@@ -4,13 +4,13 @@ Why a rehearsal rather than a formula: the memory of a step is what thunder's tr
 depend on the strategy in ways no formula keeps up with (what forward saves for backward, which unsharded weights a
 bucket keeps alive, how long each communication buffer lives, what the optimizer allocates). So the rehearsal runs
 the *real* thing — the model copied to the meta device (no memory), sharded or replicated exactly as the strategies
-do it (``thunder.distribute``'s layout), its communication plan attached (``thunder.comm_setup``), ``thunder.jit``,
-thunder's own traces rewritten by the real communication pass (``thunder.comm_pass``) — for the world size asked,
-inside this one process (``thunder.meta_world``: a process group object of that size that nothing reaches, and
+do it (``thunder.comm.distribute``'s layout), its communication plan attached (``thunder.comm.setup``), ``thunder.jit``,
+thunder's own traces rewritten by the real communication pass (``thunder.comm.comm_pass``) — for the world size asked,
+inside this one process (``thunder.memory.meta_world``: a process group object of that size that nothing reaches, and
 collectives that finish at once on meta tensors). Torch's meta kernels give every tensor its shape; the
 ``StorageTracker`` counts storages the way torch's ``MemTracker`` does and labels each byte.
 
-The step is what a training loop does and what the ranks measure (``thunder.memory_meter``):
+The step is what a training loop does and what the ranks measure (``thunder.memory.meter``):
 ``out = model(*inputs); loss = loss_fn(out); loss.backward(); optimizer.step(); optimizer.zero_grad()``. It runs
 twice: the first compiles and creates the optimizer state; the second is counted, from the end of the first
 ``optimizer.step()`` to the end of its own (as the ranks' window: the first step's ``zero_grad`` is inside it), with
@@ -41,12 +41,12 @@ from thunderviz.parallel.checkpointing import select_checkpointed
 from thunderviz.parallel.extrapolation import Timeline
 from thunderviz.parallel.options import Bucketing, Parallelism, StrategyOptions
 from thunderviz.thunder import hooks
-from thunderviz.thunder.checkpointed_forward import checkpoint_modules_
-from thunderviz.thunder.comm_setup import configure_comm
-from thunderviz.thunder.distribute import shard_tensor
-from thunderviz.thunder.executors import decided_executors, uncompiled_fusions
-from thunderviz.thunder.meta_world import fake_group, meta_collectives, target_device
-from thunderviz.thunder.storage_tracker import StorageTracker
+from thunderviz.thunder.comm.distribute import shard_tensor
+from thunderviz.thunder.comm.setup import configure_comm
+from thunderviz.thunder.jit.checkpointed_forward import checkpoint_modules_
+from thunderviz.thunder.jit.executors import decided_executors, uncompiled_fusions
+from thunderviz.thunder.memory.meta_world import fake_group, meta_collectives, target_device
+from thunderviz.thunder.memory.storage_tracker import StorageTracker
 from thunderviz.trace.buckets import Bucket
 from thunderviz.trace.memory import MemoryEstimate
 from thunderviz.trace.model import TraceBundle
@@ -191,7 +191,7 @@ def make_optimizer(optimizer: Any, params: Sequence[nn.Parameter], device: str) 
 
 def _distribute(module: nn.Module, jitted: Any, options: StrategyOptions, group: Any) -> None:
     """Shard (FSDP) or replicate (DDP) ``module``'s parameters in place as rank 0 of ``group`` and attach the
-    communication plan: ``thunder.distribute.shard_param_`` / ``replicate_param_`` and the strategies'
+    communication plan: ``thunder.comm.distribute.shard_param_`` / ``replicate_param_`` and the strategies'
     ``_after_distribute``, with the rank taken from the group object itself (it is registered nowhere)."""
     hooks.ensure_supported_thunder()
     hooks.install_sync_hook()
@@ -458,7 +458,7 @@ def _rehearse(
         optimizer: see ``make_optimizer``.
         precision: one of ``PRECISIONS``.
         device: ``"cpu"`` or ``"cuda"``: the ranks' device (executor choices, allocator rounding, optimizer form).
-        capture_traces: also capture the traces (``thunder.capture``) for the memory view.
+        capture_traces: also capture the traces (``thunder.capture.traces``) for the memory view.
     """
     options = layouts[0]
     if precision not in PRECISIONS:
@@ -531,7 +531,7 @@ def _results(
 ) -> dict[int, Rehearsal]:
     bundle = None
     if capture_traces:
-        from thunderviz.thunder.capture import capture
+        from thunderviz.thunder.capture.traces import capture
 
         bundle = capture(jitted, type(template).__name__, rank=0, stages=False)
         bundle.world_size = reference
@@ -570,7 +570,7 @@ def record_comm_pass(jitted: Any) -> _Recorded:
     """Keep what thunder hands the communication pass, so another bucketing can be laid out on the same traces."""
     import thunder
 
-    from thunderviz.thunder.comm_pass import ensure_comm_transform
+    from thunderviz.thunder.comm.comm_pass import ensure_comm_transform
 
     transform = ensure_comm_transform(thunder.compile_data(jitted))
     recorded = _Recorded(transform, [])
@@ -588,7 +588,7 @@ def relayout(jitted: Any, recorded: _Recorded, options: StrategyOptions, module:
     """Lay ``options``' bucketing out on the traces thunder built for ``jitted`` and make its cache entry run them.
 
     The communication pass is called exactly as thunder calls it after optimization (forward, then backward), with the
-    same parameters relabelled for the new buckets (``thunder.comm_setup``'s labels); the results are compiled the way
+    same parameters relabelled for the new buckets (``thunder.comm.setup``'s labels); the results are compiled the way
     thunder compiles a cache entry's computation and backward.
     """
     import dataclasses
@@ -597,7 +597,7 @@ def relayout(jitted: Any, recorded: _Recorded, options: StrategyOptions, module:
     from thunder.common import transform_to_torch_types
 
     from thunderviz.parallel.buckets import bucket_label
-    from thunderviz.thunder.comm_pass import CommTransform
+    from thunderviz.thunder.comm.comm_pass import CommTransform
 
     forward, backward = recorded.traces[-2:]
     blocks = find_blocks(module) if options.bucketing_strategy is Bucketing.BLOCK else []

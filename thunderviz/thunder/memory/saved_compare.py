@@ -5,7 +5,7 @@ Both sides run on the meta device in this process, on the same batch shapes (not
 - eager: the module's forward under ``torch.autograd.graph.saved_tensors_hooks``; the pack hook sees every tensor
   autograd keeps and records it once per storage, with the first line of the caller's code on the stack (frames in
   torch, thunder and thunderviz are skipped);
-- thunder: ``thunder.jit`` of a copy of the module (the CPU executors' choices, ``thunder.meta_world``), one
+- thunder: ``thunder.jit`` of a copy of the module (the CPU executors' choices, ``thunder.memory.meta_world``), one
   forward, and the forward trace's saved tensors with the source line of the op that made each (``trace.saved``).
 
 Parameters are left out on both sides: they are alive whatever autograd keeps.
@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from thunderviz.thunder.meta_world import target_device
-from thunderviz.thunder.rehearsal import meta_inputs, meta_twin
+from thunderviz.thunder.memory.meta_world import target_device
+from thunderviz.thunder.memory.rehearsal import meta_inputs, meta_twin
 from thunderviz.trace.saved import INPUTS, LineComparison, SavedComparison, saved_tensors
 
 __all__ = ["compare_saved"]
@@ -93,7 +93,7 @@ def compare_saved(
     """
     import thunder
 
-    from thunderviz.thunder.capture import capture
+    from thunderviz.thunder.capture.traces import capture
 
     inputs = meta_inputs(example_input, None)
     eager = _eager_saved(meta_twin(module), inputs)

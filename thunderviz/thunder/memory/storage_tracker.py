@@ -18,7 +18,7 @@ exactly what a measurement counts. What it adds: a label per storage in the plan
 A storage that becomes a gradient (a collective's reduced result, or what reaches ``.grad``) after the peak but was
 alive at it counts as ``gradients`` in the peak's breakdown: the gradients of the memory account
 (``trace.memory.ACCOUNT``) are those alive at the peak whether or not they reached ``.grad`` yet, as the meter counts
-them (``memory_meter``); under DDP the peak sits in backward before the bucket's all_reduce, and the bucket it
+them (``thunder.memory.meter``); under DDP the peak sits in backward before the bucket's all_reduce, and the bucket it
 packed is what the ``.grad`` become views of. The peak's total and its MemTracker split (``groups``) do not change.
 
 and in parallel the split MemTracker itself would report (``trace.memory.MEASURED_GROUPS``), so the report can
@@ -73,7 +73,8 @@ _STICKY = frozenset(
 )
 #: What autograd saving a storage for backward makes ``saved activations`` although its label is sticky: anything but
 #: a parameter, a gradient or optimizer state, the memory account's order (``trace.memory``), which the meter applies
-#: to what it measures (``memory_meter``): a ZERO2 gathered parameter forward keeps is saved for backward on both sides.
+#: to what it measures (``thunder.memory.meter``): a ZERO2 gathered parameter forward keeps is saved for backward on
+#: both sides.
 _SAVED_OVER = frozenset({"gathered parameters", "inputs", "communication buffers", "temporaries"})
 _CUDA_BLOCK = 512
 _OTHER = "activations and temporaries"

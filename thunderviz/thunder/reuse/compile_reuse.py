@@ -15,7 +15,7 @@ function's prologue reads its modules at run time through its arguments, globals
 that sets up an equal model (or redefines the function with the same code around an equal model) reuses, and every
 plan recorded for a module is rebound to the module in the same place now.
 
-The key (``reuse_key.key_of``), "when in doubt, compile":
+The key (``thunder.reuse.key.key_of``), "when in doubt, compile":
 
 - code: every class in the module tree and the code of every function reachable from its methods, or from the jitted
   function (helpers through the globals the code loads and through closures, recursively; library code by name), an
@@ -27,7 +27,8 @@ The key (``reuse_key.key_of``), "when in doubt, compile":
 - the call: the inputs' metadata, thunder's compile options, executors, cache option and the cache info it keys on
   (grad mode, autocast, ``no_sync``), and the transforms (only ours may be present).
 
-Why a call compiled anyway is said by ``reuse_why.explain_miss``. What our sync hook does while thunder interprets
+Why a call compiled anyway is said by ``thunder.reuse.why_not.explain_miss``. What our sync hook does while thunder
+interprets
 (``hooks._note_for_comm_pass``, ``hooks._key_cache_on_no_sync``) is recorded with the entry and replayed for the new
 call. Only what our strategies marked (``mark``) is reused, never a user's own ``thunder.jit`` of anything else in
 the process; ``THUNDERVIZ_COMPILE_REUSE=0`` turns it off.
@@ -49,10 +50,10 @@ from typing import Any
 import torch
 
 from thunderviz.errors import ThundervizError
-from thunderviz.thunder.reuse_key import (
-    MARK as _MARK,
-)
-from thunderviz.thunder.reuse_key import (
+from thunderviz.thunder.jit.untraceable import explain as explain_trace_failure
+from thunderviz.thunder.jit.untraceable import leave_half_traced_vmap
+from thunderviz.thunder.reuse.key import MARK as _MARK
+from thunderviz.thunder.reuse.key import (
     NotReusable,
     describe_tensors_with,
     group_key,
@@ -60,9 +61,7 @@ from thunderviz.thunder.reuse_key import (
     modules_reached,
     plan_key,
 )
-from thunderviz.thunder.reuse_why import explain_miss
-from thunderviz.thunder.untraceable import explain as explain_trace_failure
-from thunderviz.thunder.untraceable import leave_half_traced_vmap
+from thunderviz.thunder.reuse.why_not import explain_miss
 
 __all__ = [
     "ENV_VARIABLE",
@@ -333,7 +332,7 @@ def _thunder_key() -> tuple[Any, ...]:
     from thunder.core.compile_data import get_compile_data
     from thunder.distributed import get_skip_data_parallel_grad_sync
 
-    from thunderviz.thunder.comm_pass import CommTransform
+    from thunderviz.thunder.comm.comm_pass import CommTransform
 
     cd = get_compile_data()
     if cd is None:

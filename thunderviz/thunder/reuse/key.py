@@ -1,4 +1,4 @@
-"""The key under which compile reuse keeps thunder's interpreted trace (``thunderviz.thunder.compile_reuse``).
+"""The key under which compile reuse keeps thunder's interpreted trace (``thunderviz.thunder.reuse.compile_reuse``).
 
 A key describes everything the interpreter's result could depend on, as hashable data, or raises ``NotReusable``:
 "when in doubt, compile". What it covers is listed in ``compile_reuse``'s docstring; how:

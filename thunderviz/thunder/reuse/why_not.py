@@ -1,7 +1,8 @@
 """Why a compile could not reuse an earlier trace, in a user's words: ``explain_miss`` (``compile_reuse`` puts the
 sentence on the cell report's compile line: ``interpreted in 9.3 s: the code of Block.forward changed``).
 
-It compares a key (``reuse_key.key_of``) with the latest earlier key of the same subject — the same root class for a
+It compares a key (``thunder.reuse.key.key_of``) with the latest earlier key of the same subject — the same root class
+for a
 module, the same function name for a jitted function — because a user who edits a cell and re-runs it compares with
 what that cell set up before, and names the first difference found; one is enough to explain a compile.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from thunderviz.thunder.reuse_key import FUNCTION
+from thunderviz.thunder.reuse.key import FUNCTION
 
 __all__ = ["explain_miss"]
 
@@ -81,7 +82,8 @@ def _shown(value: Any) -> str:
 
 
 def _module_difference(new: Any, old: Any) -> str:
-    """The first difference between two modules a jitted function reaches (``reuse_key._root_key``) found inside two
+    """The first difference between two modules a jitted function reaches (``thunder.reuse.key._root_key``) found
+    inside two
     parts of its key, in ``_module_change``'s words; "" when none of the difference is inside a module."""
     if new == old or not (isinstance(new, tuple) and isinstance(old, tuple)):
         return ""
