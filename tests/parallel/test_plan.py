@@ -65,8 +65,9 @@ def test_ring_bytes_per_rank() -> None:
     assert ring_bytes("reduce_scatter", 400, 4) == 300  # (W-1)/W of the input
     assert ring_bytes("all_reduce", 400, 4) == 600  # 2(W-1)/W
     assert ring_bytes("all_reduce", 400, 1) == 0
+    assert ring_bytes("broadcast", 400, 4) == 400  # the root sends its input once
     with pytest.raises(ValueError, match="unknown collective"):
-        ring_bytes("broadcast", 1, 2)
+        ring_bytes("all_to_all", 1, 2)
 
 
 def _row(
