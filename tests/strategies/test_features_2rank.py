@@ -30,6 +30,11 @@ UNITS = 4
 _results: list[dict] = []
 
 
+#: The shared run (every feature scenario on one pool) bounds itself at 1500 s; pytest's default 600 s per test would
+#: cut the first test that pays for it short on a loaded machine, and every later test would pay again.
+pytestmark = pytest.mark.timeout(1600)
+
+
 def _run() -> list[dict]:
     if not _results:
         _results.extend(run_on_pool(run_all, timeout=1500))
