@@ -28,16 +28,25 @@ EPS = {"bf16-true": 2**-7, "bf16-mixed": 2**-7, "16-mixed": 2**-10}
 UNITS = 4
 
 _results: list[dict] = []
+_failed: list[BaseException] = []
 
 
 #: The shared run (every feature scenario on one pool) bounds itself at 1500 s; pytest's default 600 s per test would
-#: cut the first test that pays for it short on a loaded machine, and every later test would pay again.
+#: cut the first test that pays for it short on a loaded machine.
 pytestmark = pytest.mark.timeout(1600)
 
 
 def _run() -> list[dict]:
+    """The shared run, once: a run that failed fails every later test at once with its error, instead of each test
+    starting it again (one hang would otherwise cost the file's every test its whole timeout)."""
+    if _failed:
+        raise RuntimeError("the shared feature run failed in an earlier test") from _failed[0]
     if not _results:
-        _results.extend(run_on_pool(run_all, timeout=1500))
+        try:
+            _results.extend(run_on_pool(run_all, timeout=1500))
+        except BaseException as e:
+            _failed.append(e)
+            raise
     return _results
 
 
