@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 OWNER = """
 import json, sys
-from thunderviz.pool import RankEngine
+from thunderviz.pool.engine import RankEngine
 engine = RankEngine.start(2, backend="gloo", timeout=10, on_output=lambda *a: None)
 engine.run("x = rank", collect=False)
 print(json.dumps({"tag": engine.cluster.tag, "watchdog": engine.cluster.watchdog_pid,

@@ -165,7 +165,7 @@ class ThunderParallelStrategy(DDPStrategy):
     def _check_front_door(self, obj: Any) -> None:
         """Refuse, before Fabric touches it, an object the decision table refuses (``thunderfx``'s object, a module
         thunder's FSDP plugin already sharded); everything else is decided again in ``setup_module``."""
-        facts = inspect_object(obj, fabric_compile_kwargs=fabric_compile_kwargs())
+        facts = inspect_object(obj, self.options.activation_checkpointing_policy, fabric_compile_kwargs())
         try:
             decide(facts, self.options)
         except JitDecisionError as err:

@@ -20,10 +20,9 @@ from typing import Any
 
 import torch
 
+from thunderviz.thunder.reuse.key import SET_UP_ONLY
+
 __all__ = ["fabric_compile_kwargs", "guard_front_door", "hide_from_dynamo", "keep_compile_kwargs_captured"]
-
-_GUARD_MARK = "__thunderviz_front_door__"
-
 
 _CAPTURE_MARK = "__thunderviz_compile_capture__"
 
@@ -75,14 +74,14 @@ def fabric_compile_kwargs() -> dict[str, Any] | None:
 def guard_front_door(precision: Any, check: Callable[[Any], None]) -> None:
     """Make ``precision.convert_module`` call ``check(obj)`` first: the first thing ``Fabric.setup`` does with it."""
     original = precision.convert_module
-    if getattr(original, _GUARD_MARK, False):
+    if getattr(original, SET_UP_ONLY, False):
         return
 
     def convert_module(module: Any) -> Any:
         check(module)
         return original(module)
 
-    setattr(convert_module, _GUARD_MARK, True)
+    setattr(convert_module, SET_UP_ONLY, True)
     precision.convert_module = convert_module
 
 

@@ -235,6 +235,11 @@ def _root_key(v: torch.nn.Module, walk: _Walk) -> tuple[Any, ...]:
     return ("nn.Module", at, _module_key(v, walk))
 
 
+SET_UP_ONLY = "__thunderviz_set_up_only__"
+"""Marks a function a strategy installs on Fabric's objects that runs at set-up only (the front-door check on the
+precision's ``convert_module``): never in forward, so the key skips it (its closure reaches the whole strategy)."""
+
+
 def _fabric_key(wrapper: torch.nn.Module, walk: _Walk) -> tuple[Any, ...]:
     """Fabric's ``_FabricModule``: its forward runs the strategy's precision (input and output casts, autocast), so
     the strategy's and precision's classes and the precision's settings count, and the modules it wraps."""
@@ -245,7 +250,7 @@ def _fabric_key(wrapper: torch.nn.Module, walk: _Walk) -> tuple[Any, ...]:
     return (
         _named_class(type(strategy), walk),
         _named_class(type(precision), walk),
-        tuple((k, _value(x, walk)) for k, x in sorted(vars(precision).items())),
+        tuple((k, _value(x, walk)) for k, x in sorted(vars(precision).items()) if not getattr(x, SET_UP_ONLY, False)),
         wrapper.training,
         _attributes_key(wrapper, walk, skip=frozenset({"_strategy"})),
         tuple((n, _root_key(m, walk)) for n, m in wrapper._modules.items() if m is not None),
