@@ -85,7 +85,7 @@ _OBSERVERS = (
 
 pytestmark = [
     pytest.mark.skipif(chromium_missing(), reason=MISSING_REASON),
-    pytest.mark.timeout(420),
+    pytest.mark.timeout(900),  # the module fixture may build the shared trace runs (~4 min alone, more under load)
 ]
 
 

@@ -166,8 +166,8 @@ def test_zero2_to_zero3_reads_as_gathers_added_to_backward():
     zero2 = _bundle("zero2", backward_gather=False, saved=3)
     zero3 = _bundle("zero3", backward_gather=True, saved=2)
     assert collective_changes(zero2, zero3) == (
-        "+1 all_gather (backward), +1 wait (backward); saved for backward 192 B -> 128 B"
+        "+1 all_gather (backward), +1 wait (backward); saved tensors (trace) 192 B -> 128 B"
     )
-    assert collective_changes(zero2, zero2) == "the same collectives; saved for backward 192 B -> 192 B"
+    assert collective_changes(zero2, zero2) == "the same collectives; saved tensors (trace) 192 B -> 192 B"
     with pytest.raises(TypeError, match="two TraceBundle objects"):
         collective_changes(zero2, zero2.forward)

@@ -95,3 +95,25 @@ def test_a_jit_our_strategies_did_not_set_up_keeps_thunders_error():
     compile_reuse.install()
     with pytest.raises(NotImplementedError, match="numpy"):
         thunder.jit(Tower(NumpyRound(7)))(torch.randn(3, 5))
+
+
+class WrongShape(nn.Module):
+    """A bug in the model itself: eager torch refuses this matmul too."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.lin = nn.Linear(d, d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x) @ torch.ones(3, 3)
+
+
+def test_an_error_in_the_model_itself_is_not_called_untraceable():
+    """A shape mismatch thunder's meta function refuses, as eager would: thunder's own error, not advice to rewrite
+    the line for thunder or to train without it."""
+    model = Tower(WrongShape(7))
+    compile_reuse.install()
+    compile_reuse.mark(model, True)
+    with pytest.raises(RuntimeError, match="matrix multip") as info:
+        thunder.jit(model)(torch.randn(3, 5))
+    assert not isinstance(info.value, UntraceableModelError)

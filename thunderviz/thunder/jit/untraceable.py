@@ -152,8 +152,23 @@ def _advice(err: BaseException, failure: TraceFailure) -> str:
     return "; ".join(hints)
 
 
+def _is_program_error(err: BaseException) -> bool:
+    """An error in the program itself, not a limit of thunder: a meta function's validation (``baseutils.check``:
+    shapes that do not multiply, dtypes that do not mix) refused the call as torch would in eager mode. Advice to
+    rewrite the line for thunder or to train without it would mislead there; the error, shown at the user's line,
+    already says what is wrong. (thunder's refusals of what it cannot trace are NotImplementedError or come from
+    elsewhere.)"""
+    frames = _frames(err.__traceback__)
+    if not frames or isinstance(err, NotImplementedError):
+        return False
+    code = frames[-1][0]
+    return code.co_name == "check" and code.co_filename.endswith(os.path.join("thunder", "core", "baseutils.py"))
+
+
 def explain(err: BaseException, roots: Iterable[torch.nn.Module]) -> UntraceableModelError | None:
     """``UntraceableModelError`` naming the module, line, op and fix of a failed trace (None when not found)."""
+    if _is_program_error(err):
+        return None
     roots = list(roots)
     failure = locate(err, roots)
     if failure is None:
