@@ -1,5 +1,5 @@
-"""The communication pass (``thunderviz.thunder.comm.comm_pass``) on real thunder traces of small models, in one
-process.
+"""The communication pass (``thunderviz.thunder.comm``: ``comm_pass`` and its steps) on real thunder traces of small
+models, in one process.
 
 The seam: thunder builds a cache entry — tracing, autodiff, the executors' passes and every transform's
 ``transform_trace_post_optimization``, the communication pass among them — in
