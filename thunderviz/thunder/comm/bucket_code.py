@@ -77,11 +77,13 @@ class Index:
                 self.producer.setdefault(p.name, i)
 
     def only_consumer(self, name: str) -> int | None:
+        """The one position that reads ``name``, or None when several or none do (then it is not ours to move)."""
         uses = self.consumers.get(name, [])
         return uses[0] if len(uses) == 1 else None
 
 
 def first_compute_index(bsyms: Sequence[Any]) -> int:
+    """The first position after the trace's unpacking of its inputs: the earliest place to issue a collective."""
     from thunder.core import prims
 
     unpacks = {
@@ -115,6 +117,8 @@ def record_new(trace: Any, fn: Any, *args: Any) -> tuple[Any, list[Any]]:
 
 @dataclass
 class Member:
+    """One parameter's collective found in a trace: with its wait, what a bucket of them replaces."""
+
     record: ParamRecord
     kind: str  # "all_gather", "reduce_scatter" or "all_reduce"
     collective: Any  # the original collective bound symbol
@@ -142,11 +146,14 @@ class BucketCode:
 
 
 def gather_key(m: Member) -> tuple:
+    """Members with equal keys may share a collective: one flat buffer has one dtype and device, goes over one
+    process group, and stays within one module's bucket plan."""
     c = m.record.config
     return (id(m.record.group), str(m.send.dtype), str(m.send.device), c.owner_id, c.label)
 
 
 def shared_label(members: Sequence[Member], fallback: str) -> str:
+    """The bucket plan's label when every member has the same one, else ``fallback``."""
     labels = {m.record.config.label for m in members}
     return labels.pop() if len(labels) == 1 else fallback
 
@@ -157,6 +164,7 @@ def replaced_positions(members: Sequence[Member]) -> set[int]:
 
 
 def torchex_symbol(name: str) -> Any:
+    """thunder's torch-executor symbol ``name`` (a collective or its wait): what execution traces call."""
     from thunder.executors import torchex
 
     return getattr(torchex, name)
