@@ -1,5 +1,5 @@
-"""The communication pass (``thunderviz.thunder.comm.comm_pass``) on real thunder traces of small models, in one
-process.
+"""The communication pass (``thunderviz.thunder.comm``: ``comm_pass`` and its steps) on real thunder traces of small
+models, in one process.
 
 The seam: thunder builds a cache entry — tracing, autodiff, the executors' passes and every transform's
 ``transform_trace_post_optimization``, the communication pass among them — in
@@ -38,16 +38,10 @@ from thunderviz.parallel.buckets import CommConfig, bucket_label, find_blocks
 from thunderviz.parallel.options import parse_options
 from thunderviz.thunder import hooks
 from thunderviz.thunder.comm import distribute
-from thunderviz.thunder.comm.comm_pass import (
-    CommTransform,
-    ParamRecord,
-    _pack_gather_impl,
-    _pack_scatter_impl,
-    _unpack_gather_impl,
-    comm_transform_of,
-    rewrite_gathers,
-    rewrite_reductions,
-)
+from thunderviz.thunder.comm.comm_pass import CommTransform, ParamRecord, comm_transform_of
+from thunderviz.thunder.comm.gathers import rewrite_gathers
+from thunderviz.thunder.comm.ops import _pack_gather_impl, _pack_scatter_impl, _unpack_gather_impl
+from thunderviz.thunder.comm.reductions import rewrite_reductions
 from thunderviz.thunder.comm.setup import configure_comm
 from thunderviz.trace.buckets import Bucket
 
@@ -713,7 +707,7 @@ def test_an_accumulating_backward_reduces_nothing_and_returns_no_sharded_gradien
 
 def test_accumulated_gradients_are_added_once_to_the_next_reduction():
     from thunderviz.thunder.comm import accumulation
-    from thunderviz.thunder.comm.comm_pass import _accumulate_impl
+    from thunderviz.thunder.comm.ops import _accumulate_impl
 
     accs = [accumulation.register(accumulation.GradAccumulator(f"p{i}", f"test:{i}"), f"test:{i}") for i in range(2)]
     first = [torch.arange(16.0).reshape(8, 2), torch.arange(100.0, 104.0)]

@@ -51,7 +51,7 @@ def test_tracker_counts_a_storage_once_and_forgets_it_when_freed() -> None:
 
 
 def test_tracker_counts_a_storage_resized_to_nothing_as_freed_then() -> None:
-    """What ``MemTracker`` counts too, and how the communication pass frees its buffers (``comm_pass._free``)."""
+    """What ``MemTracker`` counts too, and how the communication pass frees its buffers (``comm.ops._free``)."""
     original = torch.UntypedStorage.resize_
     tracker = StorageTracker(cuda_rounding=False)
     with tracker:

@@ -53,7 +53,9 @@ INDUCTOR = "inductor compiling fusion regions"
 _COMPILE_FRAMES = (
     ("thunder/__init__.py", "acquire_initial_trace", INTERPRETER),  # thunder's interpreter (or our compile reuse)
     ("thunder/__init__.py", "apply_transforms_and_build_cache_entry", PASSES),  # transforms, autodiff, executors
-    ("thunderviz/thunder/comm/comm_pass.py", "", OURS),  # our communication pass (and its re-fusion)
+    # our communication pass, every module of it (gathers, reductions, zero3_saves, ops, bucket_code, and the
+    # re-fusion): thunder calls them only through CommTransform's methods in comm_pass.py, and the whole stack is read
+    ("thunderviz/thunder/comm/comm_pass.py", "", OURS),
     ("torch/_inductor/compile_fx.py", "compile_fx", INDUCTOR),  # a torch.compile region (thunder's torchcompile)
 )
 #: How the line saying where a rank's seconds went begins (``compile_split``).

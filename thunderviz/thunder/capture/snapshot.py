@@ -28,7 +28,7 @@ __all__ = [
 
 #: Ops that take an argument only to free it (op name -> its position): that is not data flow, so the snapshot
 #: leaves it out of the op's inputs and edges. The communication pass's unpack frees the bucket's send buffer
-#: (``comm_pass._free``); drawn as an input, it would tie every pack to its unpack and move modules in the graph.
+#: (``comm.ops._free``); drawn as an input, it would tie every pack to its unpack and move modules in the graph.
 RELEASED_ONLY: dict[str, int] = {"thunderviz_unpack_all_gather": 1}
 
 

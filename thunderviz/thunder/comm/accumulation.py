@@ -3,11 +3,12 @@ sharded parameter.
 
 Why outside the trace: an accumulating backward must not reduce_scatter (that is the point), but the unsharded
 gradient it computes cannot go to ``param.grad`` either — autograd requires a shard-shaped gradient for a shard. So
-the communication pass (``thunder.comm.comm_pass``) has the accumulating backward add each bucket's unsharded gradients
-into these accumulators and return no gradient for those parameters, and the next synchronizing backward's bucket
-packs add what was accumulated before the one reduce_scatter of that bucket. The cost is memory: every sharded
-parameter's unsharded gradient, i.e. a full copy of the gradients on every rank (``world_size`` times the sharded
-gradients), kept from the first accumulating micro-batch until that synchronizing backward.
+the communication pass's gradient buckets (``thunder.comm.reductions``) have the accumulating backward add each
+bucket's unsharded gradients into these accumulators and return no gradient for those parameters, and the next
+synchronizing backward's bucket packs add what was accumulated before the one reduce_scatter of that bucket. The cost
+is memory: every sharded parameter's unsharded gradient, i.e. a full copy of the gradients on every rank
+(``world_size`` times the sharded gradients), kept from the first accumulating micro-batch until that synchronizing
+backward.
 
 Sums are kept in the gradient's dtype, or in ``reduce_dtype`` when that is wider (fp32 sums for bf16 gradients):
 the accumulated sum is the quantity whose precision ``reduce_dtype`` asks for. A gradient whose division by the

@@ -204,7 +204,7 @@ class StorageTracker(TorchDispatchMode):
 
     def _track_resize(self) -> None:
         """Follow ``UntypedStorage.resize_``, which no dispatch mode sees, as ``MemTracker`` does: the communication
-        pass frees its buffers by resizing them to 0 (``comm_pass._free``), so their bytes go when that happens."""
+        pass frees its buffers by resizing them to 0 (``comm.ops._free``), so their bytes go when that happens."""
         original = self._original_resize = torch.UntypedStorage.resize_
         tracker = self
 
