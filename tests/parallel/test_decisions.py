@@ -15,7 +15,8 @@ from thunderviz.parallel.decisions import (
     decide,
     impossible,
 )
-from thunderviz.parallel.options import DEFAULT_BUCKETING, Bucketing, OptionError, Parallelism, parse_options
+from thunderviz.parallel.option_values import DEFAULT_BUCKETING, Bucketing, OptionError, Parallelism
+from thunderviz.parallel.strategy_options import parse_options
 
 
 def opts(parallelism: str, **given):

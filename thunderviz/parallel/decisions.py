@@ -33,16 +33,15 @@ from thunderviz.parallel.front_doors import (
     TransformersFacts,
     transformers_in_range,
 )
-from thunderviz.parallel.options import (
+from thunderviz.parallel.option_values import (
     DEFAULT_BUCKETING,
     FIRST_BUCKET_SIZE_IN_MB,
     Bucketing,
     Parallelism,
     Sharding,
-    StrategyOptions,
     TextEnum,
-    executor_names,
 )
+from thunderviz.parallel.strategy_options import StrategyOptions, executor_names
 
 __all__ = [
     "Action",

@@ -38,8 +38,9 @@ from typing_extensions import override
 
 from thunderviz.errors import PlanError
 from thunderviz.parallel.decisions import impossible
-from thunderviz.parallel.options import Bucketing, Parallelism, parse_options
+from thunderviz.parallel.option_values import Bucketing, Parallelism
 from thunderviz.parallel.plan import AC_SUFFIX, HYBRID_PREFERENCE, PREFERENCE, candidate_specs, choose, parse_memory
+from thunderviz.parallel.strategy_options import parse_options
 from thunderviz.strategies.base import ThunderParallelStrategy
 from thunderviz.strategies.ddp import ThunderDDPStrategy
 from thunderviz.strategies.fsdp import ThunderFSDPStrategy

@@ -26,7 +26,7 @@ from typing import Any
 
 from thunderviz.errors import PlanError
 from thunderviz.parallel.extrapolation import CUTS, extrapolate_peak
-from thunderviz.parallel.options import CheckpointPolicy, Parallelism, StrategyOptions
+from thunderviz.parallel.option_values import CheckpointPolicy, Parallelism
 from thunderviz.parallel.plan import (
     HYBRID_PREFERENCE,
     PREFERENCE,
@@ -44,6 +44,7 @@ from thunderviz.parallel.plan import (
     recompute_seconds,
     smallest_fitting,
 )
+from thunderviz.parallel.strategy_options import StrategyOptions
 from thunderviz.trace.memory import MemoryEstimate
 from thunderviz.trace.model import TraceBundle
 from thunderviz.trace.units import format_bytes
