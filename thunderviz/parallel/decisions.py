@@ -139,30 +139,38 @@ def _refuse_front_door(facts: ObjectFacts, options: StrategyOptions) -> None:
 
 
 def decide(facts: ObjectFacts, options: StrategyOptions) -> Decision:
-    """The decision table. Raises ``JitDecisionError`` where no choice would be correct."""
+    """The decision table: an object no strategy can set up is refused, a plain module is case 1 (``jit=True``) or
+    case 2 (``jit=False``), a module the user jitted is case 3. Raises ``JitDecisionError`` where no choice would be
+    correct."""
+    _refuse_what_cannot_be_set_up(facts, options)
+    if facts.kind is ObjectKind.MODULE:
+        return _plain_module_row(facts, options)
+    return _user_jitted_row(facts, options)
+
+
+def _row(
+    facts: ObjectFacts, options: StrategyOptions, case: Case, action: Action, reason: str, clear_cache: bool = False
+) -> Decision:
+    """A case's row: its reason, then what the front door adds, checkpointing, and the communication plan."""
+    checkpointing = checkpointing_plan(options, facts, case)
+    tail = door_reason(facts, options) + (f"; {checkpointing}" if checkpointing else "")
+    return Decision(
+        target=facts.type_name,
+        case=case,
+        action=action,
+        options=options,
+        headline=case_headline(case, options, facts),
+        reason=f"{reason}{tail}; {communication_plan(options, facts)}",
+        clear_cache=clear_cache,
+        prepare=preparations(facts),
+        dynamo_passthrough=facts.door.fabric_recompiles,
+    )
+
+
+def _refuse_what_cannot_be_set_up(facts: ObjectFacts, options: StrategyOptions) -> None:
+    """Raise ``JitDecisionError`` for what no case covers: a function, a non-module, a front door the strategy cannot
+    take, a module already distributed (by a thunderviz strategy or by thunder's own ``fsdp``/``ddp``)."""
     name = options.strategy_name
-    comm = f"; {communication_plan(options, facts)}"
-    door = door_reason(facts, options)
-    prepare = preparations(facts)
-    passthrough = facts.door.fabric_recompiles
-
-    def tail(case: Case) -> str:
-        checkpointing = checkpointing_plan(options, facts, case)
-        return door + (f"; {checkpointing}" if checkpointing else "") + comm
-
-    def row(case: Case, action: Action, reason: str, clear_cache: bool = False) -> Decision:
-        return Decision(
-            target=facts.type_name,
-            case=case,
-            action=action,
-            options=options,
-            headline=case_headline(case, options, facts),
-            reason=reason + tail(case),
-            clear_cache=clear_cache,
-            prepare=prepare,
-            dynamo_passthrough=passthrough,
-        )
-
     if facts.kind is ObjectKind.JITTED_FUNCTION:
         raise JitDecisionError(
             f"`fabric.setup` received the jitted function {facts.type_name!r}, but {name} distributes modules. Set up"
@@ -188,28 +196,39 @@ def decide(facts: ObjectFacts, options: StrategyOptions) -> Decision:
             f" using `{fn}` yourself."
         )
 
-    if facts.kind is ObjectKind.MODULE:
-        if options.jit:
-            given = ([f"executors={list(options.executors)}"] if options.executors else []) + (
-                [keyword_list(options.jit_keyword_names)] if options.jit_kwargs else []
-            )
-            executors = f" with {', '.join(given)}" if given else ""
-            return row(
-                Case.RAW_MODULE,
-                Action.JIT_AND_DISTRIBUTE,
-                f"a plain nn.Module and jit=True: call thunder.jit{executors} once, then {distribute_verb(options)} in"
-                " place so model.parameters() are what the optimizer must update",
-            )
-        return row(
-            Case.FUNCTION_JIT,
-            Action.DISTRIBUTE_FOR_FUNCTION_JIT,
-            f"jit=False: the module is not jitted here; {distribute_verb(options)} in place and tag them, so thunder"
-            " inserts the collectives when the user's jitted function is traced; cached traces of jitted functions"
-            " that already ran are cleared so none runs without collectives",
-            clear_cache=True,
-        )
 
-    # A ThunderModule the user made (thunder.jit or thunder.compile).
+def _plain_module_row(facts: ObjectFacts, options: StrategyOptions) -> Decision:
+    """Case 1 (the strategy jits the module, then distributes it) or case 2 (the user's jitted function will)."""
+    if options.jit:
+        given = ([f"executors={list(options.executors)}"] if options.executors else []) + (
+            [keyword_list(options.jit_keyword_names)] if options.jit_kwargs else []
+        )
+        executors = f" with {', '.join(given)}" if given else ""
+        return _row(
+            facts,
+            options,
+            Case.RAW_MODULE,
+            Action.JIT_AND_DISTRIBUTE,
+            f"a plain nn.Module and jit=True: call thunder.jit{executors} once, then {distribute_verb(options)} in"
+            " place so model.parameters() are what the optimizer must update",
+        )
+    return _row(
+        facts,
+        options,
+        Case.FUNCTION_JIT,
+        Action.DISTRIBUTE_FOR_FUNCTION_JIT,
+        f"jit=False: the module is not jitted here; {distribute_verb(options)} in place and tag them, so thunder"
+        " inserts the collectives when the user's jitted function is traced; cached traces of jitted functions"
+        " that already ran are cleared so none runs without collectives",
+        clear_cache=True,
+    )
+
+
+def _user_jitted_row(facts: ObjectFacts, options: StrategyOptions) -> Decision:
+    """Case 3, a ThunderModule the user made (thunder.jit or thunder.compile): distributed in place, never jitted
+    again, so jit options given to the strategy are refused rather than ignored."""
+    name = options.strategy_name
+
     def made_by(keyword: str = "") -> str:
         return f"`{facts.door.call}`" if facts.door.call else f"your own `thunder.jit(model, {keyword}...)` call"
 
@@ -227,7 +246,9 @@ def decide(facts: ObjectFacts, options: StrategyOptions) -> Decision:
         )
     jit_note = "; jit=False changes nothing here: the module is already jitted" if not options.jit else ""
     if facts.has_run:
-        return row(
+        return _row(
+            facts,
+            options,
             Case.USER_JITTED,
             Action.DISTRIBUTE_IN_PLACE,
             f"already jitted (not jitting twice) and already run: {distribute_verb(options)} in place and clear its"
@@ -235,7 +256,9 @@ def decide(facts: ObjectFacts, options: StrategyOptions) -> Decision:
             f" thunder's checks; the next call retraces{jit_note}",
             clear_cache=True,
         )
-    return row(
+    return _row(
+        facts,
+        options,
         Case.USER_JITTED,
         Action.DISTRIBUTE_IN_PLACE,
         f"already jitted (not jitting twice): {distribute_verb(options)} in place and return the user's own"
