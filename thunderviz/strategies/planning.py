@@ -246,35 +246,13 @@ def plan(
     if device not in ("cpu", "cuda"):
         raise PlanError(f"plan(device={device!r}): plan for 'cpu' or 'cuda' ranks")
     template = _template(model)
-    policy = block_checkpoint_policy(template)
-    try:
-        budget = parse_memory(memory_per_rank) if memory_per_rank is not None else _device_budget(device)
-        if candidates is None and not activation_checkpointing:
-            candidates = PREFERENCE + (HYBRID_PREFERENCE if ranks_per_host else ())
-        specs = candidate_specs(world_sizes, candidates, ranks_per_host, policy)
-    except ValueError as exc:
-        raise PlanError(str(exc)) from None
-    if executors is not None:
-        chosen = tuple(executors)
-        specs = [dataclasses.replace(s, options=dataclasses.replace(s.options, executors=chosen)) for s in specs]
-    kwargs = {"loss_fn": loss_fn, "optimizer": optimizer, "precision": precision, "device": device}
-    with _progress(progress) as tick:
-        try:
-            out, how = predict_candidates(
-                template,
-                specs,
-                example_input,
-                budget=budget,
-                link=link,
-                on_run=tick,
-                ranks_per_host=ranks_per_host,
-                **kwargs,
-            )
-            out = _max_micro_batches(template, specs, out, example_input, budget, link, ranks_per_host, kwargs)
-        except PlanError:
-            raise
-        except ValueError as exc:
-            raise PlanError(f"plan: {exc}") from exc
+    budget, specs = _budget_and_specs(
+        template, device, memory_per_rank, world_sizes, candidates, ranks_per_host, activation_checkpointing, executors
+    )
+    rehearsal = {"loss_fn": loss_fn, "optimizer": optimizer, "precision": precision, "device": device}
+    out, how = _predict_with_micro_batches(
+        template, specs, example_input, budget, link, progress, ranks_per_host, rehearsal
+    )
     decision, assumed = target_executors(specs[0].options, device)
     return Plan(
         candidates=out,
@@ -288,6 +266,64 @@ def plan(
         optimizer=_optimizer_name(optimizer, device),
         executors=decision.headline + (f" ({assumed})" if assumed else ""),
     )
+
+
+def _budget_and_specs(
+    template: Any,
+    device: str,
+    memory_per_rank: int | str | None,
+    world_sizes: Iterable[int],
+    candidates: Sequence[str] | None,
+    ranks_per_host: int | None,
+    activation_checkpointing: bool,
+    executors: Sequence[Any] | None,
+) -> tuple[int | None, list[CandidateSpec]]:
+    """``plan``'s budget per rank and the candidates it predicts, as its arguments ask (a bad size, world size or
+    candidate name is a ``PlanError`` saying what to use)."""
+    policy = block_checkpoint_policy(template)
+    try:
+        budget = parse_memory(memory_per_rank) if memory_per_rank is not None else _device_budget(device)
+        if candidates is None and not activation_checkpointing:
+            candidates = PREFERENCE + (HYBRID_PREFERENCE if ranks_per_host else ())
+        specs = candidate_specs(world_sizes, candidates, ranks_per_host, policy)
+    except ValueError as exc:
+        raise PlanError(str(exc)) from None
+    if executors is not None:
+        chosen = tuple(executors)
+        specs = [dataclasses.replace(s, options=dataclasses.replace(s.options, executors=chosen)) for s in specs]
+    return budget, specs
+
+
+def _predict_with_micro_batches(
+    template: Any,
+    specs: Sequence[CandidateSpec],
+    example_input: Any,
+    budget: int | None,
+    link: LinkCost | None,
+    progress: bool | Callable[[int, int, str], None] | None,
+    ranks_per_host: int | None,
+    rehearsal: dict[str, Any],
+) -> tuple[list[Candidate], str]:
+    """Every candidate predicted, with its largest micro-batch under ``budget``, and how; the progress bar ticks
+    through both. What the rehearsal refuses as a ``ValueError`` becomes a ``PlanError``."""
+    with _progress(progress) as tick:
+        try:
+            out, how = predict_candidates(
+                template,
+                specs,
+                example_input,
+                budget=budget,
+                link=link,
+                on_run=tick,
+                ranks_per_host=ranks_per_host,
+                **rehearsal,
+            )
+            out = _max_micro_batches(template, specs, out, example_input, budget, link, ranks_per_host, rehearsal)
+        except PlanError:
+            raise
+        except ValueError as exc:
+            raise PlanError(f"plan: {exc}") from exc
+    return out, how
 
 
 def block_checkpoint_policy(template: Any) -> CheckpointPolicy | None:
