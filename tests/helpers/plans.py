@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from thunderviz.parallel.plan import candidate_specs, link_cost
-from thunderviz.strategies.planning import Candidate, Plan
+from thunderviz.strategies.candidates import Candidate
+from thunderviz.strategies.planning import Plan
 from thunderviz.trace.memory import CATEGORIES, MemoryEstimate, group_of
 
 __all__ = ["synthetic_plan"]

@@ -59,7 +59,7 @@ def _choices(magic, flag: str) -> list[str]:
 
 def test_flag_choices_are_the_engines_and_the_strategys(shell) -> None:
     from thunderviz.cell.driver import OUTPUT_MODES
-    from thunderviz.parallel.options import Bucketing, Sharding, StateDictType
+    from thunderviz.parallel.option_values import Bucketing, Sharding, StateDictType
     from thunderviz.pool.topology import BACKENDS
 
     magics = _magics(shell)
@@ -68,7 +68,7 @@ def test_flag_choices_are_the_engines_and_the_strategys(shell) -> None:
         assert _choices(magic, "--output") == list(OUTPUT_MODES)
         assert _choices(magic, "--state-dict-type") == [m.value for m in StateDictType]
     # each spelling the flag offers parses to its own member (the hybrid ones by their short names)
-    from thunderviz.parallel.options import parse_options
+    from thunderviz.parallel.strategy_options import parse_options
 
     sharding = [
         parse_options("fsdp", {"sharding_strategy": c}).sharding_strategy
@@ -80,7 +80,8 @@ def test_flag_choices_are_the_engines_and_the_strategys(shell) -> None:
 
 def test_strategy_flags_come_from_the_option_table(shell) -> None:
     """One flag per option with a Flag, help text from the option's, and nothing for the other strategy."""
-    from thunderviz.parallel.options import Parallelism, flag_options
+    from thunderviz.parallel.option_values import Parallelism
+    from thunderviz.parallel.options import flag_options
 
     magics = _magics(shell)
     for magic, parallelism in ((magics.thunder_fsdp, Parallelism.FSDP), (magics.thunder_ddp, Parallelism.DDP)):

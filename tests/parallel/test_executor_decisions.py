@@ -13,7 +13,7 @@ from thunderviz.parallel.decisions import (
     ExecutorFacts,
     decide_executors,
 )
-from thunderviz.parallel.options import parse_options
+from thunderviz.parallel.strategy_options import parse_options
 
 CPU_DEFAULTS = ("sdpa", "torchcompile_xentropy")
 REGISTERED = ("python", "torch", "sdpa", "torchcompile", "torchcompile_cat", "torchcompile_xentropy")

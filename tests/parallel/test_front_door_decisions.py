@@ -8,7 +8,7 @@ import pytest
 from thunderviz.errors import JitDecisionError
 from thunderviz.parallel.decisions import Case, ObjectFacts, ObjectKind, decide
 from thunderviz.parallel.front_doors import FrontDoor, TransformersFacts, transformers_in_range
-from thunderviz.parallel.options import parse_options
+from thunderviz.parallel.strategy_options import parse_options
 
 FSDP = parse_options("fsdp", {}, jit_keywords=lambda: ())
 COMPILED = "thunder.compile(model, recipe=BaseRecipe(fuser='torch.compile'), plugins=[{}])"

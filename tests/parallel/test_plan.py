@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from thunderviz.parallel.options import Bucketing, CheckpointPolicy, Parallelism, Sharding
+from thunderviz.parallel.option_values import Bucketing, CheckpointPolicy, Parallelism, Sharding
 from thunderviz.parallel.plan import (
     LINK_COSTS,
     PREFERENCE,

@@ -12,15 +12,11 @@ from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
 from thunderviz.errors import JitDecisionError
 from thunderviz.parallel.checkpointing import module_classes, select_checkpointed, span
-from thunderviz.parallel.decisions import Case, ObjectFacts, ObjectKind, communication_plan, decide
-from thunderviz.parallel.options import (
-    OPTIONS,
-    CheckpointPolicy,
-    OptionError,
-    Parallelism,
-    ReduceDtype,
-    parse_options,
-)
+from thunderviz.parallel.decision_reasons import communication_plan
+from thunderviz.parallel.decisions import Case, ObjectFacts, ObjectKind, decide
+from thunderviz.parallel.option_values import CheckpointPolicy, OptionError, Parallelism, ReduceDtype
+from thunderviz.parallel.options import OPTIONS
+from thunderviz.parallel.strategy_options import parse_options
 
 
 class Block(nn.Module):

@@ -8,7 +8,8 @@ import pytest
 
 from thunderviz.cell.failures import RankUsageError
 from thunderviz.cell.protocol import CellConfig, RankSetup, StrategySpec
-from thunderviz.parallel.options import REGISTERED_STRATEGIES, Sharding, StrategyOptions
+from thunderviz.parallel.option_values import Sharding
+from thunderviz.parallel.strategy_options import REGISTERED_STRATEGIES, StrategyOptions
 
 
 @pytest.mark.parametrize("kind", list(REGISTERED_STRATEGIES))

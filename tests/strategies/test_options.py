@@ -11,7 +11,8 @@ from torch.distributed.fsdp import ShardingStrategy
 
 import thunderviz
 from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
-from thunderviz.parallel.options import FOREIGN_OPTIONS, OPTIONS, OptionError, Parallelism, UnknownOptionError
+from thunderviz.parallel.option_values import OptionError, Parallelism, UnknownOptionError
+from thunderviz.parallel.options import FOREIGN_OPTIONS, OPTIONS
 
 
 def test_exact_names_registered_with_fabric():
@@ -314,7 +315,7 @@ def test_fabric_fsdp_spelling_of_activation_checkpointing_says_what_to_do():
     """``activation_checkpointing_policy`` is implemented; Fabric's older spelling says to use it."""
     from torch import nn
 
-    from thunderviz.parallel.options import CheckpointPolicy
+    from thunderviz.parallel.option_values import CheckpointPolicy
 
     policy = ThunderFSDPStrategy(activation_checkpointing_policy={nn.Linear}).options.activation_checkpointing_policy
     assert policy == CheckpointPolicy(classes=(nn.Linear,))

@@ -35,7 +35,7 @@ from torch import nn
 from torch.distributed import ProcessGroup
 
 from thunderviz.parallel.buckets import CommConfig, bucket_label, find_blocks
-from thunderviz.parallel.options import parse_options
+from thunderviz.parallel.strategy_options import parse_options
 from thunderviz.thunder import hooks
 from thunderviz.thunder.comm import distribute
 from thunderviz.thunder.comm.comm_pass import CommTransform, ParamRecord, comm_transform_of

@@ -21,7 +21,7 @@ from typing import Any
 
 from thunderviz.cell.tracebacks import compact, same_text
 from thunderviz.errors import RankError, ThundervizError
-from thunderviz.parallel.options import TextEnum
+from thunderviz.parallel.option_values import TextEnum
 
 __all__ = [
     "CellError",

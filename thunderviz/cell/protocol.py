@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any, TypedDict
 
 from thunderviz.cell.failures import RankUsageError
 from thunderviz.parallel.decisions import Decision
-from thunderviz.parallel.options import REGISTERED_STRATEGIES, OptionError, StrategyOptions, parse_options
+from thunderviz.parallel.option_values import OptionError
+from thunderviz.parallel.strategy_options import REGISTERED_STRATEGIES, StrategyOptions, parse_options
 from thunderviz.trace.memory import StepMemory
 from thunderviz.trace.workload import Workload
 
@@ -71,9 +72,9 @@ FABRIC_STRATEGY_KIND = "fabric"
 
 @dataclass(frozen=True, init=False)
 class StrategySpec:
-    """Which Fabric strategy every rank builds: a thunderviz name (``parallel.options.REGISTERED_STRATEGIES``, e.g.
-    ``thunder_fsdp``) with its options parsed here, in the kernel, or ``fabric`` with ``{"name": "ddp"}`` for one
-    of Fabric's own strategies.
+    """Which Fabric strategy every rank builds: a thunderviz name
+    (``parallel.strategy_options.REGISTERED_STRATEGIES``, e.g. ``thunder_fsdp``) with its options parsed here, in the
+    kernel, or ``fabric`` with ``{"name": "ddp"}`` for one of Fabric's own strategies.
 
     Parsing in the kernel is the point: a bad option fails before any rank is touched, and the rank receives
     ``StrategyOptions`` it only has to hand to the strategy (``strategy_class.from_options``). Options from a spec

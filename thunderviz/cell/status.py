@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from thunderviz.parallel.options import TextEnum
+from thunderviz.parallel.option_values import TextEnum
 
 __all__ = ["PHASES", "PUBLISHED", "Phase", "RankStatusInfo"]
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from thunderviz.parallel.options import DEFAULT_SHARDING, Parallelism, Sharding
+from thunderviz.parallel.option_values import DEFAULT_SHARDING, Parallelism, Sharding
 
 __all__ = ["SEED_SCENARIOS", "Scenario", "run_scenarios", "run_scenarios_on_rank", "write_report"]
 

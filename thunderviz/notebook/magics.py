@@ -27,7 +27,8 @@ from thunderviz.cell.status import Phase
 from thunderviz.notebook.cell_failure import FullTracebacks
 from thunderviz.notebook.strategy_flags import flag_values, strategy_arguments
 from thunderviz.notebook.timeline_cell import STEPS_HELP, TIMELINE_HELP, steps_arg, timeline_options
-from thunderviz.parallel.options import Parallelism, closest_name
+from thunderviz.parallel.option_values import Parallelism
+from thunderviz.parallel.strategy_options import closest_name
 from thunderviz.pool.engine import RankEngine
 from thunderviz.pool.topology import BACKENDS, DEFAULT_TIMEOUT_S, check_local_backend
 from thunderviz.pool.warm_pool import PRESTART_VARIABLE, WarmPool, prestart_enabled

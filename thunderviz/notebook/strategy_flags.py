@@ -13,7 +13,8 @@ from typing import Any
 
 from IPython.core.magic_arguments import argument, argument_group
 
-from thunderviz.parallel.options import Option, OptionError, Parallelism, flag_options
+from thunderviz.parallel.option_values import OptionError, Parallelism
+from thunderviz.parallel.options import Option, flag_options
 
 __all__ = ["flag_values", "strategy_arguments"]
 

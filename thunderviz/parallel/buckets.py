@@ -26,7 +26,7 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from thunderviz.parallel.options import Bucketing, Parallelism
+from thunderviz.parallel.option_values import Bucketing, Parallelism
 from thunderviz.trace.buckets import ROOT_LABEL
 
 if TYPE_CHECKING:  # plain Python: the plan reads modules, it never needs torch's code

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from thunderviz.parallel.options import CheckpointPolicy
+from thunderviz.parallel.option_values import CheckpointPolicy
 
 if TYPE_CHECKING:  # plain Python: reads modules through named_modules(), never needs torch's code
     from torch import nn

@@ -13,38 +13,45 @@ Cases, as the design names them:
 Beside *where* thunder.jit is called, the table decides *how* (``decide_executors``): which thunder executors the
 strategy's own ``thunder.jit`` gets, from the device, what is installed and the user's request. It is logged as its
 own row (``Action.CHOOSE_EXECUTORS``) just before the case's row.
+
+The facts and rows are ``parallel.decision_types``; the words of each row (headlines, the communication and
+checkpointing plans) are ``parallel.decision_reasons``. The facts and rows that callers import from here are
+re-exported (``Action``, ``Case``, ``Decision``, ``ExecutorFacts``, ``MeshFacts``, ``ObjectFacts``, ``ObjectKind``,
+``impossible``), so the table stays the one place to import a decision from.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from thunderviz.errors import JitDecisionError
-from thunderviz.parallel.checkpointing import span
-from thunderviz.parallel.front_doors import (
-    PLUGIN_RULES,
-    TRANSFORMERS_RANGE,
-    FrontDoor,
-    PluginUse,
-    Preparation,
-    TransformersFacts,
-    transformers_in_range,
+from thunderviz.parallel.decision_reasons import (
+    case_headline,
+    checkpointing_plan,
+    communication_plan,
+    distribute_verb,
+    door_reason,
+    keyword_list,
 )
-from thunderviz.parallel.options import (
-    DEFAULT_BUCKETING,
-    FIRST_BUCKET_SIZE_IN_MB,
-    Bucketing,
-    Parallelism,
-    Sharding,
-    StrategyOptions,
-    TextEnum,
-    executor_names,
+from thunderviz.parallel.decision_types import (
+    Action,
+    Case,
+    Decision,
+    ExecutorFacts,
+    MeshFacts,
+    ObjectFacts,
+    ObjectKind,
+    impossible,
+    preparations,
 )
+from thunderviz.parallel.front_doors import PLUGIN_RULES, TRANSFORMERS_RANGE, PluginUse, transformers_in_range
+from thunderviz.parallel.strategy_options import StrategyOptions, executor_names
 
 __all__ = [
+    "CUDA_NVFUSER",
+    "CUDA_TORCHCOMPILE",
+    "INDUCTOR_EXECUTORS",
     "Action",
     "Case",
     "Decision",
@@ -52,340 +59,11 @@ __all__ = [
     "MeshFacts",
     "ObjectFacts",
     "ObjectKind",
-    "checkpointing_plan",
-    "communication_plan",
     "decide",
     "decide_executors",
     "decide_mesh",
-    "headline_of",
     "impossible",
 ]
-
-_BLOCK_MEASURED = (
-    "BLOCK is the default because it measured cheapest: on a 4-block GPT on 2 CPU ranks, about 10-12 ms of CPU per"
-    " step beyond one-process thunder.jit, against 29 ms for LAYER, 36-44 ms for NONE and 21-25 ms for torch's FSDP2"
-)
-
-
-class ObjectKind(str, enum.Enum):
-    MODULE = "module"
-    THUNDER_MODULE = "thunder module"
-    JITTED_FUNCTION = "jitted function"
-    #: compiled by Dynamo: ``thunderfx(model)``, or a module ``torch.compile`` wrapped (``FrontDoor`` says how)
-    DYNAMO = "dynamo-compiled"
-    OTHER = "other"
-
-
-class Case(TextEnum):
-    """Which of the design's cases an object handed to ``fabric.setup`` is (see the module docstring)."""
-
-    RAW_MODULE = "case 1: raw module"
-    FUNCTION_JIT = "case 2: module used inside a jitted function"
-    USER_JITTED = "case 3: module already jitted by the user"
-    IMPOSSIBLE = "not possible"
-
-
-class Action(TextEnum):
-    JIT_AND_DISTRIBUTE = "jit, then distribute"
-    DISTRIBUTE_IN_PLACE = "distribute in place"
-    DISTRIBUTE_FOR_FUNCTION_JIT = "distribute for a jitted function"
-    #: which executors thunder.jit compiles with (``decide_executors``); logged before the case's own row
-    CHOOSE_EXECUTORS = "choose executors"
-    #: hybrid sharding: which ranks share a shard group and which replicate it (``decide_mesh``)
-    CHOOSE_MESH = "choose the mesh"
-    #: no correct choice exists; the strategy raised ``JitDecisionError`` (its message is the reason)
-    REFUSE = "error"
-
-
-@dataclass(frozen=True)
-class ObjectFacts:
-    """What matters about the object handed to ``fabric.setup``, as plain data."""
-
-    kind: ObjectKind
-    type_name: str
-    has_run: bool = False
-    cached_traces: int = 0
-    distributed_by_thunder: str | None = None  # "fsdp" / "ddp" when thunder's own fsdp()/ddp() was applied
-    distributed_by_us: bool = False
-    blocks: tuple[str, ...] = ()  # the module's blocks (``parallel.buckets.find_blocks``), for FSDP's BLOCK buckets
-    #: modules the ``activation_checkpointing_policy`` selects (``parallel.checkpointing``); "" is the model itself
-    checkpointed: tuple[str, ...] = ()
-    #: the class names inside the module, for the error when a policy selects nothing
-    module_classes: tuple[str, ...] = ()
-    #: how it was compiled beyond thunder.jit: thunder.compile's recipe and plugins, or Dynamo (``front_doors``)
-    door: FrontDoor = field(default_factory=FrontDoor)
-    #: a Hugging Face transformers model (None otherwise)
-    transformers: TransformersFacts | None = None
-
-
-@dataclass(frozen=True)
-class Decision:
-    """One row of the decision log: what was set up, which case it is, what we did, why, and with which options.
-
-    Crosses to the kernel as is (pickled); ``to_dict`` is its serialised form (plain strings) for files and HTML.
-    """
-
-    target: str
-    case: Case
-    action: Action
-    reason: str
-    clear_cache: bool = False
-    options: StrategyOptions | None = None
-    #: the decision in one line (``case 1: jit once, then shard - ZERO3, 4 block buckets + root``); ``reason`` is
-    #: the full reasoning (mechanism, why this default, measured numbers). Filled in from case and action when empty.
-    headline: str = ""
-    #: the options' summary when they are known only as text (a decision log read back from a file)
-    strategy_summary: str = ""
-    #: ``CHOOSE_EXECUTORS``: the executor names the strategy's own ``thunder.jit`` gets, in order (empty: the
-    #: strategy does not call thunder.jit, the user's own call chose them)
-    executors: tuple[str, ...] = ()
-    #: something the user must hear now (``warnings.warn``), e.g. an executor left out because it is not installed
-    warning: str = ""
-    #: ``CHOOSE_MESH``: ``(replicas, shard_size)``; rank r is in shard group r // shard_size
-    mesh: tuple[int, int] | None = None
-    #: what the strategy registers or sets before thunder traces the model (a transformers model's masks, its cache)
-    prepare: tuple[Preparation, ...] = ()
-    #: Fabric compiles what setup returns with torch.compile again: the jitted module's forward is hidden from Dynamo
-    dynamo_passthrough: bool = False
-
-    def __post_init__(self) -> None:
-        if not self.headline:
-            object.__setattr__(self, "headline", headline_of(self.case, self.action, self.reason))
-
-    @property
-    def strategy(self) -> str:
-        """``FSDP ZERO3 BLOCK``: the options the decision was made with, in one phrase (empty when unknown)."""
-        return self.options.summary() if self.options is not None else self.strategy_summary
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Decision:
-        """The inverse of ``to_dict`` for a decision log saved as JSON (its options are known only as text then)."""
-        return cls(
-            target=str(d["target"]),
-            case=Case(d["case"]),
-            action=Action(d["action"]),
-            reason=str(d["reason"]),
-            clear_cache=bool(d.get("clear_cache", False)),
-            headline=str(d.get("headline", "")),
-            strategy_summary=str(d.get("strategy", "")),
-            executors=tuple(str(e) for e in d.get("executors", ())),
-            warning=str(d.get("warning", "")),
-            mesh=tuple(d["mesh"]) if d.get("mesh") else None,  # type: ignore[arg-type]
-            prepare=tuple(Preparation(p) for p in d.get("prepare", ())),
-            dynamo_passthrough=bool(d.get("dynamo_passthrough", False)),
-        )
-
-    def to_dict(self) -> dict[str, Any]:
-        """Plain strings and a bool (Enums by value, the options as their ``summary()``)."""
-        out: dict[str, Any] = {
-            "target": self.target,
-            "case": str(self.case),
-            "action": str(self.action),
-            "reason": self.reason,
-            "clear_cache": self.clear_cache,
-            "strategy": self.strategy,
-            "headline": self.headline,
-        }
-        if self.action is Action.CHOOSE_EXECUTORS:
-            out["executors"] = list(self.executors)
-        if self.warning:
-            out["warning"] = self.warning
-        if self.mesh is not None:
-            out["mesh"] = list(self.mesh)
-        if self.prepare:
-            out["prepare"] = [str(p) for p in self.prepare]
-        if self.dynamo_passthrough:
-            out["dynamo_passthrough"] = True
-        return out
-
-
-def impossible(target: str, error: JitDecisionError, options: StrategyOptions | None = None) -> Decision:
-    """The log row of a decision that could not be made (the strategy raises ``error`` right after logging it)."""
-    return Decision(target=target, case=Case.IMPOSSIBLE, action=Action.REFUSE, reason=str(error), options=options)
-
-
-def headline_of(case: Case, action: Action, reason: str = "", plan: str = "") -> str:
-    """One line a person reads first: ``case 1: jit once, then shard - ZERO3, 4 block buckets + root``.
-
-    Why a separate line: the reason is a paragraph (mechanism, why this default, measured numbers), and repeated in
-    every cell's output it hid the decision itself. ``plan`` is ``plan_headline``; without it (a decision log read
-    back from a file) the headline is the case and the action.
-    """
-    number = str(case).split(":", 1)[0]
-    if case is Case.IMPOSSIBLE:
-        first = reason.split(". ", 1)[0].rstrip(".")
-        return f"error: {first}" if first else "error"
-    what = {
-        Action.JIT_AND_DISTRIBUTE: "jit once, then distribute",
-        Action.DISTRIBUTE_IN_PLACE: "distribute your jitted module in place",
-        Action.DISTRIBUTE_FOR_FUNCTION_JIT: "distribute in place for your jitted function",
-    }.get(action, str(action))
-    return f"{number}: {what}" + (f" - {plan}" if plan else "")
-
-
-def plan_headline(options: StrategyOptions, facts: ObjectFacts | None = None) -> str:
-    """The communication plan in a few words: ``ZERO3, 4 block buckets + root`` / ``25 MB gradient buckets``."""
-    if options.parallelism is Parallelism.DDP:
-        if options.bucket_size_in_mb <= 0:
-            return "an all_reduce per gradient"
-        return f"{options.bucket_size_in_mb:g} MB gradient buckets"
-    blocks = facts.blocks if facts is not None else ()
-    bucketing = options.bucketing_strategy
-    if bucketing is Bucketing.BLOCK:
-        n = len(blocks)
-        what = f"{n} block bucket{'s' if n != 1 else ''} + root" if blocks else "1 root bucket"
-    elif bucketing is Bucketing.LAYER:
-        what = "a bucket per layer"
-    else:
-        what = "a collective per parameter"
-    return f"{options.sharding_strategy}, {what}"
-
-
-def _headline(case: Case, options: StrategyOptions, facts: ObjectFacts) -> str:
-    verb = "shard" if options.parallelism is Parallelism.FSDP else "replicate"
-    plan = plan_headline(options, facts) + _door_headline(facts)
-    if case is Case.RAW_MODULE:
-        through = " (Dynamo passes through)" if facts.door.fabric_recompiles else ""
-        return f"case 1: jit once{through}, then {verb} - {plan}"
-    if case is Case.FUNCTION_JIT:
-        return f"case 2: {verb} in place for your jitted function - {plan}"
-    cleared = f", {facts.cached_traces} cached trace(s) cleared" if facts.has_run else ""
-    what = "thunder.compile'd" if facts.door.recipe else "jitted"
-    return f"case 3: {verb} your {what} module in place{cleared} - {plan}"
-
-
-def _door_headline(facts: ObjectFacts) -> str:
-    """``; transformers: masks by broadcasting, use_cache off``: what a front door added, in a few words."""
-    done = [str(p) for p in _preparations(facts)]
-    return f"; transformers: {', '.join(done)}" if done else ""
-
-
-def communication_plan(options: StrategyOptions, facts: ObjectFacts | None = None) -> str:
-    """What the strategy does with the collectives (``thunder.comm.setup``), in the words of the decision log."""
-    return _collectives_plan(options, facts) + _reduce_dtype_plan(options)
-
-
-def _reduce_dtype_plan(options: StrategyOptions) -> str:
-    if options.reduce_dtype is None:
-        return ""
-    what = "reduce_scatter" if options.parallelism is Parallelism.FSDP else "all_reduce"
-    return (
-        f"; gradients are reduced in {options.reduce_dtype} (reduce_dtype): each bucket is cast to it before its"
-        f" {what} and the result back to the gradient's dtype"
-    )
-
-
-def checkpointing_plan(options: StrategyOptions, facts: ObjectFacts, case: Case) -> str:
-    """What ``activation_checkpointing_policy`` does to this object, in the words of the decision log ("" if unset).
-
-    Raises ``JitDecisionError`` when the policy selects no module: a policy that silently does nothing is the bug
-    this option replaced.
-    """
-    policy = options.activation_checkpointing_policy
-    if policy is None:
-        return ""
-    if not facts.checkpointed:
-        classes = ", ".join(facts.module_classes) or "none"
-        raise JitDecisionError(
-            f"You set `{options.strategy_name}(activation_checkpointing_policy={policy.describe()})`, but it selects"
-            f" no module of the {facts.type_name} you set up, so nothing would be checkpointed. Its module classes"
-            f" are: {classes}. Name one of them (a class, its name, or a callable `module -> bool`)."
-        )
-    n = len(facts.checkpointed)
-    what = (
-        f"activation checkpointing: {n} module{'s' if n != 1 else ''} selected by {policy.describe()}"
-        f" ({span(facts.checkpointed)}) run their forward under torch.utils.checkpoint.checkpoint(...,"
-        " use_reentrant=False), which thunder traces into its recompute-in-backward: forward saves their inputs only"
-        " and backward recomputes the rest"
-    )
-    if case is Case.FUNCTION_JIT:
-        return what + "; your jitted function sees the checkpointed forwards when it traces the module"
-    if case is Case.USER_JITTED and facts.has_run:
-        return what + (
-            "; the traces it already made had no checkpointing (they are the ones cleared): the next call"
-            " traces the checkpointed forwards"
-        )
-    return what
-
-
-def _collectives_plan(options: StrategyOptions, facts: ObjectFacts | None) -> str:
-    if options.parallelism is Parallelism.DDP:
-        if options.bucket_size_in_mb <= 0:
-            return (
-                "communication: one all_reduce per gradient (bucket_size_in_mb=0), each issued as soon as its"
-                " gradient exists and waited for just before backward returns"
-            )
-        first = min(options.bucket_size_in_mb, FIRST_BUCKET_SIZE_IN_MB)
-        return (
-            f"communication: gradients packed, in the order backward produces them, into buckets of"
-            f" {options.bucket_size_in_mb:g} MB (the first one {first:g} MB, as torch DDP does, so the first"
-            " all_reduce starts early); one all_reduce per bucket, issued as soon as its last gradient exists and"
-            " waited for just before backward returns, so it overlaps the rest of backward"
-        )
-    blocks = facts.blocks if facts is not None else ()
-    bucketing = options.bucketing_strategy
-    if bucketing is Bucketing.BLOCK:
-        if blocks:
-            span = blocks[0] if len(blocks) == 1 else f"{blocks[0]} ... {blocks[-1]}"
-            what = (
-                f"one bucket per block ({len(blocks)}: {span}, the children of the model's repeated"
-                " ModuleList/Sequential) and one root bucket for the parameters outside them"
-            )
-        else:
-            what = (
-                "one root bucket holding every parameter (no repeated ModuleList/Sequential of blocks was found;"
-                " LAYER gives one bucket per layer instead)"
-            )
-    elif bucketing is Bucketing.LAYER:
-        what = "one bucket per module that owns parameters (a Linear's weight and bias)"
-    else:
-        what = "one bucket per parameter"
-    if options.sharding_strategy.level is Sharding.ZERO3:
-        sharding = (
-            "ZERO3: backward gathers each bucket again from its shards, so forward releases the unsharded weights"
-            " after their last use and saves shards, not unsharded weights, for backward"
-        )
-    else:
-        sharding = "ZERO2: the unsharded parameters gathered in forward are kept for backward"
-    default = f"; {_BLOCK_MEASURED}" if bucketing is DEFAULT_BUCKETING else ""
-    if options.hybrid:
-        return (
-            f"communication: {bucketing} bucketing, {what}; within each shard group, one all_gather per bucket in"
-            " forward, issued one bucket ahead of its first use and waited for right before it, and one"
-            " reduce_scatter per bucket in backward, issued as soon as its last gradient exists; across the replica"
-            " groups, one all_reduce of each reduced bucket shard, issued when its reduce_scatter completes (so only"
-            " 1/shard_size of the gradients crosses hosts) and waited for just before backward returns;"
-            f" {sharding} within the shard group{default}"
-        )
-    return (
-        f"communication: {bucketing} bucketing, {what}; one all_gather per bucket in forward, issued one bucket"
-        " ahead of its first use and waited for right before it, and one reduce_scatter per bucket in backward,"
-        " issued as soon as its last gradient exists and waited for when the next bucket is issued (its input, the"
-        f" bucket's unsharded gradients, is freed then: one bucket in flight, as FSDP2); {sharding}{default}"
-    )
-
-
-def _kwargs(names: tuple[str, ...]) -> str:
-    return ", ".join(f"{n}=..." for n in names)
-
-
-def _verb(options: StrategyOptions) -> str:
-    return (
-        "shard its parameters (FSDP)" if options.parallelism is Parallelism.FSDP else "replicate its parameters (DDP)"
-    )
-
-
-def _preparations(facts: ObjectFacts) -> tuple[Preparation, ...]:
-    """What must be registered or set before thunder traces this object (a transformers model's masks and cache)."""
-    hf = facts.transformers
-    if hf is None:
-        return ()
-    steps = []
-    if hf.masks_by_vmap:
-        steps.append(Preparation.MASKS_BY_BROADCASTING)
-    if hf.use_cache:
-        steps.append(Preparation.NO_GENERATION_CACHE)
-    return tuple(steps)
 
 
 def _refuse_front_door(facts: ObjectFacts, options: StrategyOptions) -> None:
@@ -460,70 +138,39 @@ def _refuse_front_door(facts: ObjectFacts, options: StrategyOptions) -> None:
         )
 
 
-def _door_reason(facts: ObjectFacts, options: StrategyOptions) -> str:
-    """What the front door adds to the reason: the recipe and plugins kept, Dynamo passed through, the transformers
-    registrations (each a clause starting with "; ")."""
-    door, notes = facts.door, []
-    if door.recipe:
-        notes.append(
-            f"made by {door.call or 'thunder.compile'}: the recipe's executors, transforms and lookasides are"
-            " kept, the strategy only distributes the parameters"
-        )
-    for plugin in door.plugins:
-        rule = PLUGIN_RULES.get(plugin)
-        if rule is not None and rule.use is PluginUse.KEEP:
-            notes.append(f"thunder's {rule.spelled.rsplit('.', 1)[-1]} plugin is kept: {rule.why}")
-    if door.fabric_recompiles:
-        notes.append(
-            f"you compiled it with {door.call} (thunder's Dynamo front end): the strategy jits the module with"
-            " thunder.jit itself, because its collectives and communication plan need the whole forward in one"
-            " thunder trace where Dynamo would split it into graphs; Fabric re-applies that torch.compile to the"
-            " module setup returns, whose forward the strategy hides from Dynamo (torch._dynamo.disable), so it"
-            " passes through and thunder runs the whole forward"
-        )
-    hf = facts.transformers
-    for step in _preparations(facts):
-        if step is Preparation.MASKS_BY_BROADCASTING:
-            notes.append(
-                f"transformers {hf.version if hf else ''} builds attention masks with torch.vmap, which thunder's"
-                " interpreter cannot trace: transformers' masking_utils._vmap_for_bhqkv is traced as the same mask"
-                " built by broadcasting the batch, head, query and key indices (thunder.jit.hf, registered once per"
-                " process)"
-            )
-        elif step is Preparation.NO_GENERATION_CACHE:
-            notes.append(
-                "config.use_cache was True: a training forward would build a DynamicCache, which thunder's"
-                " interpreter cannot hold and training never reads, so the strategy sets model.config.use_cache ="
-                " False (the generation cache is for generate(), not for a training step)"
-            )
-    return "".join(f"; {n}" for n in notes)
-
-
 def decide(facts: ObjectFacts, options: StrategyOptions) -> Decision:
-    """The decision table. Raises ``JitDecisionError`` where no choice would be correct."""
+    """The decision table: an object no strategy can set up is refused, a plain module is case 1 (``jit=True``) or
+    case 2 (``jit=False``), a module the user jitted is case 3. Raises ``JitDecisionError`` where no choice would be
+    correct."""
+    _refuse_what_cannot_be_set_up(facts, options)
+    if facts.kind is ObjectKind.MODULE:
+        return _plain_module_row(facts, options)
+    return _user_jitted_row(facts, options)
+
+
+def _row(
+    facts: ObjectFacts, options: StrategyOptions, case: Case, action: Action, reason: str, clear_cache: bool = False
+) -> Decision:
+    """A case's row: its reason, then what the front door adds, checkpointing, and the communication plan."""
+    checkpointing = checkpointing_plan(options, facts, case)
+    tail = door_reason(facts, options) + (f"; {checkpointing}" if checkpointing else "")
+    return Decision(
+        target=facts.type_name,
+        case=case,
+        action=action,
+        options=options,
+        headline=case_headline(case, options, facts),
+        reason=f"{reason}{tail}; {communication_plan(options, facts)}",
+        clear_cache=clear_cache,
+        prepare=preparations(facts),
+        dynamo_passthrough=facts.door.fabric_recompiles,
+    )
+
+
+def _refuse_what_cannot_be_set_up(facts: ObjectFacts, options: StrategyOptions) -> None:
+    """Raise ``JitDecisionError`` for what no case covers: a function, a non-module, a front door the strategy cannot
+    take, a module already distributed (by a thunderviz strategy or by thunder's own ``fsdp``/``ddp``)."""
     name = options.strategy_name
-    comm = f"; {communication_plan(options, facts)}"
-    door = _door_reason(facts, options)
-    prepare = _preparations(facts)
-    passthrough = facts.door.fabric_recompiles
-
-    def tail(case: Case) -> str:
-        checkpointing = checkpointing_plan(options, facts, case)
-        return door + (f"; {checkpointing}" if checkpointing else "") + comm
-
-    def row(case: Case, action: Action, reason: str, clear_cache: bool = False) -> Decision:
-        return Decision(
-            target=facts.type_name,
-            case=case,
-            action=action,
-            options=options,
-            headline=_headline(case, options, facts),
-            reason=reason + tail(case),
-            clear_cache=clear_cache,
-            prepare=prepare,
-            dynamo_passthrough=passthrough,
-        )
-
     if facts.kind is ObjectKind.JITTED_FUNCTION:
         raise JitDecisionError(
             f"`fabric.setup` received the jitted function {facts.type_name!r}, but {name} distributes modules. Set up"
@@ -549,28 +196,39 @@ def decide(facts: ObjectFacts, options: StrategyOptions) -> Decision:
             f" using `{fn}` yourself."
         )
 
-    if facts.kind is ObjectKind.MODULE:
-        if options.jit:
-            given = ([f"executors={list(options.executors)}"] if options.executors else []) + (
-                [_kwargs(options.jit_keyword_names)] if options.jit_kwargs else []
-            )
-            executors = f" with {', '.join(given)}" if given else ""
-            return row(
-                Case.RAW_MODULE,
-                Action.JIT_AND_DISTRIBUTE,
-                f"a plain nn.Module and jit=True: call thunder.jit{executors} once, then {_verb(options)} in"
-                " place so model.parameters() are what the optimizer must update",
-            )
-        return row(
-            Case.FUNCTION_JIT,
-            Action.DISTRIBUTE_FOR_FUNCTION_JIT,
-            f"jit=False: the module is not jitted here; {_verb(options)} in place and tag them, so thunder"
-            " inserts the collectives when the user's jitted function is traced; cached traces of jitted functions"
-            " that already ran are cleared so none runs without collectives",
-            clear_cache=True,
-        )
 
-    # A ThunderModule the user made (thunder.jit or thunder.compile).
+def _plain_module_row(facts: ObjectFacts, options: StrategyOptions) -> Decision:
+    """Case 1 (the strategy jits the module, then distributes it) or case 2 (the user's jitted function will)."""
+    if options.jit:
+        given = ([f"executors={list(options.executors)}"] if options.executors else []) + (
+            [keyword_list(options.jit_keyword_names)] if options.jit_kwargs else []
+        )
+        executors = f" with {', '.join(given)}" if given else ""
+        return _row(
+            facts,
+            options,
+            Case.RAW_MODULE,
+            Action.JIT_AND_DISTRIBUTE,
+            f"a plain nn.Module and jit=True: call thunder.jit{executors} once, then {distribute_verb(options)} in"
+            " place so model.parameters() are what the optimizer must update",
+        )
+    return _row(
+        facts,
+        options,
+        Case.FUNCTION_JIT,
+        Action.DISTRIBUTE_FOR_FUNCTION_JIT,
+        f"jit=False: the module is not jitted here; {distribute_verb(options)} in place and tag them, so thunder"
+        " inserts the collectives when the user's jitted function is traced; cached traces of jitted functions"
+        " that already ran are cleared so none runs without collectives",
+        clear_cache=True,
+    )
+
+
+def _user_jitted_row(facts: ObjectFacts, options: StrategyOptions) -> Decision:
+    """Case 3, a ThunderModule the user made (thunder.jit or thunder.compile): distributed in place, never jitted
+    again, so jit options given to the strategy are refused rather than ignored."""
+    name = options.strategy_name
+
     def made_by(keyword: str = "") -> str:
         return f"`{facts.door.call}`" if facts.door.call else f"your own `thunder.jit(model, {keyword}...)` call"
 
@@ -582,24 +240,28 @@ def decide(facts: ObjectFacts, options: StrategyOptions) -> Decision:
         )
     if options.jit_kwargs:
         raise JitDecisionError(
-            f"You passed thunder.jit arguments ({_kwargs(options.jit_keyword_names)}) to {name}, but the"
+            f"You passed thunder.jit arguments ({keyword_list(options.jit_keyword_names)}) to {name}, but the"
             f" {facts.type_name} you set up is already jitted, so the strategy never calls `thunder.jit` and they"
             f" would be silently ignored. Pass them to {made_by()}, or hand `fabric.setup` the plain module."
         )
     jit_note = "; jit=False changes nothing here: the module is already jitted" if not options.jit else ""
     if facts.has_run:
-        return row(
+        return _row(
+            facts,
+            options,
             Case.USER_JITTED,
             Action.DISTRIBUTE_IN_PLACE,
-            f"already jitted (not jitting twice) and already run: {_verb(options)} in place and clear its"
+            f"already jitted (not jitting twice) and already run: {distribute_verb(options)} in place and clear its"
             f" {facts.cached_traces} cached trace(s), which were made without collectives and could still pass"
             f" thunder's checks; the next call retraces{jit_note}",
             clear_cache=True,
         )
-    return row(
+    return _row(
+        facts,
+        options,
         Case.USER_JITTED,
         Action.DISTRIBUTE_IN_PLACE,
-        f"already jitted (not jitting twice): {_verb(options)} in place and return the user's own"
+        f"already jitted (not jitting twice): {distribute_verb(options)} in place and return the user's own"
         f" ThunderModule, so no undistributed handle is left behind{jit_note}",
     )
 
@@ -628,22 +290,6 @@ _CPU_MEASURED = (
     " and torch's MemTracker, which measures every CPU peak the reports show, cannot see inside inductor's kernels;"
     " pass that list for long CPU runs (it works in every case)"
 )
-
-
-@dataclass(frozen=True)
-class ExecutorFacts:
-    """What the executor rule needs to know about this process, as plain data (``thunder.executors`` reads it)."""
-
-    device: str  # "cpu" or "cuda": where the strategy's ranks compute
-    installed: tuple[str, ...]  # executor names registered with the installed thunder (nvFuser only if importable)
-    defaults: tuple[str, ...]  # thunder's default executors here (``thunder.get_default_executors()``)
-    #: torch.compile's inductor can build kernels on ``device`` (a C++ compiler on CPU, triton on CUDA)
-    inductor_ok: bool = True
-    inductor_problem: str = ""  # why not, in words (empty when ``inductor_ok``)
-    #: case 3: the executors of the user's own thunder.jit call, read from its compile data
-    user_jitted: tuple[str, ...] = ()
-    #: case 3: the call that made the module when it was not thunder.jit (``thunder.compile(model, recipe=...)``)
-    user_call: str = ""
 
 
 def _listed(names: tuple[str, ...]) -> str:
@@ -770,29 +416,6 @@ def decide_executors(facts: ExecutorFacts, options: StrategyOptions, case: Case,
 
 
 # -- hybrid sharding: which ranks shard together ----------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class MeshFacts:
-    """Where the ranks are: ``hosts[r]`` is rank r's host name (what the ranks told each other at set-up)."""
-
-    hosts: tuple[str, ...]
-
-    @property
-    def world(self) -> int:
-        return len(self.hosts)
-
-    def host_blocks(self) -> list[tuple[str, int]] | None:
-        """``[(host, ranks)]`` in rank order when each host's ranks are consecutive, else None."""
-        blocks: list[tuple[str, int]] = []
-        for host in self.hosts:
-            if blocks and blocks[-1][0] == host:
-                blocks[-1] = (host, blocks[-1][1] + 1)
-            elif any(h == host for h, _ in blocks):
-                return None
-            else:
-                blocks.append((host, 1))
-        return blocks
 
 
 def _spans(facts: MeshFacts, shard: int) -> list[int]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from thunderviz.parallel.options import TextEnum
+from thunderviz.parallel.option_values import TextEnum
 
 __all__ = [
     "PLUGIN_RULES",

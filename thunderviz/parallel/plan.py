@@ -40,14 +40,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from thunderviz.parallel.options import (
-    Bucketing,
-    CheckpointPolicy,
-    Parallelism,
-    Sharding,
-    StrategyOptions,
-    parse_options,
-)
+from thunderviz.parallel.option_values import Bucketing, CheckpointPolicy, Parallelism, Sharding
+from thunderviz.parallel.strategy_options import StrategyOptions, parse_options
 from thunderviz.trace.wire import ring_bytes
 
 __all__ = [

@@ -1,6 +1,6 @@
 """``ThunderAutoStrategy`` (``Fabric(strategy="thunder_auto")``): DDP or FSDP, chosen at ``fabric.setup`` by the plan.
 
-At the first ``fabric.setup`` the strategy predicts the candidates (``strategies.planning``) for this world size,
+At the first ``fabric.setup`` the strategy predicts the candidates (``strategies.candidates``) for this world size,
 with this rank's example batch, the optimizer handed to ``fabric.setup`` (or the one named at construction) and
 Fabric's precision, and picks DDP if it fits ``memory_per_rank``, else the one that fits with the least predicted
 communication time (``parallel.plan.choose``: bytes and collectives priced on the device's link). Rank 0 plans
@@ -38,12 +38,14 @@ from typing_extensions import override
 
 from thunderviz.errors import PlanError
 from thunderviz.parallel.decisions import impossible
-from thunderviz.parallel.options import Bucketing, Parallelism, parse_options
+from thunderviz.parallel.option_values import Bucketing, Parallelism
 from thunderviz.parallel.plan import AC_SUFFIX, HYBRID_PREFERENCE, PREFERENCE, candidate_specs, choose, parse_memory
+from thunderviz.parallel.strategy_options import parse_options
 from thunderviz.strategies.base import ThunderParallelStrategy
+from thunderviz.strategies.candidates import Candidate, predict_candidates
 from thunderviz.strategies.ddp import ThunderDDPStrategy
 from thunderviz.strategies.fsdp import ThunderFSDPStrategy
-from thunderviz.strategies.planning import Candidate, Plan, block_checkpoint_policy, predict_candidates
+from thunderviz.strategies.planning import Plan, block_checkpoint_policy
 from thunderviz.strategies.registry import register_strategy_names
 from thunderviz.thunder import hooks
 from thunderviz.trace.units import format_bytes

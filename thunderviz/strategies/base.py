@@ -27,7 +27,9 @@ from typing_extensions import Self, override
 
 from thunderviz.errors import JitDecisionError
 from thunderviz.parallel.decisions import Action, Case, Decision, decide, decide_executors, impossible
-from thunderviz.parallel.options import Parallelism, StateDictType, StrategyOptions, options_for, parse_options
+from thunderviz.parallel.option_values import Parallelism, StateDictType
+from thunderviz.parallel.options import options_for
+from thunderviz.parallel.strategy_options import StrategyOptions, parse_options
 from thunderviz.strategies import checkpoint, clipping
 from thunderviz.strategies.front_doors import (
     fabric_compile_kwargs,

@@ -17,7 +17,7 @@ from lightning.fabric.strategies.strategy import _BackwardSyncControl
 from torch import nn
 from typing_extensions import override
 
-from thunderviz.parallel.options import Parallelism
+from thunderviz.parallel.option_values import Parallelism
 from thunderviz.strategies.base import ThunderParallelStrategy
 from thunderviz.strategies.materialize import has_meta_tensors, materialize_, rank0_generator_state
 from thunderviz.strategies.registry import register_strategy_names

@@ -15,7 +15,7 @@ from typing_extensions import override
 
 from thunderviz.errors import JitDecisionError
 from thunderviz.parallel.decisions import Decision, decide_mesh, impossible
-from thunderviz.parallel.options import Parallelism
+from thunderviz.parallel.option_values import Parallelism
 from thunderviz.strategies.base import ThunderParallelStrategy
 from thunderviz.strategies.materialize import has_meta_tensors, materialize_, rank0_generator_state
 from thunderviz.strategies.mesh import mesh_facts, mesh_groups

@@ -23,7 +23,8 @@ import sys
 from types import ModuleType
 from typing import Any
 
-from thunderviz.parallel.options import AUTO_STRATEGY, REGISTERED_STRATEGIES, Parallelism
+from thunderviz.parallel.option_values import Parallelism
+from thunderviz.parallel.strategy_options import AUTO_STRATEGY, REGISTERED_STRATEGIES
 
 __all__ = ["FABRIC_REGISTRY_MODULES", "register_strategy_names", "register_when_lightning_loads"]
 
@@ -43,9 +44,9 @@ def _factory(class_name: str) -> Any:
 
 
 def register_strategy_names(registry: Any = None, only: Parallelism | str | None = None) -> list[str]:
-    """Register ``parallel.options.REGISTERED_STRATEGIES`` and the auto strategy (``AUTO_STRATEGY``) in Fabric's
-    strategy registry (``override=True``: safe to call again); return the names. ``only``: just the names of one
-    parallelism, or ``"auto"`` for the auto strategy's. Without ``registry`` this imports lightning and uses
+    """Register ``parallel.strategy_options.REGISTERED_STRATEGIES`` and the auto strategy (``AUTO_STRATEGY``) in
+    Fabric's strategy registry (``override=True``: safe to call again); return the names. ``only``: just the names of
+    one parallelism, or ``"auto"`` for the auto strategy's. Without ``registry`` this imports lightning and uses
     ``lightning.fabric.strategies.STRATEGY_REGISTRY``.
     """
     if registry is None:

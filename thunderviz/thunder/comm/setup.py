@@ -13,7 +13,8 @@ from typing import Any
 from torch import nn
 
 from thunderviz.parallel.buckets import CommConfig, bucket_label, find_blocks
-from thunderviz.parallel.options import FIRST_BUCKET_SIZE_IN_MB, Bucketing, Parallelism, StrategyOptions
+from thunderviz.parallel.option_values import FIRST_BUCKET_SIZE_IN_MB, Bucketing, Parallelism
+from thunderviz.parallel.strategy_options import StrategyOptions
 from thunderviz.thunder import hooks
 from thunderviz.thunder.modules import user_module
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from thunderviz.parallel.decisions import Case, Decision, ExecutorFacts, decide_executors
-from thunderviz.parallel.options import StrategyOptions
+from thunderviz.parallel.strategy_options import StrategyOptions
 
 __all__ = [
     "ASSUMED_TRITON",

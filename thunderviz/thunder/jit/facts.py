@@ -15,7 +15,7 @@ from thunderviz.parallel.buckets import find_blocks
 from thunderviz.parallel.checkpointing import module_classes, select_checkpointed
 from thunderviz.parallel.decisions import ObjectFacts, ObjectKind
 from thunderviz.parallel.front_doors import FrontDoor
-from thunderviz.parallel.options import CheckpointPolicy
+from thunderviz.parallel.option_values import CheckpointPolicy
 from thunderviz.thunder import hooks
 from thunderviz.thunder.jit.front_doors import dynamo_door, dynamo_inner, thunder_module_door, transformers_facts
 

@@ -39,7 +39,8 @@ from torch import nn
 from thunderviz.parallel.buckets import find_blocks
 from thunderviz.parallel.checkpointing import select_checkpointed
 from thunderviz.parallel.extrapolation import Timeline
-from thunderviz.parallel.options import Bucketing, Parallelism, StrategyOptions
+from thunderviz.parallel.option_values import Bucketing, Parallelism
+from thunderviz.parallel.strategy_options import StrategyOptions
 from thunderviz.thunder import hooks
 from thunderviz.thunder.comm.distribute import shard_tensor
 from thunderviz.thunder.comm.setup import configure_comm
@@ -452,7 +453,7 @@ def _rehearse(
     Args:
         template: the model; it is copied to the meta device first and never touched.
         example_input: what one rank's ``model(...)`` takes: a tensor or a tuple of arguments (meta is fine).
-        layouts: the strategy's options (``parallel.options.StrategyOptions``), differing at most in bucketing.
+        layouts: the strategy's options (``parallel.strategy_options.StrategyOptions``), differing at most in bucketing.
         reference: ranks the step runs with; ``others``: further world sizes counted from it (``StorageTracker``).
         loss_fn: output -> scalar; default ``output.sum()``.
         optimizer: see ``make_optimizer``.
