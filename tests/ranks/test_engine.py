@@ -108,6 +108,32 @@ def test_ipyparallel_logs_at_warning_level_unless_asked(engine: RankEngine) -> N
     assert "Hub listening" not in text and "registration" not in text.lower(), text[:2000]
 
 
+def test_two_pools_from_the_same_random_state_never_share_a_connection_file() -> None:
+    """CI: a restart's fresh engines registered with another pytest worker's controller (ipyparallel's default cluster
+    id is the second plus four ``random`` characters, and seeded processes draw the same ones), then starved when
+    that controller stopped. ipyparallel's own default collides here; our pools' ids do not."""
+    import random
+
+    import ipyparallel as ipp
+
+    from thunderviz.pool.cluster import LocalCluster, local_ipp_cluster
+
+    def engine_file(cluster) -> str:
+        return f"{cluster.profile_dir}/security/ipcontroller-{cluster.cluster_id}-engine.json"
+
+    clusters = []
+    for build in (lambda: ipp.Cluster(n=2), lambda: local_ipp_cluster(2, LocalCluster.new_tag(), 30, False)):
+        pair = []
+        for _ in range(2):
+            random.seed(1234)  # what seed_everything / hypothesis do to the module's state
+            pair.append(build())
+        clusters.append(pair)
+    (default_a, default_b), (ours_a, ours_b) = clusters
+    if int(default_a.cluster_id.split("-")[0]) == int(default_b.cluster_id.split("-")[0]):  # built in one second
+        assert engine_file(default_a) == engine_file(default_b)  # the collision the fix is for
+    assert engine_file(ours_a) != engine_file(ours_b)
+
+
 def test_status_reports_every_rank(engine: RankEngine) -> None:
     from thunderviz.cell.status import PHASES, Phase, RankStatusInfo
 

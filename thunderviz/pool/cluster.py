@@ -186,6 +186,31 @@ class RankCluster:
         raise NotImplementedError
 
 
+def local_ipp_cluster(n: int, tag: str, level: int, asked: bool) -> Any:
+    """The ``ipyparallel.Cluster`` a local pool runs (nothing started yet): loopback only, our heartbeat, our id.
+
+    Why our own id: ipyparallel's default is the time in seconds and four characters from the ``random`` module,
+    whose state a seeded test or training script makes the same in every process, so two kernels (or two pytest
+    workers) starting a cluster in the same second shared one connection file: one's engines registered with the
+    other's controller and starved when it stopped (CI: "0 of 2 rank engines registered", heartbeats missed).
+    ``tag`` comes from ``uuid4`` (os.urandom).
+    """
+    import ipyparallel as ipp
+
+    return ipp.Cluster(
+        n=n,
+        cluster_id=tag,
+        controller_ip="127.0.0.1",
+        controller_args=[f"--HeartMonitor.period={HEARTBEAT_MS}", f"--log-level={level}"],
+        engine_timeout=int(ENGINE_START_TIMEOUT_S),
+        delay=0.1,
+        shutdown_atexit=True,
+        # ERROR unless asked: its "did not exit in 5 seconds after TERM" warnings would land in the cell (close()
+        # makes sure every process stops), and its replay of a killed engine's log in the server's terminal
+        log_level=level if asked else logging.ERROR,
+    )
+
+
 class LocalCluster(RankCluster):
     """A controller and ``n`` engines on this machine, listening on 127.0.0.1 only, guarded by a watchdog."""
 
@@ -201,10 +226,13 @@ class LocalCluster(RankCluster):
         self.engine_pids: dict[int, int] = {}
         self._open()
 
-    def _open(self) -> None:
-        import ipyparallel as ipp
+    @staticmethod
+    def new_tag() -> str:
+        """A fresh cluster tag (also its ipyparallel cluster id): from ``uuid4``, so no seeded ``random`` repeats it."""
+        return f"tv-{uuid.uuid4().hex[:12]}"
 
-        self.tag = f"tv-{uuid.uuid4().hex[:12]}"
+    def _open(self) -> None:
+        self.tag = self.new_tag()
         self.engine_pids = {}
         self._environment = {
             TAG_VARIABLE: self.tag,
@@ -216,19 +244,8 @@ class LocalCluster(RankCluster):
             # reads them back into the cell's error (``last_words``) instead of a bare "the process exited".
             "PYTHONFAULTHANDLER": "1",
         }
-        level, asked = ipp_log_level()
-        self._log_level = level  # a number: ipyparallel spells WARNING "WARN"
-        self._cluster = ipp.Cluster(
-            n=self.n,
-            controller_ip="127.0.0.1",
-            controller_args=[f"--HeartMonitor.period={HEARTBEAT_MS}", f"--log-level={self._log_level}"],
-            engine_timeout=int(ENGINE_START_TIMEOUT_S),
-            delay=0.1,
-            shutdown_atexit=True,
-            # ERROR unless asked: its "did not exit in 5 seconds after TERM" warnings would land in the cell (close()
-            # makes sure every process stops), and its replay of a killed engine's log in the server's terminal
-            log_level=level if asked else logging.ERROR,
-        )
+        self._log_level, asked = ipp_log_level()  # a number: ipyparallel spells WARNING "WARN"
+        self._cluster = local_ipp_cluster(self.n, self.tag, self._log_level, asked)
         self.description = f"local cluster {self._cluster.cluster_id} ({self.n} engines on 127.0.0.1)"
         try:
             self._start_watchdog()
