@@ -226,7 +226,10 @@ def test_a_forward_that_raises_on_every_rank_prints_one_short_traceback(shell, c
         o.data["text/html"] for o in displayed.outputs if "thunderviz-full-traceback" in o.data.get("text/html", "")
     ]
     assert len(full) == 1 and full[0].startswith("<details") and "open" not in full[0].split(">", 1)[0]
-    assert "[rank 0]" in full[0] and "[rank 1]" in full[0] and full[0].count("interpreter.py") > 5
+    # every rank whose traceback arrived (both, unless one was stopped while still formatting it, as above)
+    arrived = {r for r in (0, 1) if f"[rank {r}]" in full[0]}
+    assert (arrived == {0, 1}) if both else bool(arrived), full[0][:300]
+    assert full[0].count("interpreter.py") > 5
     shell.run_line_magic("thunder_ranks", "traceback")
     printed = capsys.readouterr().out
     assert printed.count("in Bad.forward") == (2 if both else 1) and "--- rank 1 traceback ---" in printed
