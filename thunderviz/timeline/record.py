@@ -46,14 +46,9 @@ from typing import Any, Self
 
 from thunderviz.gc_pause import no_gc_pauses
 from thunderviz.process_rank import process_rank
-from thunderviz.timeline.build import (
-    MARK,
-    CollectiveMeta,
-    ModuleInfo,
-    RawEvent,
-    build_rank_timeline,
-)
+from thunderviz.timeline.build import build_rank_timeline
 from thunderviz.timeline.model import RankTimeline, save
+from thunderviz.timeline.raw_events import MARK, CollectiveMeta, ModuleInfo, RawEvent
 
 __all__ = ["UNPROFILED_STEPS", "TimelineRecorder", "observed_steps", "record_timeline"]
 
