@@ -24,7 +24,9 @@ from thunderviz.notebook.compare import compare
 from thunderviz.notebook.subject import subject_of, trace_names
 from thunderviz.notebook.widgets import CompareView, RankStatus, TraceView
 from thunderviz.parallel.decisions import Action, Case, Decision
-from thunderviz.render.graph import INPUT_NODE, dot_available, group_ops
+from thunderviz.render.graph import dot_available
+from thunderviz.render.graph_groups import group_ops
+from thunderviz.render.graph_nodes import INPUT_NODE
 from thunderviz.trace.diff import diff_traces, memory_changes
 from thunderviz.trace.ledger import ledger_from_bundle
 from thunderviz.trace.model import TraceBundle

@@ -16,7 +16,9 @@ from typing import Any, TypedDict
 
 from thunderviz.notebook.memory_tab import MemoryPanel, MemoryView
 from thunderviz.notebook.subject import Subject, distinct_labels, snapshot_of
-from thunderviz.render.graph import graph_view, group_holding, inner_node, op_summary, short_op_name
+from thunderviz.render.graph import graph_view, short_op_name
+from thunderviz.render.graph_groups import group_holding, op_summary
+from thunderviz.render.graph_nodes import inner_node
 from thunderviz.trace.diff import GroupChange, TraceDiff, diff_traces, group_changes, memory_changes, verdict
 from thunderviz.trace.ledger import Ledger, find_mismatches
 from thunderviz.trace.memory import largest_peak
@@ -356,5 +358,5 @@ def ledger_table(subject: Subject) -> LedgerPanel:
 
 
 def op_counts(snapshot: TraceSnapshot) -> dict[str, int]:
-    """Non-bookkeeping ops by short name, the ops that matter first (``render.graph.op_summary``)."""
+    """Non-bookkeeping ops by short name, the ops that matter first (``render.graph_groups.op_summary``)."""
     return dict(op_summary([op for op in snapshot.ops if not op.is_bookkeeping]))
