@@ -38,7 +38,7 @@ from thunderviz.strategies.front_doors import (
     keep_compile_kwargs_captured,
 )
 from thunderviz.strategies.materialize import has_meta_tensors
-from thunderviz.thunder import hooks
+from thunderviz.thunder import compile_state, hooks
 from thunderviz.thunder.comm.setup import configure_comm
 from thunderviz.thunder.jit.checkpointed_forward import checkpoint_modules_
 from thunderviz.thunder.jit.executors import executor_facts, resolve_executors
@@ -229,28 +229,28 @@ class ThunderParallelStrategy(DDPStrategy):
         prepare_transformers(user_module(module), decision.prepare)
         if decision.action is Action.JIT_AND_DISTRIBUTE:
             compile_reuse.mark(module, self.options.compile_reuse)
-            jitted = hooks.jit(
+            jitted = compile_state.jit(
                 module, executors=resolve_executors(how.executors, self.options.executors), **self.jit_kwargs
             )
             replaced = self._distribute_(module)
-            hooks.rebind_module_tensors(jitted, replaced)
+            compile_state.rebind_module_tensors(jitted, replaced)
             if decision.dynamo_passthrough:
                 hide_from_dynamo(jitted)
             self._register(decision.target, module, jitted)
             return jitted, replaced
         if decision.action is Action.DISTRIBUTE_IN_PLACE:
-            inner = hooks.original_module(module)
+            inner = compile_state.original_module(module)
             compile_reuse.mark(inner, self.options.compile_reuse)
             replaced = self._distribute_(inner)
-            hooks.rebind_module_tensors(module, replaced)
+            compile_state.rebind_module_tensors(module, replaced)
             if decision.clear_cache:
-                hooks.clear_trace_cache(module)
+                compile_state.clear_trace_cache(module)
             self._register(decision.target, inner, module)
             return module, replaced
         # Case 2: the user jits a function that takes this module.
         compile_reuse.mark(module, self.options.compile_reuse)  # that function's compile may reuse a trace
         replaced = self._distribute_(module)
-        hooks.clear_all_trace_caches()
+        compile_state.clear_all_trace_caches()
         self._register(decision.target, module, None)
         return module, replaced
 

@@ -40,7 +40,7 @@ from torch import nn
 from torch.optim import Optimizer
 
 from thunderviz.process_rank import process_rank
-from thunderviz.thunder import hooks
+from thunderviz.thunder import param_tags
 from thunderviz.thunder.comm import distribute
 from thunderviz.thunder.modules import user_module
 
@@ -70,7 +70,7 @@ class CheckpointContext:
 
 def is_set_up(obj: Any) -> bool:
     """True for a module whose parameters one of our strategies distributed."""
-    return isinstance(obj, nn.Module) and any(hooks.sync_tag(p) is not None for p in user_module(obj).parameters())
+    return isinstance(obj, nn.Module) and any(param_tags.sync_tag(p) is not None for p in user_module(obj).parameters())
 
 
 def _the_model(ctx: CheckpointContext, state: dict[str, Any], call: str) -> str:
@@ -126,7 +126,7 @@ def _is_full_per_element(name: str, value: Any, param: torch.Tensor) -> bool:
     and the scalar ``step`` have the same shape; torch's optimizers name their scalar state ``step``."""
     if not (isinstance(value, torch.Tensor) and distribute.is_sharded(param)):
         return False
-    return tuple(value.shape) == hooks.full_shape(param) and (value.dim() > 0 or name != "step")
+    return tuple(value.shape) == param_tags.full_shape(param) and (value.dim() > 0 or name != "step")
 
 
 # -- paths -------------------------------------------------------------------------------------------------------
@@ -290,14 +290,14 @@ def _global_view(tensor: torch.Tensor, like: torch.Tensor, meshes: dict[int, Any
     """
     if not distribute.is_sharded(like):
         return tensor
-    shape = hooks.full_shape(like)
+    shape = param_tags.full_shape(like)
     if not shape:
         return distribute.gather_full(tensor, like)
     from torch.distributed.tensor import DTensor, Shard
 
     local = distribute.unpadded(tensor.detach(), like)
     stride = torch.empty(shape, device="meta").stride()
-    mesh = _mesh(hooks.param_group(like), tensor.device, meshes)
+    mesh = _mesh(param_tags.param_group(like), tensor.device, meshes)
     return DTensor.from_local(local, mesh, [Shard(0)], run_check=False, shape=torch.Size(shape), stride=stride)
 
 
@@ -452,9 +452,9 @@ def load_full_module(module: nn.Module, sd: dict[str, Any], *, strict: bool, wha
             f" {unexpected}. Load a checkpoint of this model, or pass `strict=False` to load the keys that match."
         )
     for k, target in own.items():
-        if k in sd and tuple(sd[k].shape) != hooks.full_shape(target):
+        if k in sd and tuple(sd[k].shape) != param_tags.full_shape(target):
             raise ValueError(
-                f"`{what}`: {k!r} has shape {tuple(sd[k].shape)} in the checkpoint but {hooks.full_shape(target)}"
+                f"`{what}`: {k!r} has shape {tuple(sd[k].shape)} in the checkpoint but {param_tags.full_shape(target)}"
                 " in the model. Load a checkpoint of this model (same configuration)."
             )
     with torch.no_grad():
@@ -614,8 +614,8 @@ def _module_target(
     for name, t in own.items():
         if (name,) not in saved:
             continue
-        check_shape(f"{key}.{name}", saved[(name,)], hooks.full_shape(t))
-        if distribute.is_sharded(t) and not hooks.full_shape(t):
+        check_shape(f"{key}.{name}", saved[(name,)], param_tags.full_shape(t))
+        if distribute.is_sharded(t) and not param_tags.full_shape(t):
             full = torch.empty((), dtype=t.dtype)
             target[name] = full
 
@@ -668,7 +668,7 @@ def _optimizer_target(
             if not isinstance(md, TensorStorageMetadata):
                 entry_target[name] = None
                 continue
-            shape = hooks.full_shape(param)
+            shape = param_tags.full_shape(param)
             per_element = _is_full_per_element(name, torch.empty(md.size, device="meta"), param)
             if per_element and shape:
                 local = torch.zeros(param.shape, dtype=md.properties.dtype, device=param.device)

@@ -247,7 +247,7 @@ class FabricBackward(Instrumentation):
 
 def _thunder_module_types() -> tuple[type, ...]:
     try:
-        from thunderviz.thunder.hooks import thunder_module_type
+        from thunderviz.thunder.compile_state import thunder_module_type
 
         return (thunder_module_type(),)
     except Exception:

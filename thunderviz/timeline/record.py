@@ -446,7 +446,7 @@ def _given_bundle(module: Any, bundles: Mapping[int, Any]) -> Any:
         return None
     if id(module) in bundles:
         return bundles[id(module)]
-    from thunderviz.thunder.hooks import compile_key
+    from thunderviz.thunder.compile_state import compile_key
 
     return bundles.get(compile_key(module))
 

@@ -41,7 +41,7 @@ from thunderviz.parallel.checkpointing import select_checkpointed
 from thunderviz.parallel.extrapolation import Timeline
 from thunderviz.parallel.option_values import Bucketing, Parallelism
 from thunderviz.parallel.strategy_options import StrategyOptions
-from thunderviz.thunder import hooks
+from thunderviz.thunder import compile_state, hooks, param_tags
 from thunderviz.thunder.comm.distribute import shard_tensor
 from thunderviz.thunder.comm.setup import configure_comm
 from thunderviz.thunder.jit.checkpointed_forward import checkpoint_modules_
@@ -205,9 +205,9 @@ def _distribute(module: nn.Module, jitted: Any, options: StrategyOptions, group:
                     p.data = p.data.reshape(1)
                 shard, padding = shard_tensor(p.data, 0, world)
                 p.data = shard
-            hooks.tag_param(p, hooks.SyncKind.FULLY_SHARDED, group=group, padding=padding, full_shape=shape)
+            param_tags.tag_param(p, param_tags.SyncKind.FULLY_SHARDED, group=group, padding=padding, full_shape=shape)
         else:
-            hooks.tag_param(p, hooks.SyncKind.REPLICATED, group=group, padding=0, full_shape=shape)
+            param_tags.tag_param(p, param_tags.SyncKind.REPLICATED, group=group, padding=0, full_shape=shape)
     if options.parallelism is Parallelism.DDP:
         hooks.mark_module_ddp(module, jitted, group, options.bucket_size_in_mb)
     configure_comm(module, options)
@@ -483,7 +483,7 @@ def _rehearse(
         # the executors the strategy's own thunder.jit will get (the decision table's rule): fusion executors change
         # what forward saves for backward (5x on a GPT measured on an H200)
         executors = decided_executors(options, device)[0]
-        jitted = hooks.jit(module, executors=executors, **dict(options.jit_kwargs))
+        jitted = compile_state.jit(module, executors=executors, **dict(options.jit_kwargs))
         _distribute(module, jitted, options, group)
         recorded = record_comm_pass(jitted)
         opt = make_optimizer(optimizer, [p for p in module.parameters() if p.requires_grad], device)
@@ -624,11 +624,11 @@ def relayout(jitted: Any, recorded: _Recorded, options: StrategyOptions, module:
         backward_fn=new_backward.python_callable(),
         backward_traces=[*entry.backward_traces, new_backward],
     )
-    recorded.transform.buckets = fresh.buckets  # what hooks.comm_buckets reads
+    recorded.transform.buckets = fresh.buckets  # what compile_state.comm_buckets reads
 
 
 def _buckets(jitted: Any) -> list[Bucket]:
-    laid_out = hooks.comm_buckets(jitted)
+    laid_out = compile_state.comm_buckets(jitted)
     return [Bucket.from_dict(b.to_dict()) for trace in ("forward", "backward") for b in laid_out.get(trace, [])]
 
 
