@@ -101,15 +101,15 @@ def _memory_facts(jitted: Any) -> dict[str, int]:
     """What forward saves for backward, and thunder's peak-memory estimates of the executed traces, in bytes."""
     import thunder
 
-    from thunderviz.thunder import hooks
+    from thunderviz.thunder import compile_state
 
     fw, bw = thunder.last_traces(jitted)[-1], thunder.last_backward_traces(jitted)[-1]
-    saved = hooks.saved_for_backward(fw)
+    saved = compile_state.saved_for_backward(fw)
     return {
         "saved_tensors": len(saved),
         "saved_bytes": sum(b for *_, b in saved),
-        "peak_forward": hooks.estimated_peak_bytes(fw),
-        "peak_backward": hooks.estimated_peak_bytes(bw),
+        "peak_forward": compile_state.estimated_peak_bytes(fw),
+        "peak_backward": compile_state.estimated_peak_bytes(bw),
     }
 
 
@@ -117,7 +117,7 @@ def _schedule(jitted: Any) -> list[str]:
     """Where each bucket's collective is issued and waited for: the overlap evidence, in non-bookkeeping ops."""
     import thunder
 
-    from thunderviz.thunder import hooks
+    from thunderviz.thunder import compile_state
 
     skip = {"python_del", "clear_mutable_collection", "unpack_trivial", "unpack_sequence", "python_return"}
     out = []
@@ -128,7 +128,7 @@ def _schedule(jitted: Any) -> list[str]:
         work = [i for i, b in enumerate(trace.bound_symbols) if b.sym.name not in skip]
         pos = {i: n for n, i in enumerate(work)}
         total = len(work)
-        for b in hooks.trace_buckets(trace):
+        for b in compile_state.trace_buckets(trace):
             out.append(
                 f"{label} {b.kind} {b.label} ({len(b.params)} params, {b.bytes / 1024:.0f} KiB): issued at op"
                 f" {pos.get(b.issue_index, '?')}, waited at op {pos.get(b.wait_index, '?')} of {total}"
@@ -228,13 +228,13 @@ def _across_hosts(jitted: Any, world: int) -> int:
     rank of the host; shard-group collectives stay inside)."""
     import thunder
 
-    from thunderviz.thunder import hooks
+    from thunderviz.thunder import compile_state
     from thunderviz.trace.wire import ring_bytes
 
     per_host = world // HOSTS
     total = 0
     for trace in (thunder.last_traces(jitted)[-1], thunder.last_backward_traces(jitted)[-1]):
-        for b in hooks.trace_buckets(trace):
+        for b in compile_state.trace_buckets(trace):
             if b.mesh_group == "shard":
                 continue
             if b.mesh_group == "replica":

@@ -47,7 +47,7 @@ def _trace_facts(jitted: Any) -> dict[str, Any]:
     from thunder.core.proxies import TensorProxy
     from thunder.executors import torchex
 
-    from thunderviz.thunder import hooks
+    from thunderviz.thunder import compile_state
 
     kinds = {
         torchex.all_gather_prim_impl.id: "all_gather",
@@ -74,7 +74,7 @@ def _trace_facts(jitted: Any) -> dict[str, Any]:
                 counts[kind] = counts.get(kind, 0) + 1
         facts[label] = counts
     facts["buckets"] = {
-        k: [(b.kind, b.label, len(b.params), b.bytes) for b in v] for k, v in hooks.comm_buckets(jitted).items()
+        k: [(b.kind, b.label, len(b.params), b.bytes) for b in v] for k, v in compile_state.comm_buckets(jitted).items()
     }
     facts["devices"] = sorted(facts["devices"])
     return facts

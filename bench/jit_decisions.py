@@ -53,13 +53,13 @@ def _peak_bytes(step: Callable[[int], None], i: int, module: torch.nn.Module, op
 def _saved_bytes(jitted: Any) -> int | None:
     import thunder
 
-    from thunderviz.thunder import hooks
+    from thunderviz.thunder import compile_state
 
     try:
         fw = thunder.last_traces(jitted)[-1]
     except Exception:
         return None
-    return sum(b for *_, b in hooks.saved_for_backward(fw))
+    return sum(b for *_, b in compile_state.saved_for_backward(fw))
 
 
 def _variants(rank: int, world: int) -> dict[str, Callable[[], dict[str, Any]]]:

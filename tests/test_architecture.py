@@ -5,7 +5,7 @@ One row per package: which thunderviz packages it may import and which third-par
 
 - ``trace``: the trace model as plain data. No torch, no thunder: trace files open anywhere.
 - ``timeline``: measured timelines. No torch or thunder, except ``timeline.record``, which records with
-  torch.profiler on a rank.
+  torch.profiler on a rank, and ``timeline.instrumentation``, the hooks and wrappers it puts in place meanwhile.
 - ``parallel``: options, decisions and bucket plans in plain Python. No thunder, no lightning.
 - ``thunder``: the only package that imports lightning-thunder (and the only one that reads its internals).
 - ``strategies``: the Fabric strategies; lightning lives here and above.
@@ -58,7 +58,11 @@ RULES: dict[str, Rule] = {
     "gc_pause": _rule(set(), (*HEAVY, *NOTEBOOK)),
     "process_rank": _rule(set(), (*HEAVY, *NOTEBOOK)),
     "trace": _rule(set(), ("torch", "thunder", "lightning", "lightning_fabric", "numpy", *NOTEBOOK)),
-    "timeline": _rule({"trace", "thunder"}, ("torch", "thunder", "lightning", *NOTEBOOK), exempt=("timeline.record",)),
+    "timeline": _rule(
+        {"trace", "thunder"},
+        ("torch", "thunder", "lightning", *NOTEBOOK),
+        exempt=("timeline.record", "timeline.instrumentation"),
+    ),
     "parallel": _rule({"trace"}, ("thunder", "lightning", "lightning_fabric", *NOTEBOOK)),
     "thunder": _rule({"trace", "parallel"}, ("lightning", "lightning_fabric", *NOTEBOOK)),
     "strategies": _rule({"trace", "parallel", "thunder"}, ("thunder", *NOTEBOOK)),

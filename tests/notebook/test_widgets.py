@@ -21,9 +21,12 @@ from tests.helpers.trace_scenarios import two_rank_run
 from thunderviz.cell.protocol import StrategySpec
 from thunderviz.notebook import viewdata as vd
 from thunderviz.notebook.compare import compare
+from thunderviz.notebook.subject import subject_of, trace_names
 from thunderviz.notebook.widgets import CompareView, RankStatus, TraceView
 from thunderviz.parallel.decisions import Action, Case, Decision
-from thunderviz.render.graph import INPUT_NODE, dot_available, group_ops
+from thunderviz.render.graph import dot_available
+from thunderviz.render.graph_groups import group_ops
+from thunderviz.render.graph_nodes import INPUT_NODE
 from thunderviz.trace.diff import diff_traces, memory_changes
 from thunderviz.trace.ledger import ledger_from_bundle
 from thunderviz.trace.model import TraceBundle
@@ -125,8 +128,7 @@ def test_trace_switch_recomputes_and_rejects_unknown(fsdp: list[TraceBundle]) ->
     assert stages and len(w.traces[2:]) == len(stages) and w.traces[2] == stages[0].label
     assert [st.label for st in stages].count("Delete Last Used") == 2 and w.traces[-1] == "Delete Last Used (2)"
     assert (
-        vd.trace_names(fsdp[0])["Delete Last Used (2)"]
-        == f"forward pass {len(stages)} of {len(stages)}: Delete Last Used"
+        trace_names(fsdp[0])["Delete Last Used (2)"] == f"forward pass {len(stages)} of {len(stages)}: Delete Last Used"
     )
     w.trace = "Delete Last Used (2)"
     assert w.panes[0]["n_ops"] == len(stages[-1].ops)
@@ -392,14 +394,14 @@ def test_rank_status_updates_and_validates(wire: list[RecordingComm]) -> None:
 
 
 def test_subject_of_rejects_and_accepts(fsdp: list[TraceBundle]) -> None:
-    snap_subject = vd.subject_of(fsdp[0].backward)
+    snap_subject = subject_of(fsdp[0].backward)
     assert snap_subject.primary.forward is fsdp[0].backward
     with pytest.raises(TypeError, match="expected TraceBundle"):
-        vd.subject_of([fsdp[0], 3])
+        subject_of([fsdp[0], 3])
     from thunderviz.render.html import Report
 
     decision = Decision("m", Case.RAW_MODULE, Action.JIT_AND_DISTRIBUTE, "r")
-    subj = vd.subject_of(Report(fsdp, decisions=[decision]))
+    subj = subject_of(Report(fsdp, decisions=[decision]))
     assert sorted(subj.bundles) == [0, 1] and subj.decisions == [decision]
 
 

@@ -340,6 +340,8 @@ def _every_view_of_the_two_runs_says_the_same_numbers(ddp: RunReport, zero3: Run
     from tests.helpers.view_numbers import assert_page_agrees, page_numbers, verdict_bytes
     from thunderviz import compare
     from thunderviz.notebook import viewdata
+    from thunderviz.notebook.memory_tab import memory_rows, memory_view
+    from thunderviz.notebook.subject import subject_of
     from thunderviz.render.run_report import reports_page
     from thunderviz.render.runs_compared import runs_compared_html
     from thunderviz.trace.units import format_bytes
@@ -356,12 +358,12 @@ def _every_view_of_the_two_runs_says_the_same_numbers(ddp: RunReport, zero3: Run
         row, sent = rows[name], format_bytes(report.sent_per_step())
         assert numbers.table[name]["sent per step per rank"] == sent and f"sends {sent}/step" in str(table)
         assert f"peak {format_bytes(row.peak_bytes)}" in str(table)
-        subject = viewdata.subject_of(report)
+        subject = subject_of(report)
         panel = viewdata.ledger_table(subject)
         assert max(panel["bytes"].values()) == report.sent_per_step()  # the TraceView's ledger panel
-        peaks = [r["measured_step_peak"] for r in viewdata.memory_rows(subject)]
+        peaks = [r["measured_step_peak"] for r in memory_rows(subject)]
         assert max(peaks) == row.peak_bytes  # the TraceView's memory panel
-        bars = {b["label"]: b for b in viewdata.memory_view(subject)["bars"]}
+        bars = {b["label"]: b for b in memory_view(subject)["bars"]}
         _, largest = report.step_peak()
         drawn = {
             s["category"]: s["bytes"] for s in bars[f"rank {report.step_peak()[0]} (measured, memtracker)"]["segments"]

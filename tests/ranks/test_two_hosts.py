@@ -60,12 +60,12 @@ loss_error = abs(losses.mean().item() - ref_loss.item())
 """
 # Hybrid sharding's groups as the ranks see them (after NUMERICS set the model up with --sharding hybrid).
 HYBRID_GROUPS = """
-from thunderviz.thunder import hooks
+from thunderviz.thunder import param_tags
 mesh = [d.headline for d in fabric.strategy.decisions if str(d.action) == "choose the mesh"][-1]
 p0 = next(inner.parameters())
 groups = (
-    torch.distributed.get_process_group_ranks(hooks.param_group(p0)),
-    torch.distributed.get_process_group_ranks(hooks.replica_group(p0)),
+    torch.distributed.get_process_group_ranks(param_tags.param_group(p0)),
+    torch.distributed.get_process_group_ranks(param_tags.replica_group(p0)),
 )
 """
 RAISE_ON_HOST_B = """

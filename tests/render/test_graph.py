@@ -10,7 +10,8 @@ import pytest
 from tests.helpers import trace_fixtures as tf
 from tests.helpers.trace_fixtures import hostile_bundle
 from tests.helpers.trace_scenarios import two_rank_run
-from thunderviz.render.graph import dot_available, dot_escape, format_bytes, graph_view, short_op_name, to_dot, to_svg
+from thunderviz.render.graph import dot_available, format_bytes, graph_view, short_op_name, to_dot, to_svg
+from thunderviz.render.graph_nodes import dot_escape
 
 EVIL = tf.EVIL
 needs_dot = pytest.mark.skipif(not dot_available(), reason="Graphviz `dot` binary not installed")
@@ -141,7 +142,7 @@ def test_a_fusion_region_is_one_node_naming_what_it_fuses():
     from dataclasses import replace
 
     from tests.helpers.small_traces import fsdp_bundle
-    from thunderviz.render.graph import fused_summary
+    from thunderviz.render.graph_nodes import fused_summary
 
     b = fsdp_bundle(0)
     ops = list(b.forward.ops)

@@ -8,7 +8,9 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.bucketed_traces import bucketed_trace_files
-from thunderviz.render.graph import INPUT_NODE, dot_available, graph_view, group_holding, render_dot
+from thunderviz.render.graph import dot_available, graph_view, render_dot
+from thunderviz.render.graph_groups import group_holding
+from thunderviz.render.graph_nodes import INPUT_NODE
 from thunderviz.trace.file import load
 
 pytestmark = pytest.mark.timeout(900)

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from tests.helpers.timeline_runs import recorded
-from thunderviz.render import graph
+from thunderviz.render import graph_nodes as graph
 from thunderviz.render.timeline_svg import (
     COLOURS,
     ROW_LABELS,

@@ -59,7 +59,7 @@ def _step(fabric: Any, model: Any, optimizer: Any, step: int, rank: int) -> None
 
 def full_optimizer_state(model: Any, optimizer: Any) -> dict[str, dict[str, torch.Tensor]]:
     """Per parameter name, the optimizer's state gathered to full size (a collective)."""
-    from thunderviz.strategies.checkpoint import full_optimizer_state as gather
+    from thunderviz.strategies.checkpoint.full import full_optimizer_state as gather
 
     names = {id(p): n for n, p in common.inner(model).named_parameters()}
     params = [p for g in optimizer.param_groups for p in g["params"]]

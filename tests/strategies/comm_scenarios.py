@@ -98,15 +98,17 @@ def _weight_derived(trace: Any, gathered: set[str]) -> set[str]:
 def _trace_facts(traced: Any) -> dict[str, Any]:
     import thunder
 
-    from thunderviz.thunder import hooks
+    from thunderviz.thunder import compile_state
 
     fw = thunder.last_traces(traced)[-1]
     bw = thunder.last_backward_traces(traced)[-1]
-    buckets = {k: [b.to_dict() for b in v] for k, v in hooks.comm_buckets(traced).items()}
-    resharded = {r for b in hooks.comm_buckets(traced).get("forward", []) if b.reshard_after_forward for r in b.results}
-    saved = hooks.saved_for_backward(fw)
+    buckets = {k: [b.to_dict() for b in v] for k, v in compile_state.comm_buckets(traced).items()}
+    resharded = {
+        r for b in compile_state.comm_buckets(traced).get("forward", []) if b.reshard_after_forward for r in b.results
+    }
+    saved = compile_state.saved_for_backward(fw)
     derived = _weight_derived(fw, resharded)
-    reductions = [b for b in hooks.trace_buckets(bw) if b.kind != "all_gather"]
+    reductions = [b for b in compile_state.trace_buckets(bw) if b.kind != "all_gather"]
     first_wait = min((b.wait_index for b in reductions), default=len(bw.bound_symbols))
     return {
         "after_first_reduction_wait": sorted({b.sym.name for b in bw.bound_symbols[first_wait:]}),
@@ -115,8 +117,8 @@ def _trace_facts(traced: Any) -> dict[str, Any]:
         "buckets": buckets,
         "saved": saved,
         "saved_from_resharded_weights": sorted(n for n, *_ in saved if n in derived),
-        "peak_forward": hooks.estimated_peak_bytes(fw),
-        "peak_backward": hooks.estimated_peak_bytes(bw),
+        "peak_forward": compile_state.estimated_peak_bytes(fw),
+        "peak_backward": compile_state.estimated_peak_bytes(bw),
     }
 
 
@@ -149,7 +151,7 @@ def train(
     """One scenario. ``case``: 'raw' (case 1), 'function' (case 2), 'jitted' / 'jitted_ran' (case 3)."""
     import thunder
 
-    from thunderviz.thunder import hooks
+    from thunderviz.thunder import param_tags
 
     options = _comm_options(kind, sharding, bucketing, bucket_size_in_mb, mesh)
     fabric = common.fabric(kind, world, jit=case != "function", **options)
@@ -165,7 +167,7 @@ def train(
         fwd = thunder.jit(lambda m, x: loss_fn(m(x)))
     model = fabric.setup_module(model)
     inner = common.inner(model)
-    configs = [hooks.comm_config(p) for p in inner.parameters()]
+    configs = [param_tags.comm_config(p) for p in inner.parameters()]
     optimizer = fabric.setup_optimizers(torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=LR))
     losses, grads = [], None
     for step in range(STEPS):
@@ -195,7 +197,7 @@ def ddp_no_backward_sync(rank: int, world: int, case: str) -> dict[str, Any]:
     """Gradient accumulation with ``no_backward_sync`` and bucketed all_reduce equals torch DDP's result."""
     import thunder
 
-    from thunderviz.thunder import hooks
+    from thunderviz.thunder import compile_state
 
     fabric = common.fabric("ddp", world, jit=case != "function")
     torch.manual_seed(0)
@@ -208,9 +210,9 @@ def ddp_no_backward_sync(rank: int, world: int, case: str) -> dict[str, Any]:
     mine = [Blocks.batch(10 * i + rank) for i in range(2)]
     with fabric.no_backward_sync(model, enabled=True):
         fabric.backward(run(mine[0]))
-    skipped = hooks.comm_buckets(fwd if fwd is not None else model._forward_module)
+    skipped = compile_state.comm_buckets(fwd if fwd is not None else model._forward_module)
     fabric.backward(run(mine[1]))
-    synced = hooks.comm_buckets(fwd if fwd is not None else model._forward_module)
+    synced = compile_state.comm_buckets(fwd if fwd is not None else model._forward_module)
     (sum(loss_fn(ref(Blocks.batch(10 * i + r))) for i in range(2) for r in range(world)) / world).backward()
     got = {n: p.grad.clone() for n, p in common.inner(model).named_parameters()}
     expected = {n: p.grad for n, p in ref.named_parameters()}

@@ -131,7 +131,7 @@ def two_models_one_function(rank: int, world: int, kind: str) -> dict[str, Any]:
     one process's, the collectives of the executed traces, and the buckets (they must stay apart per model)."""
     import thunder
 
-    from thunderviz.thunder import hooks
+    from thunderviz.thunder import compile_state
 
     launched = fabric(kind, world, jit=False)
     torch.manual_seed(0)
@@ -153,7 +153,7 @@ def two_models_one_function(rank: int, world: int, kind: str) -> dict[str, Any]:
         "expected": expected,
         "forward_collectives": collective_counts(thunder.last_traces(step)[-1]),
         "backward_collectives": collective_counts(thunder.last_backward_traces(step)[-1]),
-        "buckets": {k: [b.to_dict() for b in v] for k, v in hooks.comm_buckets(step).items()},
+        "buckets": {k: [b.to_dict() for b in v] for k, v in compile_state.comm_buckets(step).items()},
     }
 
 

@@ -43,7 +43,7 @@ def reuse_sequence(rank: int, world: int) -> list[dict[str, Any]]:
 
     from tests.strategies import common
     from thunderviz.demos.models import TinyGPT, make_batch
-    from thunderviz.thunder import hooks
+    from thunderviz.thunder import compile_state
     from thunderviz.thunder.reuse import compile_reuse
 
     out = []
@@ -77,7 +77,9 @@ def reuse_sequence(rank: int, world: int) -> list[dict[str, Any]]:
                     "params": common.full_params(model),
                     "forward": [b.sym.name for b in fw.bound_symbols],
                     "backward": [b.sym.name for b in bw.bound_symbols],
-                    "buckets": [(b.kind, b.label, tuple(b.params)) for t in (fw, bw) for b in hooks.trace_buckets(t)],
+                    "buckets": [
+                        (b.kind, b.label, tuple(b.params)) for t in (fw, bw) for b in compile_state.trace_buckets(t)
+                    ],
                 }
             )
     finally:

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from thunderviz.thunder import hooks
+from thunderviz.thunder import compile_state
 from thunderviz.thunder.comm.comm_pass import comm_transform_of
 from thunderviz.thunder.reuse import compile_reuse
 
@@ -77,7 +77,7 @@ def _cell(step: Any, **options: Any) -> dict[str, Any]:
         "grads": {f"{m}.{n}": p.grad.clone() for m, mod in (("a", a), ("b", b)) for n, p in mod.named_parameters()},
         "forward": _text(fw, a, b),
         "backward": _text(bw, a, b),
-        "buckets": [(k.kind, k.label, tuple(k.params)) for t in (fw, bw) for k in hooks.trace_buckets(t)],
+        "buckets": [(k.kind, k.label, tuple(k.params)) for t in (fw, bw) for k in compile_state.trace_buckets(t)],
         "owners_are_the_models": {r.config.owner_id for r in records} == {id(a.module), id(b.module)},
     }
 

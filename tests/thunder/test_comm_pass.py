@@ -36,7 +36,7 @@ from torch.distributed import ProcessGroup
 
 from thunderviz.parallel.buckets import CommConfig, bucket_label, find_blocks
 from thunderviz.parallel.strategy_options import parse_options
-from thunderviz.thunder import hooks
+from thunderviz.thunder import compile_state, hooks, param_tags
 from thunderviz.thunder.comm import distribute
 from thunderviz.thunder.comm.comm_pass import CommTransform, ParamRecord, comm_transform_of
 from thunderviz.thunder.comm.gathers import rewrite_gathers
@@ -177,9 +177,11 @@ def _trace_without_communicating(
         full = tuple(param.shape)
         if parallelism == "fsdp":
             param.data, padding = distribute.shard_tensor(param.data, 0, WORLD)
-            hooks.tag_param(param, hooks.SyncKind.FULLY_SHARDED, group=group, padding=padding, full_shape=full)
+            param_tags.tag_param(
+                param, param_tags.SyncKind.FULLY_SHARDED, group=group, padding=padding, full_shape=full
+            )
         else:
-            hooks.tag_param(param, hooks.SyncKind.REPLICATED, group=group, padding=0, full_shape=full)
+            param_tags.tag_param(param, param_tags.SyncKind.REPLICATED, group=group, padding=0, full_shape=full)
     recorder = _Recorder()
     jitted = thunder.jit(model, transforms=[recorder])
     if parallelism == "ddp":
@@ -330,8 +332,8 @@ def test_which_parameters_share_a_bucket(zero2, bucketing):
 def test_the_strategy_plan_is_what_the_pass_ran_in_the_pipeline(zero2):
     """thunder itself ran the pass while building the cache entry: its output is the last trace of the entry."""
     assert _layout(zero2.buckets["forward"], "all_gather") == EXPECTED_LAYOUT["BLOCK"]
-    assert hooks.trace_buckets(zero2.forward) == zero2.buckets["forward"]
-    assert hooks.trace_buckets(zero2.backward) == zero2.buckets["backward"]
+    assert compile_state.trace_buckets(zero2.forward) == zero2.buckets["forward"]
+    assert compile_state.trace_buckets(zero2.backward) == zero2.buckets["backward"]
     # Before the pass: one all_gather / reduce_scatter per parameter, as synchronize made them.
     n = len(NET_PARAMS)
     assert _collectives(zero2.forward_in) == {"all_gather": n, "wait": n}
@@ -448,7 +450,7 @@ def _derived_from(trace: Any, roots: set[str]) -> set[str]:
 
 def _saved_from_unsharded_weights(traced_pass: Pass) -> tuple[list[str], set[str]]:
     gathered = {r for b in traced_pass.buckets["forward"] for r in b.results}
-    saved = [t.name for t in hooks.saved_tensors(traced_pass.forward)]
+    saved = [t.name for t in compile_state.saved_tensors(traced_pass.forward)]
     derived = _derived_from(traced_pass.forward, gathered)
     return [n for n in saved if n in derived], set(saved)
 
@@ -699,7 +701,7 @@ def test_an_accumulating_backward_reduces_nothing_and_returns_no_sharded_gradien
     assert [b.kind for b in t.accumulated] == ["accumulate"] * len(expected)
     adds = [b for b in backward.bound_symbols if b.sym.name == "thunderviz_accumulate_unsharded_grads"]
     assert len(adds) == len(expected)
-    assert hooks.trace_accumulated(backward) == t.accumulated
+    assert compile_state.trace_accumulated(backward) == t.accumulated
     synced = _returned_names(zero2.backward)
     assert sum(n is not None for n in synced) == len(NET_PARAMS)  # every parameter's sharded gradient
     assert _returned_names(backward) == [None] * len(synced)

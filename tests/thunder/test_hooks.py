@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from thunderviz.errors import UnsupportedThunderError
-from thunderviz.thunder import hooks
+from thunderviz.thunder import compile_state, hooks, param_tags
 
 
 def test_untested_thunder_version_fails_with_the_fix(monkeypatch):
@@ -49,14 +49,14 @@ def test_hook_leaves_untagged_modules_alone():
     names = {b.sym.name for b in thunder.last_traces(jitted)[0].bound_symbols}
     assert "synchronize" not in names
     assert not any("all_gather" in n or "reduce" in n for n in names)
-    assert all(hooks.sync_tag(p) is None for p in model.parameters())
+    assert all(param_tags.sync_tag(p) is None for p in model.parameters())
 
 
 def test_accessors_for_the_strategies():
     jitted = thunder.jit(nn.Linear(3, 2))
-    assert hooks.cached_trace_count(jitted) == 0
+    assert compile_state.cached_trace_count(jitted) == 0
     jitted(torch.randn(1, 3))
-    assert hooks.cached_trace_count(jitted) == 1
+    assert compile_state.cached_trace_count(jitted) == 1
     assert hooks.is_skipping_grad_sync() is False
     with hooks.skip_grad_sync():
         assert hooks.is_skipping_grad_sync() is True
@@ -65,7 +65,7 @@ def test_accessors_for_the_strategies():
 
 def test_original_module_is_the_users_module():
     model = nn.Linear(3, 2)
-    assert hooks.original_module(thunder.jit(model)) is model
+    assert compile_state.original_module(thunder.jit(model)) is model
 
 
 def test_rebind_points_a_thunder_module_at_materialized_tensors():
@@ -77,6 +77,6 @@ def test_rebind_points_a_thunder_module_at_materialized_tensors():
     new_weight, new_scale = nn.Parameter(torch.zeros(2, 3)), torch.ones(2)
     model.weight, model.scale = new_weight, new_scale
     assert dict(jitted.named_parameters())["weight"] is old_weight  # ThunderModule's own table is stale
-    assert hooks.rebind_module_tensors(jitted, {id(old_weight): new_weight, id(old_scale): new_scale}) == 2
+    assert compile_state.rebind_module_tensors(jitted, {id(old_weight): new_weight, id(old_scale): new_scale}) == 2
     assert dict(jitted.named_parameters())["weight"] is new_weight
     assert dict(jitted.named_buffers())["scale"] is new_scale

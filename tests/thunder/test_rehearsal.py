@@ -10,7 +10,8 @@ from thunderviz.demos.models import ResidualMLP, TinyGPT
 from thunderviz.parallel.extrapolation import CUTS, extrapolate_peak
 from thunderviz.parallel.plan import candidate_specs, extrapolate
 from thunderviz.strategies.planning import block_checkpoint_policy
-from thunderviz.thunder.memory.rehearsal import block_container, cut_blocks, meta_twin, rehearse
+from thunderviz.thunder.memory.meta_model import block_container, cut_blocks, meta_twin
+from thunderviz.thunder.memory.rehearsal import rehearse
 from thunderviz.thunder.memory.storage_tracker import StorageTracker
 from thunderviz.trace.memory import CATEGORIES
 

@@ -22,15 +22,11 @@ from thunderviz.timeline.analysis import (
     total,
     union,
 )
-from thunderviz.timeline.build import (
-    CollectiveMeta,
-    ModuleInfo,
-    RawEvent,
-    build_rank_timeline,
-)
+from thunderviz.timeline.build import build_rank_timeline
 from thunderviz.timeline.clock import align_clocks
 from thunderviz.timeline.file import load
 from thunderviz.timeline.model import CollectiveEvent, RankTimeline, Region, Timeline, save
+from thunderviz.timeline.raw_events import CollectiveMeta, ModuleInfo, RawEvent
 from thunderviz.timeline.record import record_timeline
 
 # ---------------------------------------------------------------------------------------------- clocks

@@ -26,6 +26,8 @@ from hypothesis import strategies as st
 from tests.helpers.trace_scenarios import SMALL_TRACE_FILES
 from thunderviz.errors import TraceFormatError
 from thunderviz.notebook import viewdata as vd
+from thunderviz.notebook.memory_tab import memory_rows
+from thunderviz.notebook.subject import snapshot_of, subject_of, trace_choices
 from thunderviz.render.graph import graph_view, to_dot
 from thunderviz.render.html import render_html
 from thunderviz.trace.attribution import assign_modules
@@ -62,17 +64,17 @@ def load_and_render(path: Path) -> None:
             to_dot(snap, expand=[g.name for g in view.groups[:2]], title=b.name)
     subjects = []
     for name in dict.fromkeys(b.name for b in bundles):
-        subj = vd.subject_of(bundles, name=name)
+        subj = subject_of(bundles, name=name)
         subjects.append(subj)
-        for label in vd.trace_choices(subj.primary):
-            snap = vd.snapshot_of(subj.primary, label)
+        for label in trace_choices(subj.primary):
+            snap = snapshot_of(subj.primary, label)
             opened = [g.name for g in graph_view(snap).groups[:1]]
             pane = vd.pane_data(snap, expanded=opened, ledger=subj.ledgers.get(subj.primary.rank), title=label)
             json.dumps(pane, allow_nan=False)  # what the widget sends to the browser must be plain JSON
             vd.search_ops(snap, "a", expanded=opened)
-        json.dumps([vd.ledger_table(subj), vd.memory_rows(subj), subj.mismatches()], allow_nan=False)
+        json.dumps([vd.ledger_table(subj), memory_rows(subj), subj.mismatches()], allow_nan=False)
     for a, b in itertools.pairwise(subjects):
-        for label in set(vd.trace_choices(a.primary)) & set(vd.trace_choices(b.primary)):
+        for label in set(trace_choices(a.primary)) & set(trace_choices(b.primary)):
             d = vd.diff_for(a, b, label)
             vd.diff_marks(d)
             vd.compare_header(a, b, label, d)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from thunderviz.notebook.viewdata import subject_of
+from thunderviz.notebook.subject import subject_of
 from thunderviz.notebook.widgets import CompareView
 
 __all__ = ["compare"]

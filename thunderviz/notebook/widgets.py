@@ -24,6 +24,8 @@ import traitlets as t
 
 from thunderviz.cell.status import PHASES
 from thunderviz.notebook import viewdata as vd
+from thunderviz.notebook.memory_tab import MemoryColumn, memory_panel, memory_rows, memory_view
+from thunderviz.notebook.subject import Subject, distinct_labels, snapshot_of, subject_of, trace_choices, trace_names
 from thunderviz.parallel.decisions import Decision
 from thunderviz.render.graph import dot_available, to_svg
 from thunderviz.render.markup import decisions_table
@@ -58,7 +60,7 @@ class _GraphWidget(anywidget.AnyWidget):
     #: a comparison's two run names, for its legend and the details of a changed block
     runs = t.List(t.Unicode()).tag(sync=True)
     traces = t.List(t.Unicode()).tag(sync=True)
-    #: label -> what the trace menu says (``viewdata.trace_names``)
+    #: label -> what the trace menu says (``subject.trace_names``)
     trace_names = t.Dict().tag(sync=True)
     trace = t.Unicode("").tag(sync=True)
     expanded = t.List(t.Unicode()).tag(sync=True)
@@ -82,13 +84,13 @@ class _GraphWidget(anywidget.AnyWidget):
 
     # ------------------------------------------------------------------ subclasses fill these in
 
-    def _pane_specs(self) -> list[tuple[vd.Subject, dict[int, str] | None]]:
+    def _pane_specs(self) -> list[tuple[Subject, dict[int, str] | None]]:
         raise NotImplementedError
 
     def _on_trace_changed(self) -> None:
         """Hook for state that depends on the trace label (the comparison's summary)."""
 
-    def _pane_heading(self, index: int, subject: vd.Subject) -> str:
+    def _pane_heading(self, index: int, subject: Subject) -> str:
         """What a pane's title says it shows (run, configuration, object)."""
         return subject.heading
 
@@ -123,7 +125,7 @@ class _GraphWidget(anywidget.AnyWidget):
         panes = []
         specs = self._pane_specs()
         for i, (subject, marks) in enumerate(specs):
-            snap = vd.snapshot_of(subject.primary, self.trace)
+            snap = snapshot_of(subject.primary, self.trace)
             ledger = subject.ledgers.get(subject.primary.rank)
             prefix = f"p{i}-" if len(specs) > 1 else ""
             panes.append(
@@ -144,7 +146,7 @@ class _GraphWidget(anywidget.AnyWidget):
         hits: list[dict[str, Any]] = []
         total = 0
         for i, (subject, _marks) in enumerate(self._pane_specs()):
-            found, n = vd.search_ops(vd.snapshot_of(subject.primary, self.trace), self.search, expanded=self.expanded)
+            found, n = vd.search_ops(snapshot_of(subject.primary, self.trace), self.search, expanded=self.expanded)
             hits.extend({**h, "pane": i} for h in found)
             total += n
         with self.hold_sync():  # one message, so the browser never shows a new list with an old count
@@ -272,7 +274,7 @@ class TraceView(_GraphWidget):
 
     Args:
         source: a ``TraceBundle``, a list of per-rank bundles, a saved trace file's path, a ``TraceSnapshot``,
-            a ``render.html.Report`` or the rank engine's ``RunReport`` (see ``viewdata.subject_of``).
+            a ``render.html.Report`` or the rank engine's ``RunReport`` (see ``subject.subject_of``).
         name: which jitted object, when ``source`` holds several.
         trace: ``"forward"`` (default), ``"backward"`` or a stage label.
         decisions: the strategy's decision log (``strategy.decisions``) when ``source`` does not carry it (saved
@@ -296,12 +298,12 @@ class TraceView(_GraphWidget):
         saved_vs_eager: Any = None,
         **kwargs: Any,
     ) -> None:
-        self._subject = vd.subject_of(source, name)
+        self._subject = subject_of(source, name)
         if decisions is not None:
             self._subject.decisions = list(decisions)
         if plan is None:  # a report run with --plan carries its plan
             plan = getattr(source, "plan", None)
-        choices = vd.trace_choices(self._subject.primary)
+        choices = trace_choices(self._subject.primary)
         if trace not in choices:
             raise ValueError(f"TraceView(trace={trace!r}): {self._subject.title!r} has {choices!r}")
         super().__init__(**kwargs)
@@ -309,19 +311,19 @@ class TraceView(_GraphWidget):
         with self.hold_trait_notifications():
             self.title = f"{self._subject.heading}: rank {b.rank} of {b.world_size}"
             self.traces = choices
-            self.trace_names = vd.trace_names(b)
+            self.trace_names = trace_names(b)
             self.panels = vd.Panels(
                 ledger=vd.ledger_table(self._subject),
                 decisions=[vd.DecisionRow(**d.to_dict()) for d in self._subject.decisions],
-                memory=vd.memory_panel(vd.memory_rows(self._subject)),
-                memory_view=vd.memory_view(self._subject, plan, saved_vs_eager),
+                memory=memory_panel(memory_rows(self._subject)),
+                memory_view=memory_view(self._subject, plan, saved_vs_eager),
             )
         self._plan = plan
         self._saved_vs_eager = saved_vs_eager
         self.trace = trace
 
     @property
-    def subject(self) -> vd.Subject:
+    def subject(self) -> Subject:
         return self._subject
 
     def _decision_log(self) -> list[Decision]:
@@ -346,7 +348,7 @@ class TraceView(_GraphWidget):
             parts.append(mv.saved_comparison_html(self._saved_vs_eager))
         return "\n".join(p for p in parts if p)
 
-    def _pane_specs(self) -> list[tuple[vd.Subject, dict[int, str] | None]]:
+    def _pane_specs(self) -> list[tuple[Subject, dict[int, str] | None]]:
         return [(self._subject, None)]
 
     def __repr__(self) -> str:
@@ -368,9 +370,9 @@ class CompareView(_GraphWidget):
     ``thunderviz.notebook.compare.compare``.
     """
 
-    def __init__(self, a: vd.Subject, b: vd.Subject, *, trace: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, a: Subject, b: Subject, *, trace: str | None = None, **kwargs: Any) -> None:
         self._a, self._b = a, b
-        shared = [x for x in vd.trace_choices(a.primary) if x in vd.trace_choices(b.primary)]
+        shared = [x for x in trace_choices(a.primary) if x in trace_choices(b.primary)]
         if not shared:
             raise ValueError(f"compare: {a.title!r} and {b.title!r} share no trace label to compare")
         trace = trace or shared[0]
@@ -381,12 +383,12 @@ class CompareView(_GraphWidget):
         self._changes: dict[str, Any] = {}
         super().__init__(mode="compare", **kwargs)
         with self.hold_trait_notifications():
-            la, lb = vd.distinct_labels(a, b)
+            la, lb = distinct_labels(a, b)
             self.title = f"{la} vs {lb}"
             self.runs = list(vd.run_names(a, b))
             self.verdict = vd.compare_verdict(a, b)
             self.traces = shared
-            self.trace_names = {k: v for k, v in vd.trace_names(a.primary).items() if k in shared}
+            self.trace_names = {k: v for k, v in trace_names(a.primary).items() if k in shared}
         self.trace = trace
         if not self.panes:
             self._trace_changed({})
@@ -417,17 +419,17 @@ class CompareView(_GraphWidget):
         ]
         self.panels = vd.Panels(
             diff=vd.DiffPanel(rows=rows[:500], total=len(rows), delta=d.collective_delta(), unchanged=d.unchanged),
-            memory=vd.memory_panel(
+            memory=memory_panel(
                 [
                     {"side": side, **m}
-                    for s, side in zip((self._a, self._b), vd.distinct_labels(self._a, self._b), strict=True)
-                    for m in vd.memory_rows(s)
+                    for s, side in zip((self._a, self._b), distinct_labels(self._a, self._b), strict=True)
+                    for m in memory_rows(s)
                 ],
-                lead=[vd.MemoryColumn(key="side", title="run", unit="", source="")],
+                lead=[MemoryColumn(key="side", title="run", unit="", source="")],
             ),
         )
 
-    def _pane_specs(self) -> list[tuple[vd.Subject, dict[int, str] | None]]:
+    def _pane_specs(self) -> list[tuple[Subject, dict[int, str] | None]]:
         return [(self._a, self._marks[0]), (self._b, self._marks[1])]
 
     def _pane_compare(self, index: int) -> dict[str, Any]:
@@ -438,12 +440,12 @@ class CompareView(_GraphWidget):
         """Group name -> ``trace.diff.GroupChange`` for the current trace: what each outline and click says."""
         return dict(self._changes)
 
-    def _pane_heading(self, index: int, subject: vd.Subject) -> str:
-        label = vd.distinct_labels(self._a, self._b)[index]
+    def _pane_heading(self, index: int, subject: Subject) -> str:
+        label = distinct_labels(self._a, self._b)[index]
         return label if label == subject.title else f"{label} \u00b7 {subject.title}"
 
     def __repr__(self) -> str:
-        la, lb = vd.distinct_labels(self._a, self._b)
+        la, lb = distinct_labels(self._a, self._b)
         summary = self.summary.split(f"({self.trace}): ", 1)[-1]
         return f"CompareView({la!r} vs {lb!r}, trace={self.trace!r}: {summary})"
 

@@ -2,14 +2,14 @@
 
 ``RankEngine`` speaks only in ranks, and reads as the path of one cell:
 
-1. set-up (``start``/``attach``/``restart``): ``rank.calls.identify`` on every engine (an ``EngineIdentity``
-   each), ``topology.layout_ranks``
-   numbers them by host, rank 0 binds the rendezvous on its address facing the controller
-   (``rank.calls.bind_rendezvous``), and ``protocol.RankSetup`` goes to each rank (``rank.calls.set_up``: torchrun
-   environment, socket interface, process group with our timeout, namespace, report hook);
+1. set-up (``start``/``attach``/``restart``, with ``pool.engine_setup``): ``rank.calls.identify`` on every engine
+   (an ``EngineIdentity`` each), ``topology.layout_ranks`` numbers them by host, rank 0 binds the rendezvous on its
+   address facing the controller (``rank.calls.bind_rendezvous``), and ``protocol.RankSetup`` goes to each rank
+   (``rank.calls.set_up``: torchrun environment, socket interface, process group with our timeout, namespace,
+   report hook);
 2. ``run``: a ``protocol.CellConfig`` only when the strategy or collect flag changed (``rank.calls.prepare_cell``),
    then the cell's source by ``execute``; ``driver.drive`` waits and streams; the report data arrives on the cell's
-   data channel (``protocol.REPORT_DATA_KEY``) and becomes a ``RunReport``;
+   data channel (``protocol.REPORT_DATA_KEY``, read by ``pool.cell_results``) and becomes a ``RunReport``;
 3. a failure becomes a ``failures.CellError``; whether the process group survived decides a restart.
 
 Failure policy (why it looks like this): a rank stuck in a gloo collective cannot be interrupted, and a process
@@ -37,26 +37,20 @@ from thunderviz.cell.output import LOG as OUTPUT_LOG
 from thunderviz.cell.output import is_chatter
 from thunderviz.cell.protocol import (
     DEFAULT_TIMELINE_STEPS,
-    REPORT_DATA_KEY,
     CellConfig,
-    RankSetup,
-    ReportData,
     StrategySpec,
-    missing_report,
 )
 from thunderviz.cell.status import Phase, RankStatusInfo
-from thunderviz.errors import RankError
+from thunderviz.pool.cell_results import explain_deaths, partial_report, report_data
 from thunderviz.pool.cluster import (
     ATTACH_WAIT_S,
     AttachedCluster,
     LocalCluster,
     RankCluster,
-    controller_address,
-    memory_note,
 )
+from thunderviz.pool.engine_setup import SETUP_TIMEOUT_S, identify_engines, rank_setups
 from thunderviz.pool.topology import (
     DEFAULT_TIMEOUT_S,
-    EngineIdentity,
     RankLayout,
     check_local_backend,
     layout_ranks,
@@ -67,14 +61,9 @@ from thunderviz.rank import calls as inside_rank
 
 __all__ = ["RankEngine"]
 
-SETUP_TIMEOUT_S = 180.0
-# How long every engine gets to say who it is before set-up gives up on it.
-IDENTIFY_TIMEOUT_S = 60.0
 # How long the barrier check after a failed cell may take before the group counts as broken.
 PG_CHECK_S = 2.0
 PG_CHECK_DEADLINE_S = 5.0
-# How long a finished cell's report data may lag behind its reply.
-REPORT_DATA_WAIT_S = 10.0
 
 
 def _default_output(rank: int, stream: str, line: str) -> None:
@@ -207,7 +196,7 @@ class RankEngine:
         self._views = {}  # engine ids change across restarts: a view must never outlive one
         if isinstance(self.cluster, LocalCluster):
             self.cluster.wait_for_engines()
-        layout = self.layout = layout_ranks(self._identify(self.cluster.engine_ids()))
+        layout = self.layout = layout_ranks(identify_engines(self.cluster, self.cluster.engine_ids()))
         self.rank_to_engine = layout.rank_to_engine
         self.rank_hosts = layout.rank_hosts
         self.rank_pids = layout.rank_pids
@@ -226,62 +215,15 @@ class RankEngine:
         master_addr = layout.master_address
         master_port = self._view(0).apply_sync(inside_rank.bind_rendezvous, master_addr)
         self._set_phase(self.ranks, Phase.IMPORTING)
-        setups = {
-            rank: RankSetup(
-                rank=rank,
-                local_rank=layout.local_rank(rank),
-                world_size=layout.world_size,
-                local_world_size=layout.local_world_size,
-                node_rank=layout.node_rank(rank),
-                num_nodes=layout.num_nodes,
-                master_addr=master_addr,
-                master_port=master_port,
-                backend=self.backend,
-                timeout_s=self.timeout,
-                threads=layout.threads_per_rank,
-                socket_ifname=layout.engines[rank].interface,
-            )
-            for rank in self.ranks
-        }
+        setups = rank_setups(
+            layout, master_addr=master_addr, master_port=master_port, backend=self.backend, timeout_s=self.timeout
+        )
         requests = {rank: self._view(rank).apply_async(inside_rank.set_up, setups[rank]) for rank in self.ranks}
         outcome = self._drive(requests, deadline_s=SETUP_TIMEOUT_S, done_phase=Phase.WAITING, stop_peers=False)
         if outcome.failures:
             self.restart_reason = "setting up the ranks failed"
             raise self._cell_error(outcome.failures, what="Setting up the ranks")
         self._config = None
-
-    def _identify(self, ids: list[int]) -> dict[int, EngineIdentity]:
-        """Ask every engine who it is (bounded); an engine that died or does not answer is named in a RankError."""
-        from ipyparallel.error import RemoteError
-
-        client = self.cluster.client
-        controller = controller_address(client)
-        requests = {eid: client[eid].apply_async(inside_rank.identify, eid, *controller) for eid in ids}
-        deadline = time.monotonic() + IDENTIFY_TIMEOUT_S
-        identities: dict[int, EngineIdentity] = {}
-        problems = []
-        for eid, request in requests.items():
-            try:
-                identity = request.get(max(0.1, deadline - time.monotonic()))
-                if not isinstance(identity, EngineIdentity) or identity.engine_id != eid:
-                    problems.append(
-                        f"engine {eid} answered identify() with {identity!r}, not its EngineIdentity: it runs another "
-                        "thunderviz than this kernel; restart it from this environment"
-                    )
-                    continue
-                identities[eid] = identity
-            except TimeoutError:
-                problems.append(f"engine {eid} did not answer within {IDENTIFY_TIMEOUT_S:.0f} s (busy?)")
-            except RemoteError as exc:
-                problems.append(f"engine {eid}: {exc.ename}: {exc.evalue}")
-            except Exception as exc:
-                problems.append(f"engine {eid}: {type(exc).__name__}: {exc}")
-        if problems:
-            raise RankError(
-                f"Could not set up ranks on the engines of the {self.cluster.description}: {'; '.join(problems)}. "
-                "Make sure every engine is alive and idle, then run the cell again."
-            )
-        return identities
 
     # ----------------------------------------------------------------- what the driver needs (RankControls)
 
@@ -330,31 +272,8 @@ class RankEngine:
         outcome = drive(requests, self, **kwargs)
         if outcome.restart_reason:
             self.restart_reason = outcome.restart_reason
-        self._explain_deaths(outcome)
+        explain_deaths(self.cluster, self.rank_pids, outcome)
         return outcome
-
-    def _explain_deaths(self, outcome: Outcome) -> None:
-        """A rank that died gets the end of its process log as its traceback (read now: a restart replaces it).
-
-        Why: "the process exited" alone leaves a user (and CI) guessing between a segfault, an abort, ipyparallel
-        shutting the engine down, and the out-of-memory killer; the log tells the first three apart, and a log
-        with nothing after start-up points at a SIGKILL."""
-        if not isinstance(self.cluster, LocalCluster):
-            return
-        for rank, failure in outcome.failures.items():
-            pid = self.rank_pids.get(rank)
-            if failure.kind is not FailureKind.DIED or failure.traceback or pid is None:
-                continue
-            words = self.cluster.last_words(pid)
-            fatal = next((line for line in words.splitlines() if line.startswith("Fatal Python error")), None)
-            if fatal:
-                failure.summary += f" ({fatal}; its stacks are below)"
-            else:
-                failure.summary += (
-                    " with no fatal error in its log (a SIGKILL, such as the out-of-memory killer's, leaves none; "
-                    f"{memory_note()})" + ("; the end of its log is below" if words.strip() else "")
-                )
-            failure.traceback = words
 
     # ----------------------------------------------------------------- running
 
@@ -438,10 +357,12 @@ class RankEngine:
             self._after_failure(outcome.failures)
             error = self._cell_error(outcome.failures)
             if timeline:
-                error.partial_report = self._partial_report(cell, outcome, captured, spec, elapsed)
+                error.partial_report = partial_report(
+                    cell, outcome, captured, spec, elapsed, world_size=self.world_size, backend=self.backend
+                )
             raise error
         wanted = collect or timeline
-        collected = {rank: self._report_data(rank, request) for rank, request in cell.items()} if wanted else {}
+        collected = {rank: report_data(rank, request) for rank, request in cell.items()} if wanted else {}
         report = RunReport.from_ranks(
             collected,
             outputs={r: "\n".join(lines) for r, lines in captured.items()},
@@ -480,55 +401,6 @@ class RankEngine:
             self._after_failure(outcome.failures)
             raise self._cell_error(outcome.failures, what="Configuring fabric")
         self._config = wanted
-
-    def _report_data(self, rank: int, request: Any) -> ReportData:
-        # sent by the rank's post_run_cell hook on the cell's own data channel, before the reply
-        if request.wait_for_output(timeout=REPORT_DATA_WAIT_S):
-            data = _published_report(request)
-            if data is not None:
-                return data
-        return missing_report(
-            rank, f"sent no report data (its output did not complete within {REPORT_DATA_WAIT_S:.0f} s)"
-        )
-
-    def _partial_report(
-        self,
-        cell: dict[int, Any],
-        outcome: Outcome,
-        captured: dict[int, list[str]],
-        spec: StrategySpec | None,
-        elapsed: float,
-    ) -> Any:
-        """A failed ``--timeline`` cell's report from the ranks that returned (a rank that raised still sends what
-        it recorded before the error), the ranks that died or were killed named in its problems; None when no
-        rank returned anything."""
-        from thunderviz.reports.run_report import RunReport
-
-        collected: dict[int, ReportData] = {}
-        lost: dict[int, str] = {}
-        for rank, request in cell.items():
-            failure = outcome.failures.get(rank)
-            if failure is not None and failure.kind is FailureKind.DIED:
-                lost[rank] = "died"
-                continue
-            if failure is not None and failure.kind is FailureKind.KILLED:
-                lost[rank] = "was killed after a peer failed"
-                continue
-            data = _published_report(request)
-            if data is not None:
-                collected[rank] = data
-        if not collected:
-            return None  # the error already names every rank; a report of nothing would only repeat it
-        return RunReport.from_ranks(
-            collected,
-            outputs={r: "\n".join(lines) for r, lines in captured.items()},
-            world_size=self.world_size,
-            backend=self.backend,
-            strategy=spec,
-            seconds=elapsed,
-            timeline=True,
-            failed_ranks=lost,
-        )
 
     def pull(self, name: str, rank: int = 0) -> Any:
         """The value of ``name`` in ``rank``'s namespace (pickled across)."""
@@ -650,8 +522,3 @@ class RankEngine:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
-
-
-def _published_report(request: Any) -> ReportData | None:
-    """The ``ReportData`` a rank's post-cell hook published on the cell's data channel, if it arrived."""
-    return (request.metadata.get("data") or {}).get(REPORT_DATA_KEY)

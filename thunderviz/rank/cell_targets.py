@@ -46,8 +46,8 @@ def cell_targets(ns: dict[str, Any], before: CellSnapshot) -> list[tuple[str, An
     Objects are told apart by their compile data: Fabric's wrapper forwards attribute lookups to the
     ThunderModule inside, so ``model`` and the strategy's module are one compiled object, captured once.
     """
-    from thunderviz.thunder.hooks import compile_key as key
-    from thunderviz.thunder.hooks import has_traces
+    from thunderviz.thunder.compile_state import compile_key as key
+    from thunderviz.thunder.compile_state import has_traces
 
     targets: list[tuple[str, Any]] = []
     seen: set[int] = set()
@@ -93,7 +93,7 @@ def _jitted_objects(ns: dict[str, Any]) -> dict[str, Any]:
     """The namespace's jitted objects by name; what ``fabric.setup`` returned counts by the ThunderModule inside
     Fabric's wrapper (a model set up by an earlier cell's strategy, used again under a new ``fabric``, is still the
     model that ran)."""
-    from thunderviz.thunder.hooks import is_jitted
+    from thunderviz.thunder.compile_state import is_jitted
     from thunderviz.thunder.modules import unwrap_fabric
 
     found = {}
@@ -114,6 +114,6 @@ def _strategy_modules(ns: dict[str, Any]) -> list[tuple[str, Any]]:
 
 
 def _calls(obj: Any) -> int:
-    from thunderviz.thunder.hooks import call_count
+    from thunderviz.thunder.compile_state import call_count
 
     return call_count(obj)

@@ -87,7 +87,7 @@ def collect(
     capturing = time.perf_counter()
     try:
         from thunderviz.thunder.capture.traces import capture
-        from thunderviz.thunder.hooks import compile_key
+        from thunderviz.thunder.compile_state import compile_key
         from thunderviz.trace.ledger import ledger_from_bundle
     except ImportError as exc:
         result["problems"].append(f"the trace model is not available in this build ({exc}); traces were not captured")

@@ -19,7 +19,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from thunderviz.render.graph import RECOMPUTED_MARK, Group, dot_available, graph_view, short_op_name, to_svg
+from thunderviz.render.graph import dot_available, graph_view, short_op_name, to_svg
+from thunderviz.render.graph_groups import Group
+from thunderviz.render.graph_nodes import RECOMPUTED_MARK
 from thunderviz.render.markup import counted, decisions_table
 from thunderviz.render.markup import escape as _e
 from thunderviz.render.markup import page as _markup_page

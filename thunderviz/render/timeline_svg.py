@@ -5,7 +5,7 @@ thread, with the time it was blocked by a collective; the backend's communicatio
 millisecond axis (a common one for several runs with ``span_us``), and a ``<title>`` on every collective wide
 enough to point at, so a hover names it. Blocked time that outlasts the collective's work (the backend finished,
 the waiting thread had not yet run again: ranks sharing CPUs) is drawn apart, hatched, and said so.
-Collectives use the colours of the trace graph (``render.graph``: collectives orange, waits yellow, module
+Collectives use the colours of the trace graph (``render.graph_nodes``: collectives orange, waits yellow, module
 blocks blue), so a collective looks the same in both pictures. Every name from user code is escaped.
 
 Busy time on the main thread is drawn as merged intervals at the picture's resolution (a 20-step GPT timeline
@@ -37,17 +37,17 @@ __all__ = [
 
 
 def graph_colours() -> dict[str, str]:
-    """Fill and border colours of the trace graph's node styles, read from ``render.graph`` (one source)."""
-    from thunderviz.render import graph
+    """Fill and border colours of the trace graph's node styles, read from ``render.graph_nodes`` (one source)."""
+    from thunderviz.render import graph_nodes
 
     def pick(style: str, key: str, default: str) -> str:
         m = re.search(rf'(?<![a-z]){key}="(#[0-9a-fA-F]{{6}})"', style)
         return m.group(1) if m else default
 
-    coll = getattr(graph, "_COLLECTIVE_STYLE", "")
-    wait = getattr(graph, "_WAIT_STYLE", "")
-    group = getattr(graph, "_GROUP_STYLE", "")
-    op = getattr(graph, "_OP_STYLE", "")
+    coll = getattr(graph_nodes, "_COLLECTIVE_STYLE", "")
+    wait = getattr(graph_nodes, "_WAIT_STYLE", "")
+    group = getattr(graph_nodes, "_GROUP_STYLE", "")
+    op = getattr(graph_nodes, "_OP_STYLE", "")
     return {
         "collective": pick(coll, "fillcolor", "#f4a261"),
         "collective_border": pick(coll, "color", "#9c4a00"),

@@ -47,7 +47,7 @@ from thunderviz.strategies.ddp import ThunderDDPStrategy
 from thunderviz.strategies.fsdp import ThunderFSDPStrategy
 from thunderviz.strategies.planning import Plan, block_checkpoint_policy
 from thunderviz.strategies.registry import register_strategy_names
-from thunderviz.thunder import hooks
+from thunderviz.thunder import compile_state
 from thunderviz.trace.units import format_bytes
 
 __all__ = ["ThunderAutoStrategy"]
@@ -144,7 +144,7 @@ class ThunderAutoStrategy(ThunderParallelStrategy):
             return
         budget = self._budget()
         world = self.world_size
-        target = hooks.original_module(module) if hooks.is_thunder_module(module) else module
+        target = compile_state.original_module(module) if compile_state.is_thunder_module(module) else module
         payload: list[Any] = [None]
         per_host = _ranks_per_host(self.process_group) if world > 1 else None
         if self.global_rank == 0:

@@ -4,7 +4,7 @@ Built on Fabric's ``DDPStrategy`` for what is not ours to redo (cluster environm
 ``all_reduce``/``barrier``/``broadcast``, launchers); everything thunder-specific goes through
 ``thunderviz.parallel.decisions`` (what to do) and ``thunderviz.thunder.hooks`` (how). Models built on the meta
 device are materialized by ``strategies.materialize``, gradients clipped by ``strategies.clipping``, checkpoints
-written and read by ``strategies.checkpoint``.
+written and read by the ``strategies.checkpoint`` package.
 """
 
 from __future__ import annotations
@@ -30,7 +30,10 @@ from thunderviz.parallel.decisions import Action, Case, Decision, decide, decide
 from thunderviz.parallel.option_values import Parallelism, StateDictType
 from thunderviz.parallel.options import options_for
 from thunderviz.parallel.strategy_options import StrategyOptions, parse_options
-from thunderviz.strategies import checkpoint, clipping
+from thunderviz.strategies import clipping
+from thunderviz.strategies.checkpoint import full as full_format
+from thunderviz.strategies.checkpoint import save_load
+from thunderviz.strategies.checkpoint.state import CheckpointContext
 from thunderviz.strategies.front_doors import (
     fabric_compile_kwargs,
     guard_front_door,
@@ -38,7 +41,7 @@ from thunderviz.strategies.front_doors import (
     keep_compile_kwargs_captured,
 )
 from thunderviz.strategies.materialize import has_meta_tensors
-from thunderviz.thunder import hooks
+from thunderviz.thunder import compile_state, hooks
 from thunderviz.thunder.comm.setup import configure_comm
 from thunderviz.thunder.jit.checkpointed_forward import checkpoint_modules_
 from thunderviz.thunder.jit.executors import executor_facts, resolve_executors
@@ -229,28 +232,28 @@ class ThunderParallelStrategy(DDPStrategy):
         prepare_transformers(user_module(module), decision.prepare)
         if decision.action is Action.JIT_AND_DISTRIBUTE:
             compile_reuse.mark(module, self.options.compile_reuse)
-            jitted = hooks.jit(
+            jitted = compile_state.jit(
                 module, executors=resolve_executors(how.executors, self.options.executors), **self.jit_kwargs
             )
             replaced = self._distribute_(module)
-            hooks.rebind_module_tensors(jitted, replaced)
+            compile_state.rebind_module_tensors(jitted, replaced)
             if decision.dynamo_passthrough:
                 hide_from_dynamo(jitted)
             self._register(decision.target, module, jitted)
             return jitted, replaced
         if decision.action is Action.DISTRIBUTE_IN_PLACE:
-            inner = hooks.original_module(module)
+            inner = compile_state.original_module(module)
             compile_reuse.mark(inner, self.options.compile_reuse)
             replaced = self._distribute_(inner)
-            hooks.rebind_module_tensors(module, replaced)
+            compile_state.rebind_module_tensors(module, replaced)
             if decision.clear_cache:
-                hooks.clear_trace_cache(module)
+                compile_state.clear_trace_cache(module)
             self._register(decision.target, inner, module)
             return module, replaced
         # Case 2: the user jits a function that takes this module.
         compile_reuse.mark(module, self.options.compile_reuse)  # that function's compile may reuse a trace
         replaced = self._distribute_(module)
-        hooks.clear_all_trace_caches()
+        compile_state.clear_all_trace_caches()
         self._register(decision.target, module, None)
         return module, replaced
 
@@ -346,8 +349,8 @@ class ThunderParallelStrategy(DDPStrategy):
 
     # -- checkpoints (strategies.checkpoint) ---------------------------------------------------------------------
 
-    def _checkpoint_context(self) -> checkpoint.CheckpointContext:
-        return checkpoint.CheckpointContext(
+    def _checkpoint_context(self) -> CheckpointContext:
+        return CheckpointContext(
             strategy=type(self).__name__, rank=self.global_rank, sharded=self.state_dict_type is StateDictType.SHARDED
         )
 
@@ -364,7 +367,7 @@ class ThunderParallelStrategy(DDPStrategy):
                 f"`{type(self).__name__}.save_checkpoint` does not take `storage_options`: it writes with"
                 " `torch.save` ('full') or `torch.distributed.checkpoint` ('sharded'). Drop the argument."
             )
-        checkpoint.save_checkpoint(self._checkpoint_context(), path, state, filter)
+        save_load.save_checkpoint(self._checkpoint_context(), path, state, filter)
 
     @override
     def load_checkpoint(
@@ -374,16 +377,16 @@ class ThunderParallelStrategy(DDPStrategy):
         strict: bool = True,
         weights_only: bool | None = None,
     ) -> dict[str, Any]:
-        return checkpoint.load_checkpoint(self._checkpoint_context(), path, state, strict, weights_only)
+        return save_load.load_checkpoint(self._checkpoint_context(), path, state, strict, weights_only)
 
     @override
     def get_module_state_dict(self, module: nn.Module) -> dict[str, Any]:
         """Full tensors with ``state_dict_type='full'`` (a collective), this rank's shards with ``'sharded'``."""
         if self.state_dict_type is StateDictType.FULL:
-            return checkpoint.full_module_state(module)
+            return full_format.full_module_state(module)
         return {k: v.detach().clone() for k, v in user_module(module).state_dict(keep_vars=True).items()}
 
     @override
     def load_module_state_dict(self, module: nn.Module, state_dict: dict[str, Any], strict: bool = True) -> None:
         """Load a full (one-process) state dict into the model's local shards or replicas."""
-        checkpoint.load_full_module(module, state_dict, strict=strict, what="load_module_state_dict(module, ...)")
+        full_format.load_full_module(module, state_dict, strict=strict, what="load_module_state_dict(module, ...)")

@@ -261,7 +261,8 @@ def _predict_rehearsed(
     ``rehearsal``: ``rehearse_all``'s loss_fn, optimizer, precision and device."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="transformer_engine module not found")
-        from thunderviz.thunder.memory.rehearsal import block_container, cut_blocks, rehearsal_runs, rehearse_all
+        from thunderviz.thunder.memory.meta_model import block_container, cut_blocks
+        from thunderviz.thunder.memory.rehearsal import rehearsal_runs, rehearse_all
 
     names = list(dict.fromkeys(s.name for s in specs))
     by_name = {s.name: s.options for s in specs}

@@ -19,7 +19,7 @@ import torch
 import torch.distributed as tdist
 
 from thunderviz.thunder.comm import distribute
-from thunderviz.thunder.hooks import param_group
+from thunderviz.thunder.param_tags import param_group
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_", "global_grad_norm"]
 

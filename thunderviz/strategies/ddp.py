@@ -21,7 +21,7 @@ from thunderviz.parallel.option_values import Parallelism
 from thunderviz.strategies.base import ThunderParallelStrategy
 from thunderviz.strategies.materialize import has_meta_tensors, materialize_, rank0_generator_state
 from thunderviz.strategies.registry import register_strategy_names
-from thunderviz.thunder import hooks
+from thunderviz.thunder import hooks, param_tags
 from thunderviz.thunder.comm import distribute
 from thunderviz.thunder.modules import user_module
 
@@ -122,8 +122,8 @@ class _ReplicatedBackwardSyncControl(_BackwardSyncControl):
         groups: dict[int, tdist.ProcessGroup] = {}
         for module in self.pending.values():
             for p in user_module(module).parameters():
-                if p.grad is not None and hooks.sync_tag(p) == hooks.SyncKind.REPLICATED:
-                    group = hooks.param_group(p)
+                if p.grad is not None and param_tags.sync_tag(p) == param_tags.SyncKind.REPLICATED:
+                    group = param_tags.param_group(p)
                     groups[id(group)] = group
                     buckets.setdefault((id(group), p.grad.dtype, p.grad.device), []).append(p.grad)
         with torch.no_grad():

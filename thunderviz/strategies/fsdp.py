@@ -20,9 +20,9 @@ from thunderviz.strategies.base import ThunderParallelStrategy
 from thunderviz.strategies.materialize import has_meta_tensors, materialize_, rank0_generator_state
 from thunderviz.strategies.mesh import mesh_facts, mesh_groups
 from thunderviz.strategies.registry import register_strategy_names
-from thunderviz.thunder import hooks
+from thunderviz.thunder import hooks, param_tags
 from thunderviz.thunder.comm import distribute
-from thunderviz.thunder.hooks import fsdp_enums
+from thunderviz.thunder.compile_state import fsdp_enums
 from thunderviz.thunder.modules import user_module
 
 __all__ = ["ThunderFSDPStrategy"]
@@ -129,7 +129,7 @@ def _pending_params(modules: list[nn.Module]) -> list[str]:
     out = []
     for module in modules:
         for name, p in user_module(module).named_parameters():
-            acc = hooks.accumulator(p)
+            acc = param_tags.accumulator(p)
             if acc is not None and acc.pending:
                 out.append(name)
     return out

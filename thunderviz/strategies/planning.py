@@ -330,7 +330,7 @@ def block_checkpoint_policy(template: Any) -> CheckpointPolicy | None:
     """Checkpointing per block: the classes of the model's repeated blocks (None: it has none)."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="transformer_engine module not found")
-        from thunderviz.thunder.memory.rehearsal import block_container
+        from thunderviz.thunder.memory.meta_model import block_container
 
     found = block_container(template)
     if found is None:
@@ -438,7 +438,7 @@ def _optimizer_name(optimizer: Any, device: str) -> str:
     """The class of the optimizer the plan rehearsed (``"adamw"`` -> ``AdamW``), built once on a meta parameter."""
     import torch
 
-    from thunderviz.thunder.memory.rehearsal import make_optimizer
+    from thunderviz.thunder.memory.meta_model import make_optimizer
 
     return type(make_optimizer(optimizer, [torch.nn.Parameter(torch.empty(1, device="meta"))], device)).__name__
 

@@ -1,9 +1,9 @@
 """Which ``nn.Module`` is behind what ``fabric.setup`` or ``thunder.jit`` returned: the one way to unwrap.
 
 The layers a user's module can sit in: Fabric's ``_FabricModule`` (``_forward_module``) around a ThunderModule
-(``hooks.original_module``: thunder keeps the user's module as ``_model``) or around the plain module itself (case 2,
-``jit=False``). Strategies distribute the user's module's own parameters in place, so that module is the one whose
-parameters, names and state dict count.
+(``compile_state.original_module``: thunder keeps the user's module as ``_model``) or around the plain module itself
+(case 2, ``jit=False``). Strategies distribute the user's module's own parameters in place, so that module is the one
+whose parameters, names and state dict count.
 
 Neither lightning nor thunder is imported here: an object can only be Fabric's wrapper once lightning is loaded, and
 thunder is asked only about objects that may be jitted.
@@ -34,10 +34,10 @@ def unwrap_fabric(obj: Any) -> Any:
 
 def user_module(obj: Any) -> Any:
     """The user's own module under Fabric's wrapper and/or a ThunderModule (``obj`` itself when wrapped in neither)."""
-    from thunderviz.thunder import hooks
+    from thunderviz.thunder import compile_state
 
     inner = unwrap_fabric(obj)
-    return hooks.original_module(inner) if hooks.is_thunder_module(inner) else inner
+    return compile_state.original_module(inner) if compile_state.is_thunder_module(inner) else inner
 
 
 def model_size(obj: Any) -> tuple[str, int] | None:
@@ -47,9 +47,9 @@ def model_size(obj: Any) -> tuple[str, int] | None:
 
     from torch import nn
 
-    from thunderviz.thunder import hooks
+    from thunderviz.thunder import param_tags
 
     module = user_module(obj)
     if not isinstance(module, nn.Module):
         return None
-    return type(module).__name__, sum(math.prod(hooks.full_shape(p)) for p in module.parameters())
+    return type(module).__name__, sum(math.prod(param_tags.full_shape(p)) for p in module.parameters())

@@ -17,40 +17,22 @@ Rules:
   kernels named ``nccl*``. A backend runs its queue in issue order, so the k-th work event by start time belongs
   to the k-th issued collective (ours, plus any ``c10d::`` call made outside our wrappers).
 - Backward without a ``backward`` marker: from the first to the last autograd engine event of the step.
-- Names: the collectives of a forward (backward) region are matched in order to the forward (backward)
-  collectives of that module's ledger; when the kinds line up they get the ledger's tensor name and module
-  group, else they keep kind and shape and a note says why.
-- Compute attribution: within a matched region, the time between consecutive collective anchors (issue calls
-  and waits, whose trace op index the ledger knows) ran the trace ops between those indices. The profiler's own
-  op events in that time (the outermost ``aten::`` calls on the main thread, one per trace op the torch executor
-  ran) are matched in order to those trace ops by name, so each op event takes its trace op's module group, and
-  every run of consecutive events of one group becomes a segment of that group (``Segment.share``: the part of its
-  events matched by name; an unmatched event belongs to the group of the matched one before it). Why by events and
-  not by anchors alone: a DDP forward has no collective at all, and its backward one all_reduce at the end, so
-  the anchors alone would give the whole forward (backward) to a single block. Without op names (an older
-  ``ModuleInfo``) or op events, the segment goes to the group most of its trace ops belong to.
+- Names and compute attribution: from each watched module's traces, by ``timeline.attribution``.
 """
 
 from __future__ import annotations
 
 import re
-from bisect import bisect_left
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
-from thunderviz.timeline.model import (
-    CollectiveEvent,
-    OpTable,
-    RankTimeline,
-    Region,
-    Segment,
-)
+from thunderviz.timeline.attribution import names_and_segments
+from thunderviz.timeline.model import CollectiveEvent, OpTable, RankTimeline, Region
+from thunderviz.timeline.raw_events import CollectiveMeta, ModuleInfo, RawEvent
 
-__all__ = ["MARK", "CollectiveMeta", "ModuleInfo", "RawEvent", "build_rank_timeline"]
+__all__ = ["build_rank_timeline"]
 
-MARK = "thunderviz."
 _MARK_RE = re.compile(r"^thunderviz\.(step|forward|backward|optimizer|collective|wait|clock)(?:#(\d+))?$")
 _C10D_KINDS = {
     "allreduce_": "all_reduce",
@@ -68,42 +50,6 @@ _C10D_KINDS = {
     "gather_": "gather",
     "scatter_": "scatter",
 }
-
-
-@dataclass(frozen=True)
-class RawEvent:
-    """One profiler event, in microseconds on the rank's clock. ``device`` is ``cpu`` or ``cuda``."""
-
-    name: str
-    tid: int
-    start: float
-    end: float
-    device: str = "cpu"
-
-
-@dataclass(frozen=True)
-class CollectiveMeta:
-    """What our wrapper saw when collective K was issued."""
-
-    kind: str
-    sync: bool
-    shape: tuple[int, ...] | None = None
-    dtype: str | None = None
-    bytes: int | None = None
-    group_size: int | None = None
-
-
-@dataclass
-class ModuleInfo:
-    """A watched (jitted) module: its name, ledger entries (``LedgerEntry.to_dict()`` rows) and, per trace, the
-    module group of every op (None for bookkeeping ops) and its name (``linear``, ``torch_prims_reshape_impl``;
-    empty for bookkeeping ops), from its captured traces."""
-
-    name: str
-    ledger: list[dict[str, Any]] = field(default_factory=list)
-    op_groups: dict[str, list[str | None]] = field(default_factory=dict)
-    op_names: dict[str, list[str]] = field(default_factory=dict)
-    problem: str = ""
 
 
 def build_rank_timeline(
@@ -132,7 +78,7 @@ def build_rank_timeline(
     kept = _steps(marks, closed_steps, end, steps, notes)
     regions, fwd_module = _regions(marks, kept.regions, modules)
     events_out = _collectives(marks, collectives, regions, kept.regions, notes)
-    segments = _names_and_segments(regions, events_out, fwd_module, modules, notes, _op_events(marks, kept.regions))
+    segments = names_and_segments(regions, events_out, fwd_module, modules, notes, _op_events(marks, kept.regions))
     ops = _op_table(marks, kept.regions)
     if not kept.regions:
         notes.append(
@@ -352,43 +298,6 @@ def _collective_event(
     )
 
 
-# ---------------------------------------------------------------------------------- names and compute attribution
-
-
-def _names_and_segments(
-    regions: Sequence[Region],
-    events_out: Sequence[CollectiveEvent],
-    fwd_module: Mapping[int, int],
-    modules: Mapping[int, ModuleInfo],
-    notes: list[str],
-    op_events: Sequence[RawEvent] = (),
-) -> list[Segment]:
-    """Name each forward/backward region's collectives from its module's ledger and, where they line up, attribute
-    the compute between them to module groups (by the op events that ran, see the module docstring)."""
-    segments: list[Segment] = []
-    for ri, r in enumerate(regions):
-        if r.kind not in ("forward", "backward"):
-            continue
-        mod = _module_for(r, ri, regions, fwd_module, modules)
-        if mod is None or not mod.ledger:
-            if mod is not None and mod.problem:
-                note = (
-                    f"{mod.name}: its traces could not be read ({mod.problem}); collectives are shown by kind and shape"
-                )
-                if note not in notes:
-                    notes.append(note)
-            continue
-        inside = [
-            c for c in events_out if c.step == r.step and r.start <= c.issue_start <= r.end and c.region == r.kind
-        ]
-        matched = _match_ledger(inside, mod, r.kind, notes)
-        if matched:
-            segments.extend(
-                _segments(r, inside, mod.op_groups.get(r.kind, []), mod.op_names.get(r.kind, []), op_events)
-            )
-    return segments
-
-
 # ------------------------------------------------------------------------------ top-level ops in the kept steps
 
 
@@ -446,152 +355,6 @@ def _autograd_regions(events: Sequence[RawEvent], main_tid: int, steps: Sequence
         inside = [e for e in eng if s.start <= e.start < s.end]
         if inside:
             out.append(Region("backward", min(e.start for e in inside), max(e.end for e in inside), s.step))
-    return out
-
-
-def _module_for(
-    r: Region, ri: int, regions: Sequence[Region], fwd_module: Mapping[int, int], modules: Mapping[int, ModuleInfo]
-) -> ModuleInfo | None:
-    if r.kind == "forward":
-        n = fwd_module.get(id(r))
-        return None if n is None else modules.get(n)
-    for j in range(ri - 1, -1, -1):  # a backward belongs to the step's last forward before it
-        f = regions[j]
-        if f.kind == "forward" and f.step == r.step and id(f) in fwd_module:
-            return modules.get(fwd_module[id(f)])
-    return None
-
-
-def _match_ledger(inside: list[CollectiveEvent], mod: ModuleInfo, trace: str, notes: list[str]) -> bool:
-    entries = [e for e in mod.ledger if e.get("trace") == trace]
-    colls = [e for e in entries if e.get("kind") != "wait"]
-    waits = {e.get("waits_for"): e for e in entries if e.get("kind") == "wait"}
-    kinds_run = [c.kind for c in inside]
-    kinds_led = [e.get("kind") for e in colls]
-    if kinds_run != kinds_led:
-        note = (
-            f"{mod.name} {trace}: {len(inside)} collectives ran but its ledger lists {len(colls)}"
-            if len(inside) != len(colls)
-            else f"{mod.name} {trace}: the collectives ran in another order than its ledger lists"
-        )
-        note += "; they are shown by kind and shape, without parameter names"
-        if note not in notes:
-            notes.append(note)
-        return False
-    groups = mod.op_groups.get(trace, [])
-    for c, e in zip(inside, colls, strict=False):
-        c.tensor = str(e.get("tensor", c.tensor))
-        c.trace = trace
-        c.ledger_position = e.get("position")
-        c.op_index = e.get("op_index")
-        w = waits.get(e.get("position"))
-        c.wait_op_index = None if w is None else w.get("op_index")
-        idx = c.op_index
-        c.group = _group_near(groups, idx)
-    return True
-
-
-def _group_near(groups: Sequence[str | None], idx: int | None) -> str | None:
-    """The group of the trace op at ``idx``, or (collectives carry none) of the nearest op that has one."""
-    if idx is None or not groups:
-        return None
-    for d in range(len(groups)):
-        for j in (idx + d, idx - d):
-            if 0 <= j < len(groups) and groups[j] is not None:
-                return groups[j]
-    return None
-
-
-def _segments(
-    r: Region,
-    inside: Sequence[CollectiveEvent],
-    groups: Sequence[str | None],
-    names: Sequence[str] = (),
-    op_events: Sequence[RawEvent] = (),
-) -> list[Segment]:
-    """The region's compute between its collective anchors, by module group (see the module docstring)."""
-    anchors: list[tuple[float, float, int]] = []
-    for c in inside:
-        if c.op_index is not None:
-            anchors.append((c.issue_start, c.issue_end, c.op_index))
-        if c.wait_op_index is not None and c.wait_start is not None and c.wait_end is not None:
-            anchors.append((c.wait_start, c.wait_end, c.wait_op_index))
-    anchors.sort()
-    starts = [e.start for e in op_events]
-    out: list[Segment] = []
-    t_prev, idx_prev = r.start, -1
-    for a, b, idx in [*anchors, (r.end, r.end, len(groups))]:
-        if a > t_prev and idx > idx_prev + 1:
-            end = min(a, r.end)
-            lo, hi = bisect_left(starts, t_prev), bisect_left(starts, end)
-            ran = _attribute(op_events[lo:hi], range(idx_prev + 1, idx), groups, names)
-            if ran:
-                out.extend(_runs(ran, t_prev, end, r))
-            else:
-                names_in = Counter(g for g in groups[idx_prev + 1 : idx] if g is not None)
-                if names_in:
-                    g, n = names_in.most_common(1)[0]
-                    out.append(Segment(g, t_prev, end, r.step, r.kind, round(n / sum(names_in.values()), 3)))
-        if idx > idx_prev:
-            t_prev, idx_prev = max(t_prev, b), idx
-        else:
-            t_prev = max(t_prev, b)
-    return out
-
-
-#: How many trace ops ahead an op event may match (trace ops that ran no ``aten::`` call, like ``shallow_copy``
-#: or our bucket packing, are skipped this way; measured: at most 3 in a row in TinyGPT's traces).
-_LOOKAHEAD = 12
-
-
-def _attribute(
-    events: Sequence[RawEvent], indices: range, groups: Sequence[str | None], names: Sequence[str]
-) -> list[tuple[RawEvent, str, bool]]:
-    """``(event, group, matched)`` for each op event, matched in order to the trace ops at ``indices`` by name;
-    empty when there is nothing to match (no events, or no op names)."""
-    ops = [
-        (_trace_op_key(names[j]), groups[j])
-        for j in indices
-        if j < len(groups) and j < len(names) and groups[j] is not None and names[j]
-    ]
-    if not events or not ops:
-        return []
-    out: list[tuple[RawEvent, str | None, bool]] = []
-    p = 0
-    for e in events:
-        key = e.name.removeprefix("aten::")
-        k = next((q for q in range(p, min(p + _LOOKAHEAD, len(ops))) if ops[q][0] == key), None)
-        if k is None:
-            out.append((e, out[-1][1] if out else None, False))
-        else:
-            out.append((e, ops[k][1], True))
-            p = k + 1
-    first = next((g for _e, g, _m in out if g is not None), ops[0][1])  # events before the first match
-    return [(e, g if g is not None else first, m) for e, g, m in out]
-
-
-def _trace_op_key(name: str) -> str:
-    """A trace op's name as the profiler calls the ``aten::`` op it runs: ``torch_prims_reshape_impl`` ->
-    ``reshape``, ``torch.ops.aten.embedding_backward`` -> ``embedding_backward``."""
-    key = name.rsplit(".", 1)[-1]
-    key = key.removeprefix("torch_").removeprefix("prims_").removesuffix("_impl").removesuffix("_prim")
-    return key
-
-
-def _runs(ran: Sequence[tuple[RawEvent, str, bool]], t0: float, t1: float, r: Region) -> list[Segment]:
-    """One segment per run of consecutive op events of one group, tiling ``t0..t1``: a run lasts from its first
-    event to the next run's first event (the first from ``t0``, the last to ``t1``)."""
-    out: list[Segment] = []
-    i = 0
-    while i < len(ran):
-        j = i
-        while j + 1 < len(ran) and ran[j + 1][1] == ran[i][1]:
-            j += 1
-        start = t0 if not out else ran[i][0].start
-        end = ran[j + 1][0].start if j + 1 < len(ran) else t1
-        matched = sum(1 for _e, _g, m in ran[i : j + 1] if m)
-        out.append(Segment(ran[i][1], start, end, r.step, r.kind, round(matched / (j + 1 - i), 3)))
-        i = j + 1
     return out
 
 

@@ -27,7 +27,8 @@ How: torch.profiler records CPU ops (and CUDA activity when CUDA is available); 
 labels (``thunderviz.*``) mark steps, the jitted module's forward (global module hooks), ``fabric.backward``,
 the optimizer (global optimizer hooks), and every collective: while recording, the ``torch.distributed``
 collective functions are wrapped so each call is labelled with its number, kind, shape and dtype, and each
-async work's ``wait()`` is labelled with the same number. Everything is undone on exit, also on error. Before
+async work's ``wait()`` is labelled with the same number (``timeline.instrumentation``). Everything is undone on
+exit, also on error. Before
 and after recording, a few rendezvous (all_reduce of one number) bracket a common instant on every rank, which
 ``timeline.model.align_clocks`` turns into each rank's clock offset with a bound.
 """
@@ -40,20 +41,16 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any, Self
 
 from thunderviz.gc_pause import no_gc_pauses
 from thunderviz.process_rank import process_rank
-from thunderviz.timeline.build import (
-    MARK,
-    CollectiveMeta,
-    ModuleInfo,
-    RawEvent,
-    build_rank_timeline,
-)
+from thunderviz.timeline.build import build_rank_timeline
+from thunderviz.timeline.instrumentation import Instrumentation, describe_collective, instrumentations
 from thunderviz.timeline.model import RankTimeline, save
+from thunderviz.timeline.raw_events import MARK, ModuleInfo, RawEvent
 
 __all__ = ["UNPROFILED_STEPS", "TimelineRecorder", "observed_steps", "record_timeline"]
 
@@ -65,20 +62,6 @@ def observed_steps(steps: int) -> int:
     """How many steps a recording that keeps ``steps`` observes in all: the first (it compiles), the kept ones, the
     settling one and the unprofiled ones. A memory meter in the same cell measures only steps after these."""
     return 1 + steps + 1 + UNPROFILED_STEPS
-
-
-#: ``torch.distributed`` functions wrapped while recording, and the collective kind each one is.
-WRAPPED_COLLECTIVES = {
-    "all_gather_into_tensor": "all_gather",
-    "all_gather": "all_gather",
-    "reduce_scatter_tensor": "reduce_scatter",
-    "reduce_scatter": "reduce_scatter",
-    "all_reduce": "all_reduce",
-    "broadcast": "broadcast",
-    "barrier": "barrier",
-    "all_to_all_single": "all_to_all",
-    "reduce": "reduce",
-}
 
 
 def record_timeline(
@@ -111,22 +94,6 @@ def record_timeline(
         cuda=cuda,
         capture_ledgers=capture_ledgers,
     )
-
-
-class _TimedWork:
-    """An async collective's work handle whose ``wait()`` is labelled ``thunderviz.wait#K``."""
-
-    def __init__(self, work: Any, number: int, recorder: TimelineRecorder) -> None:
-        self._work, self._number, self._recorder = work, number, recorder
-
-    def wait(self, *args: Any, **kwargs: Any) -> Any:
-        if not self._recorder.recording:
-            return self._work.wait(*args, **kwargs)
-        with self._recorder._rf(f"{MARK}wait#{self._number}"):
-            return self._work.wait(*args, **kwargs)
-
-    def __getattr__(self, item: str) -> Any:
-        return getattr(self._work, item)
 
 
 class TimelineRecorder:
@@ -177,7 +144,7 @@ class TimelineRecorder:
         self._boundaries = 0
         self._forward_calls = 0
         self._optimizer_seen = False
-        self._installed: list[_Instrumentation] = []  # what _teardown undoes, last first
+        self._installed: list[Instrumentation] = []  # what _teardown undoes, last first
         self._samples: list[tuple[float, float]] = []
         self._prof: Any = None
         self._marker_offsets: list[float] = []
@@ -327,18 +294,9 @@ class TimelineRecorder:
     def _install(self) -> None:
         """Put every instrumentation in place; each is listed before it installs, so ``_teardown`` undoes also
         what one did before it raised."""
-        for instrumentation in self._instrumentations():
+        for instrumentation in instrumentations(self, self._explicit_modules, self._fabric):
             self._installed.append(instrumentation)
             instrumentation.install()
-
-    def _instrumentations(self) -> list[_Instrumentation]:
-        forward: _Instrumentation = (
-            _ThunderForward(self) if self._explicit_modules is None else _ModuleHooks(self, self._explicit_modules)
-        )
-        out = [forward, _OptimizerHooks(self), _CollectiveWrappers(self)]
-        if self._fabric is not None and hasattr(self._fabric, "backward"):
-            out.append(_FabricBackward(self, self._fabric))
-        return out
 
     def _teardown(self) -> None:
         while self._installed:
@@ -406,7 +364,7 @@ class TimelineRecorder:
             rank=self._rank,
             world_size=self._world,
             steps=self.steps,
-            collectives={n: _describe(*raw) for n, raw in self._collectives.items()},
+            collectives={n: describe_collective(*raw) for n, raw in self._collectives.items()},
             modules=modules,
             closed_steps=list(self._closed_steps),
             end=self._end_us,
@@ -482,198 +440,20 @@ class TimelineRecorder:
 # ---------------------------------------------------------------------------------------------- instrumentations
 
 
-class _Instrumentation:
-    """One thing the recorder changes while it records (hooks on modules, a patched function).
-
-    ``install`` notes how to undo each change as it makes it, so ``uninstall`` undoes exactly what was done, also
-    after an ``install`` that raised half way.
-    """
-
-    def __init__(self, recorder: TimelineRecorder) -> None:
-        self.recorder = recorder
-        self._undo: list[Callable[[], None]] = []
-
-    def install(self) -> None:
-        raise NotImplementedError
-
-    def uninstall(self) -> None:
-        while self._undo:
-            undo = self._undo.pop()
-            with contextlib.suppress(Exception):  # undo the rest regardless
-                undo()
-
-
-class _ModuleHooks(_Instrumentation):
-    """``forward#M`` around each call of the modules passed as ``modules=``: hooks on the modules themselves, run
-    by ``nn.Module.__call__``, outside any jitted code."""
-
-    def __init__(self, recorder: TimelineRecorder, modules: list[Any]) -> None:
-        super().__init__(recorder)
-        self.modules = modules
-
-    def install(self) -> None:
-        rec = self.recorder
-
-        def pre(mod: Any, _args: Any) -> None:
-            mod._thunderviz_marked = rec._enter_forward(mod)
-
-        def post(mod: Any, _args: Any, _out: Any) -> None:
-            if getattr(mod, "_thunderviz_marked", False):
-                mod._thunderviz_marked = False
-                rec._exit_forward()
-
-        for m in self.modules:
-            self._undo.append(m.register_forward_pre_hook(pre).remove)
-            self._undo.append(m.register_forward_hook(post, always_call=True).remove)
-
-
-class _ThunderForward(_Instrumentation):
-    """``forward#M`` around each call of any ``ThunderModule`` (the default, without ``modules=``).
-
-    Not global module hooks: thunder would trace them into every submodule call of the model it compiles (slow to
-    compile, and its cache would depend on our state). ``ThunderModule.forward`` runs the compiled function and is
-    never traced itself.
-    """
-
-    def install(self) -> None:
-        rec = self.recorder
-        for cls in _thunder_module_types():
-            orig_forward = cls.forward
-
-            def forward(mod: Any, *args: Any, _orig: Any = orig_forward, **kwargs: Any) -> Any:
-                if not rec._enter_forward(mod):
-                    return _orig(mod, *args, **kwargs)
-                try:
-                    return _orig(mod, *args, **kwargs)
-                finally:
-                    rec._exit_forward()
-
-            cls.forward = forward
-            self._undo.append(lambda c=cls, f=orig_forward: setattr(c, "forward", f))
-
-
-class _OptimizerHooks(_Instrumentation):
-    """``optimizer`` around every ``torch.optim`` optimizer's ``step()`` (global hooks), which also ends a step."""
-
-    def install(self) -> None:
-        import torch.optim.optimizer as optim
-
-        rec = self.recorder
-
-        def opt_pre(_opt: Any, _args: Any, _kwargs: Any) -> None:
-            rec._enter_optimizer()
-
-        def opt_post(_opt: Any, _args: Any, _kwargs: Any) -> None:
-            rec._exit_optimizer()
-
-        self._undo.append(optim.register_optimizer_step_pre_hook(opt_pre).remove)
-        self._undo.append(optim.register_optimizer_step_post_hook(opt_post).remove)
-
-
-class _CollectiveWrappers(_Instrumentation):
-    """The ``torch.distributed`` functions of ``WRAPPED_COLLECTIVES`` replaced by wrappers that label each call
-    ``collective#K`` (and its async work's ``wait()`` ``wait#K``) and note what it sends."""
-
-    def install(self) -> None:
-        import torch.distributed as dist
-
-        if not dist.is_available():
-            return
-        for fname, kind in WRAPPED_COLLECTIVES.items():
-            orig = getattr(dist, fname, None)
-            if orig is None:
-                continue
-            setattr(dist, fname, self._wrap(orig, kind))
-            self._undo.append(lambda f=fname, o=orig: setattr(dist, f, o))
-
-    def _wrap(self, fn: Callable[..., Any], kind: str) -> Callable[..., Any]:
-        recorder = self.recorder
-        async_at = _async_op_position(fn)  # once per function: inspect.signature costs ~20 us a call
-
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            if not recorder.recording:
-                return fn(*args, **kwargs)
-            number = next(recorder._counter)
-            positional = async_at is not None and async_at < len(args) and bool(args[async_at])
-            is_async = bool(kwargs.get("async_op", positional))
-            recorder._collectives[number] = _sketch(kind, not is_async, args, kwargs, recorder._world)
-            with recorder._rf(f"{MARK}collective#{number}"):
-                out = fn(*args, **kwargs)
-            if is_async and out is not None and hasattr(out, "wait"):
-                return _TimedWork(out, number, recorder)
-            return out
-
-        wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
-        wrapper.__name__ = getattr(fn, "__name__", kind)
-        return wrapper
-
-
-class _FabricBackward(_Instrumentation):
-    """``backward`` around each ``fabric.backward`` call (an instance attribute, removed again on uninstall)."""
-
-    def __init__(self, recorder: TimelineRecorder, fabric: Any) -> None:
-        super().__init__(recorder)
-        self.fabric = fabric
-
-    def install(self) -> None:
-        rec, fabric = self.recorder, self.fabric
-        orig_backward = fabric.backward
-        had_attr = "backward" in vars(fabric)
-
-        def backward(*args: Any, **kwargs: Any) -> Any:
-            if not rec.recording or "backward" in rec._open:
-                return orig_backward(*args, **kwargs)
-            rec._open_mark("backward", f"{MARK}backward")
-            try:
-                return orig_backward(*args, **kwargs)
-            finally:
-                rec._close_mark("backward")
-
-        fabric.backward = backward
-
-        def restore() -> None:
-            if had_attr:
-                fabric.backward = orig_backward
-            else:
-                vars(fabric).pop("backward", None)
-
-        self._undo.append(restore)
-
-
 def _given_bundle(module: Any, bundles: Mapping[int, Any]) -> Any:
     """The bundle captured for ``module`` (keyed by its id or its compile data's id), or None."""
     if not bundles:
         return None
     if id(module) in bundles:
         return bundles[id(module)]
-    from thunderviz.thunder.hooks import compile_key
+    from thunderviz.thunder.compile_state import compile_key
 
     return bundles.get(compile_key(module))
-
-
-def _thunder_module_types() -> tuple[type, ...]:
-    try:
-        from thunderviz.thunder.hooks import thunder_module_type
-
-        return (thunder_module_type(),)
-    except Exception:
-        return ()
 
 
 def _module_name(m: Any, n: int) -> str:
     inner = getattr(m, "_model", None)
     return type(inner if inner is not None else m).__name__ + ("" if n == 0 else f"#{n}")
-
-
-def _async_op_position(fn: Callable[..., Any]) -> int | None:
-    """Where ``async_op`` sits positionally (thunder: ``all_gather_into_tensor(out, a, group, do_async)``)."""
-    import inspect
-
-    try:
-        params = list(inspect.signature(fn).parameters)
-    except (TypeError, ValueError):
-        return None
-    return params.index("async_op") if "async_op" in params else None
 
 
 def _label(name: str) -> Any:
@@ -696,46 +476,3 @@ def _profiler_c() -> Any:
     import torch
 
     return torch._C._profiler
-
-
-def _sketch(kind: str, sync: bool, args: tuple[Any, ...], kwargs: dict[str, Any], world: int) -> tuple[Any, ...]:
-    """What a collective call sends, kept as cheaply as possible while the step runs (``_describe`` later).
-
-    Only plain values: shape, dtype and byte count of the tensor sent (the input, not the gathered output),
-    and the group's size; no reference to the tensors, so nothing is kept alive.
-    """
-    import torch
-
-    tensors = [a for a in args if isinstance(a, torch.Tensor)] + [
-        a for a in kwargs.values() if isinstance(a, torch.Tensor)
-    ]
-    group = kwargs.get("group")
-    if group is None:
-        group = next((a for a in args if type(a).__name__ == "ProcessGroup"), None)
-    size = world
-    if group is not None:
-        try:
-            size = group.size()
-        except Exception:
-            size = None
-    if kind in ("all_gather", "reduce_scatter") and len(tensors) >= 2:
-        t = tensors[1]  # (output, input)
-    else:
-        t = tensors[0] if tensors else None
-    if t is None:
-        return (kind, sync, None, None, None, size)
-    return (kind, sync, tuple(t.shape), t.dtype, t.numel() * t.element_size(), size)
-
-
-def _describe(
-    kind: str, sync: bool, shape: tuple[int, ...] | None, dtype: Any, nbytes: int | None, size: int | None
-) -> CollectiveMeta:
-    """A ``_sketch`` as the ``CollectiveMeta`` the timeline builder reads."""
-    return CollectiveMeta(
-        kind=kind,
-        sync=sync,
-        shape=None if shape is None else tuple(int(d) for d in shape),
-        dtype=None if dtype is None else str(dtype).removeprefix("torch."),
-        bytes=None if nbytes is None else int(nbytes),
-        group_size=None if size is None else int(size),
-    )

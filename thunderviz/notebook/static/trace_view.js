@@ -127,7 +127,7 @@ function table(headers, rows, rowAttrs) {
   return h("table", { class: "tv-table" }, thead, tbody);
 }
 
-// ---------------------------------------------------------------- the Memory view (viewdata.memory_panel)
+// ---------------------------------------------------------------- the Memory view (memory_tab.memory_panel)
 const SVG_NS = "http://www.w3.org/2000/svg";
 
 function svgEl(tag, attrs, text) {
@@ -720,7 +720,7 @@ function render({ model, el }) {
       h("p", { class: "tv-reason", text: `${d.case} \u00b7 ${d.action}: ${d.reason}` }))));
   }
 
-  // The memory panel (viewdata.MemoryPanel): titled columns, sizes in KiB/MiB, "-" where a rank has no number.
+  // The memory panel (memory_tab.MemoryPanel): titled columns, sizes in KiB/MiB, "-" where a rank has no number.
   function memoryPanel(mem) {
     if (!mem || !mem.rows || !mem.rows.length) return h("p", { class: "tv-hint", text: "No memory was recorded." });
     const cols = mem.columns;

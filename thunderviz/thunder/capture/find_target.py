@@ -43,7 +43,7 @@ def find_target(obj: Any) -> Target:
     """
     from torch import nn
 
-    from thunderviz.thunder.hooks import is_jitted
+    from thunderviz.thunder.compile_state import is_jitted
 
     inner = unwrap_fabric(obj)
     wrapped = inner is not obj
@@ -152,7 +152,7 @@ def _fn_name(fn: Any) -> str:
 
 
 def _default_name(obj: Any) -> str:
-    from thunderviz.thunder.hooks import is_thunder_module, original_module
+    from thunderviz.thunder.compile_state import is_thunder_module, original_module
 
     if is_thunder_module(obj):
         return type(original_module(obj)).__name__

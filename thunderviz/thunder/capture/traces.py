@@ -54,10 +54,10 @@ def capture(obj: Any, name: str | None = None, *, rank: int | None = None, stage
             "and out.sum().backward() for the backward trace), then capture it."
         )
     fwd_traces = list(thunder.last_traces(target))
-    from thunderviz.thunder import hooks  # imports torch: only once a capture is asked for
+    from thunderviz.thunder import compile_state  # imports torch: only once a capture is asked for
 
     # The backward of the entry that ran last (thunder.last_backward_traces can belong to another cache entry).
-    bwd_traces = hooks.backward_traces_of_last_run(target)
+    bwd_traces = compile_state.backward_traces_of_last_run(target)
     names = _param_names(target, fwd_traces[-1])
     seen: dict[int, Any] = {}  # one record per bound symbol object, shared by every trace of this capture
     forward = snapshot_trace(fwd_traces[-1], label="forward", param_names=names, seen=seen)
@@ -86,14 +86,14 @@ def capture(obj: Any, name: str | None = None, *, rank: int | None = None, stage
 def _add_communication(forward: TraceSnapshot, fwd: Any, backward: TraceSnapshot | None, bwd: Any) -> None:
     """What forward saves for backward, what backward recomputes, and the buckets thunderviz's communication pass
     laid out in each trace (and, under no_backward_sync, the gradient buckets it accumulated instead)."""
-    from thunderviz.thunder import hooks
+    from thunderviz.thunder import compile_state
     from thunderviz.trace.buckets import Bucket
 
     if bwd is not None:
-        forward.saved_for_backward = [tensor_ref(p) for p in hooks.saved_tensors(fwd)]
-    forward.buckets = [Bucket.from_dict(b.to_dict()) for b in hooks.trace_buckets(fwd)]
+        forward.saved_for_backward = [tensor_ref(p) for p in compile_state.saved_tensors(fwd)]
+    forward.buckets = [Bucket.from_dict(b.to_dict()) for b in compile_state.trace_buckets(fwd)]
     if backward is not None:
-        backward.buckets = [Bucket.from_dict(b.to_dict()) for b in hooks.trace_buckets(bwd)]
-        backward.accumulated = [Bucket.from_dict(b.to_dict()) for b in hooks.trace_accumulated(bwd)]
+        backward.buckets = [Bucket.from_dict(b.to_dict()) for b in compile_state.trace_buckets(bwd)]
+        backward.accumulated = [Bucket.from_dict(b.to_dict()) for b in compile_state.trace_accumulated(bwd)]
         for i in recomputed_ops(fwd, bwd):
             backward.ops[i].recomputed = True

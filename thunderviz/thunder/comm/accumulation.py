@@ -87,7 +87,7 @@ def any_pending() -> bool:
     return GradAccumulator.holding > 0
 
 
-#: key -> accumulator; the parameter holds the accumulator (``hooks.set_accumulator``), traces name it by key (a
+#: key -> accumulator; the parameter holds the accumulator (``param_tags.set_accumulator``), traces name it by key (a
 #: string prints into a trace; an object would not), so a trace never keeps a parameter's state alive.
 _REGISTRY: weakref.WeakValueDictionary[str, GradAccumulator] = weakref.WeakValueDictionary()
 

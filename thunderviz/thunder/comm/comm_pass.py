@@ -176,8 +176,8 @@ def _finish(
         bucket.wait_index = waited[bucket.future]
     for bucket in accumulated:  # no collective: the one op that adds the bucket to its accumulators
         bucket.issue_index = bucket.wait_index = issued[bucket.future]
-    done._thunderviz_buckets = list(buckets)  # read back by thunder_hooks.trace_buckets (capture)
-    done._thunderviz_accumulated = list(accumulated)  # thunder_hooks.trace_accumulated
+    done._thunderviz_buckets = list(buckets)  # read back by compile_state.trace_buckets (capture)
+    done._thunderviz_accumulated = list(accumulated)  # compile_state.trace_accumulated
     kinds: dict[str, int] = {}
     for b in [*buckets, *accumulated]:
         kinds[b.kind] = kinds.get(b.kind, 0) + 1

@@ -17,8 +17,8 @@ from collections.abc import Iterator
 import torch
 import torch.distributed as tdist
 
-from thunderviz.thunder import hooks
-from thunderviz.thunder.hooks import SyncKind, full_shape, param_group, sync_tag
+from thunderviz.thunder import hooks, param_tags
+from thunderviz.thunder.param_tags import SyncKind, full_shape, param_group, sync_tag
 
 __all__ = [
     "gather_full",
@@ -110,14 +110,14 @@ def shard_param_(
         # A gradient from a backward run before set-up (a module jitted and trained first) keeps its meaning as
         # this rank's shard of it; left full-size, the next backward could not accumulate into it.
         param.grad = shard_tensor(grad.reshape(1) if grad.dim() == 0 else grad, rank, world)[0]
-    hooks.tag_param(
+    param_tags.tag_param(
         param, SyncKind.FULLY_SHARDED, group=group, padding=padding, full_shape=shape, replica_group=replica_group
     )
 
 
 def replicate_param_(param: torch.nn.Parameter, group: tdist.ProcessGroup) -> None:
     """Tag one parameter REPLICATED (its values must already be identical on every rank)."""
-    hooks.tag_param(param, SyncKind.REPLICATED, group=group, padding=0, full_shape=tuple(param.shape))
+    param_tags.tag_param(param, SyncKind.REPLICATED, group=group, padding=0, full_shape=tuple(param.shape))
 
 
 @torch.no_grad()

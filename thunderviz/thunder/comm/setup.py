@@ -15,7 +15,7 @@ from torch import nn
 from thunderviz.parallel.buckets import CommConfig, bucket_label, find_blocks
 from thunderviz.parallel.option_values import FIRST_BUCKET_SIZE_IN_MB, Bucketing, Parallelism
 from thunderviz.parallel.strategy_options import StrategyOptions
-from thunderviz.thunder import hooks
+from thunderviz.thunder import param_tags
 from thunderviz.thunder.modules import user_module
 
 __all__ = ["configure_comm"]
@@ -49,10 +49,10 @@ def configure_comm(module: Any, options: StrategyOptions) -> list[CommConfig]:
     reduce_dtype = None if options.reduce_dtype is None else str(options.reduce_dtype)
     configs = []
     for name, param in inner.named_parameters(remove_duplicate=True):
-        kind = hooks.sync_tag(param)
+        kind = param_tags.sync_tag(param)
         if kind is None:
             continue
-        if kind == hooks.SyncKind.FULLY_SHARDED:
+        if kind == param_tags.SyncKind.FULLY_SHARDED:
             config = CommConfig(
                 param_name=name,
                 owner=owner,
@@ -64,7 +64,7 @@ def configure_comm(module: Any, options: StrategyOptions) -> list[CommConfig]:
                 reduce_dtype=reduce_dtype,
             )
             # Where no_backward_sync keeps this parameter's unsharded gradient (thunder.comm.accumulation).
-            hooks.set_accumulator(param, config.key, name)
+            param_tags.set_accumulator(param, config.key, name)
         else:
             config = CommConfig(
                 param_name=name,
@@ -76,6 +76,6 @@ def configure_comm(module: Any, options: StrategyOptions) -> list[CommConfig]:
                 first_bucket_cap_bytes=first_cap,
                 reduce_dtype=reduce_dtype,
             )
-        hooks.set_comm_config(param, config)
+        param_tags.set_comm_config(param, config)
         configs.append(config)
     return configs

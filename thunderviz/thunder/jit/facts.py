@@ -16,7 +16,7 @@ from thunderviz.parallel.checkpointing import module_classes, select_checkpointe
 from thunderviz.parallel.decisions import ObjectFacts, ObjectKind
 from thunderviz.parallel.front_doors import FrontDoor
 from thunderviz.parallel.option_values import CheckpointPolicy
-from thunderviz.thunder import hooks
+from thunderviz.thunder import compile_state, param_tags
 from thunderviz.thunder.jit.front_doors import dynamo_door, dynamo_inner, thunder_module_door, transformers_facts
 
 __all__ = ["inspect_object"]
@@ -37,8 +37,8 @@ def inspect_object(
             door=dynamo_door(obj) or FrontDoor(),
             transformers=transformers_facts(inner),
         )
-    if hooks.is_thunder_module(obj):
-        inner = hooks.original_module(obj)
+    if compile_state.is_thunder_module(obj):
+        inner = compile_state.original_module(obj)
         door, distributed = thunder_module_door(obj)
         recompiled = dynamo_door(obj, fabric_compile_kwargs) if fabric_compile_kwargs is not None else None
         return _with_checkpointing(
@@ -47,10 +47,10 @@ def inspect_object(
             ObjectFacts(
                 kind=ObjectKind.THUNDER_MODULE,
                 type_name=type(inner).__name__,
-                has_run=hooks.has_run(obj),
-                cached_traces=hooks.cached_trace_count(obj),
+                has_run=compile_state.has_run(obj),
+                cached_traces=compile_state.cached_trace_count(obj),
                 distributed_by_thunder=distributed,
-                distributed_by_us=any(hooks.sync_tag(p) is not None for p in inner.parameters()),
+                distributed_by_us=any(param_tags.sync_tag(p) is not None for p in inner.parameters()),
                 blocks=tuple(find_blocks(inner)),
                 door=recompiled or door,
                 transformers=transformers_facts(inner),
@@ -63,13 +63,13 @@ def inspect_object(
             ObjectFacts(
                 kind=ObjectKind.MODULE,
                 type_name=type_name,
-                distributed_by_us=any(hooks.sync_tag(p) is not None for p in obj.parameters()),
+                distributed_by_us=any(param_tags.sync_tag(p) is not None for p in obj.parameters()),
                 blocks=tuple(find_blocks(obj)),
                 door=dynamo_door(obj, fabric_compile_kwargs) or FrontDoor(),
                 transformers=transformers_facts(obj),
             ),
         )
-    if hooks.is_jitted(obj):
+    if compile_state.is_jitted(obj):
         return ObjectFacts(kind=ObjectKind.JITTED_FUNCTION, type_name=getattr(obj, "__name__", type_name))
     return ObjectFacts(kind=ObjectKind.OTHER, type_name=type_name)
 

@@ -3,9 +3,10 @@
 Why a rehearsal rather than a formula: the memory of a step is what thunder's traces allocate and free, and those
 depend on the strategy in ways no formula keeps up with (what forward saves for backward, which unsharded weights a
 bucket keeps alive, how long each communication buffer lives, what the optimizer allocates). So the rehearsal runs
-the *real* thing — the model copied to the meta device (no memory), sharded or replicated exactly as the strategies
-do it (``thunder.comm.distribute``'s layout), its communication plan attached (``thunder.comm.setup``), ``thunder.jit``,
-thunder's own traces rewritten by the real communication pass (``thunder.comm.comm_pass``) — for the world size asked,
+the *real* thing — the model copied to the meta device (no memory, ``thunder.memory.meta_model``), sharded or
+replicated exactly as the strategies do it (``thunder.comm.distribute``'s layout), its communication plan attached
+(``thunder.comm.setup``), ``thunder.jit``, thunder's own traces rewritten by the real communication pass
+(``thunder.comm.comm_pass``) — for the world size asked,
 inside this one process (``thunder.memory.meta_world``: a process group object of that size that nothing reaches, and
 collectives that finish at once on meta tensors). Torch's meta kernels give every tensor its shape; the
 ``StorageTracker`` counts storages the way torch's ``MemTracker`` does and labels each byte.
@@ -27,7 +28,6 @@ bucket next to the only block, a configuration the whole model never has — mea
 
 from __future__ import annotations
 
-import copy
 import gc
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -36,17 +36,22 @@ from typing import Any
 import torch
 from torch import nn
 
-from thunderviz.parallel.buckets import find_blocks
 from thunderviz.parallel.checkpointing import select_checkpointed
 from thunderviz.parallel.extrapolation import Timeline
-from thunderviz.parallel.option_values import Bucketing, Parallelism
+from thunderviz.parallel.option_values import Parallelism
 from thunderviz.parallel.strategy_options import StrategyOptions
-from thunderviz.thunder import hooks
-from thunderviz.thunder.comm.distribute import shard_tensor
-from thunderviz.thunder.comm.setup import configure_comm
+from thunderviz.thunder import compile_state
 from thunderviz.thunder.jit.checkpointed_forward import checkpoint_modules_
 from thunderviz.thunder.jit.executors import decided_executors, uncompiled_fusions
+from thunderviz.thunder.memory.meta_model import (
+    block_container,
+    distribute_on_meta,
+    make_optimizer,
+    meta_inputs,
+    meta_twin,
+)
 from thunderviz.thunder.memory.meta_world import fake_group, meta_collectives, target_device
+from thunderviz.thunder.memory.relayout import record_comm_pass, relayout
 from thunderviz.thunder.memory.storage_tracker import StorageTracker
 from thunderviz.trace.buckets import Bucket
 from thunderviz.trace.memory import MemoryEstimate
@@ -56,16 +61,10 @@ from thunderviz.trace.wire import ring_bytes
 __all__ = [
     "PRECISIONS",
     "Rehearsal",
-    "block_container",
-    "cut_blocks",
-    "make_optimizer",
-    "meta_inputs",
-    "meta_twin",
-    "record_comm_pass",
+    "rehearsal_runs",
     "rehearse",
     "rehearse_all",
     "rehearse_worlds",
-    "relayout",
     "scalable_world_sizes",
 ]
 
@@ -98,119 +97,6 @@ class Rehearsal:
     reductions: int = 0
     #: the step moment by moment, for extrapolating over blocks (``parallel.extrapolation``)
     timeline: Timeline | None = None
-
-
-# -- the model on the meta device --------------------------------------------------------------------------------
-
-
-def meta_twin(module: nn.Module) -> nn.Module:
-    """A deep copy of ``module`` whose parameters and buffers are meta tensors of the same shapes and dtypes.
-
-    Nothing is allocated and nothing is shared with ``module``; tied parameters stay tied (one tensor, one copy).
-    """
-    memo: dict[int, Any] = {}
-    for _, p in module.named_parameters(remove_duplicate=True):
-        memo[id(p)] = nn.Parameter(torch.empty_like(p, device="meta"), requires_grad=p.requires_grad)
-    for _, b in module.named_buffers(remove_duplicate=True):
-        memo[id(b)] = torch.empty_like(b, device="meta")
-    return copy.deepcopy(module, memo)
-
-
-def block_container(module: nn.Module) -> tuple[str, int] | None:
-    """``(qualified name of the container of the repeated blocks, number of blocks)``, or None (see
-    ``parallel.buckets.find_blocks``)."""
-    blocks = find_blocks(module)
-    if not blocks:
-        return None
-    return blocks[0].rpartition(".")[0], len(blocks)
-
-
-def cut_blocks(module: nn.Module, keep: int) -> nn.Module:
-    """A meta copy of ``module`` with only the first ``keep`` of its repeated blocks (same names, same classes).
-
-    Raises:
-        ValueError: the module has no repeated blocks, or fewer than ``keep``.
-    """
-    found = block_container(module)
-    if found is None or found[1] < keep:
-        raise ValueError(f"cut_blocks: {type(module).__name__} has {found[1] if found else 0} blocks, not {keep}")
-    path, _ = found
-    twin = meta_twin(module)
-    parent = twin.get_submodule(path.rpartition(".")[0]) if "." in path else twin
-    name = path.rpartition(".")[2]
-    container = twin.get_submodule(path)
-    kept = list(container.children())[:keep]
-    setattr(parent, name, type(container)(kept))
-    return twin
-
-
-def meta_inputs(example_input: Any, dtype: torch.dtype | None) -> tuple[Any, ...]:
-    """``example_input`` (a tensor or a tuple of arguments) as meta tensors; floating ones cast to ``dtype`` (what
-    Fabric's ``-true`` precisions do to inputs)."""
-    args = example_input if isinstance(example_input, tuple) else (example_input,)
-
-    def convert(a: Any) -> Any:
-        if isinstance(a, torch.Tensor):
-            t = torch.empty_like(a, device="meta")
-            return t.to(dtype) if dtype is not None and t.is_floating_point() else t
-        return a
-
-    return tuple(convert(a) for a in args)
-
-
-def make_optimizer(optimizer: Any, params: Sequence[nn.Parameter], device: str) -> torch.optim.Optimizer:
-    """The optimizer a rank would build, on the rehearsal's parameters.
-
-    ``"adamw"``: ``torch.optim.AdamW`` with its defaults; ``"sgd"``: ``torch.optim.SGD`` with its defaults (no
-    momentum, so no state); a class or any callable taking the parameters (``functools.partial(SGD, momentum=0.9)``).
-    Left to choose, torch runs its per-tensor loop on CPU and the ``foreach`` form on CUDA (whose temporaries span
-    every parameter at once); the rehearsal's meta tensors would get the per-tensor loop, so for a CUDA target
-    ``foreach`` is set as torch would set it there.
-    """
-    if isinstance(optimizer, str):
-        known = {"adamw": torch.optim.AdamW, "sgd": torch.optim.SGD}
-        if optimizer.lower() not in known:
-            raise ValueError(
-                f"optimizer={optimizer!r}: use 'adamw', 'sgd', an optimizer class, or a callable taking the parameters"
-            )
-        opt = known[optimizer.lower()](params)
-    elif callable(optimizer):
-        opt = optimizer(params)
-    else:
-        raise ValueError(f"optimizer={optimizer!r}: use 'adamw', 'sgd', an optimizer class, or a callable")
-    if not isinstance(opt, torch.optim.Optimizer):
-        raise ValueError(f"optimizer={optimizer!r} built a {type(opt).__name__}, not a torch.optim.Optimizer")
-    if device == "cuda":
-        for group in opt.param_groups:
-            if "foreach" in group and group["foreach"] is None and not group.get("fused"):
-                group["foreach"] = True
-    return opt
-
-
-# -- distributing on the meta device, as the strategies do ---------------------------------------------------------
-
-
-def _distribute(module: nn.Module, jitted: Any, options: StrategyOptions, group: Any) -> None:
-    """Shard (FSDP) or replicate (DDP) ``module``'s parameters in place as rank 0 of ``group`` and attach the
-    communication plan: ``thunder.comm.distribute.shard_param_`` / ``replicate_param_`` and the strategies'
-    ``_after_distribute``, with the rank taken from the group object itself (it is registered nowhere)."""
-    hooks.ensure_supported_thunder()
-    hooks.install_sync_hook()
-    world = group.size()
-    for _, p in module.named_parameters(remove_duplicate=True):
-        shape = tuple(p.shape)
-        if options.parallelism is Parallelism.FSDP:
-            with torch.no_grad():
-                if p.dim() == 0:
-                    p.data = p.data.reshape(1)
-                shard, padding = shard_tensor(p.data, 0, world)
-                p.data = shard
-            hooks.tag_param(p, hooks.SyncKind.FULLY_SHARDED, group=group, padding=padding, full_shape=shape)
-        else:
-            hooks.tag_param(p, hooks.SyncKind.REPLICATED, group=group, padding=0, full_shape=shape)
-    if options.parallelism is Parallelism.DDP:
-        hooks.mark_module_ddp(module, jitted, group, options.bucket_size_in_mb)
-    configure_comm(module, options)
 
 
 # -- one step, counted -----------------------------------------------------------------------------------------
@@ -483,8 +369,8 @@ def _rehearse(
         # the executors the strategy's own thunder.jit will get (the decision table's rule): fusion executors change
         # what forward saves for backward (5x on a GPT measured on an H200)
         executors = decided_executors(options, device)[0]
-        jitted = hooks.jit(module, executors=executors, **dict(options.jit_kwargs))
-        _distribute(module, jitted, options, group)
+        jitted = compile_state.jit(module, executors=executors, **dict(options.jit_kwargs))
+        distribute_on_meta(module, jitted, options, group)
         recorded = record_comm_pass(jitted)
         opt = make_optimizer(optimizer, [p for p in module.parameters() if p.requires_grad], device)
         loss = loss_fn or _default_loss
@@ -555,80 +441,8 @@ def _results(
     return result
 
 
-# -- another bucketing on the same traces --------------------------------------------------------------------------
-
-
-@dataclass
-class _Recorded:
-    """What the communication pass received for the cache entry thunder built: the optimized forward and backward
-    traces (before bucketing) and the parameters it was told about."""
-
-    transform: Any
-    traces: list[Any]
-
-
-def record_comm_pass(jitted: Any) -> _Recorded:
-    """Keep what thunder hands the communication pass, so another bucketing can be laid out on the same traces."""
-    import thunder
-
-    from thunderviz.thunder.comm.comm_pass import ensure_comm_transform
-
-    transform = ensure_comm_transform(thunder.compile_data(jitted))
-    recorded = _Recorded(transform, [])
-    original = transform.transform_trace_post_optimization
-
-    def keep(trace: Any, **kwargs: Any) -> Any:
-        recorded.traces.append(trace)
-        return original(trace, **kwargs)
-
-    transform.transform_trace_post_optimization = keep
-    return recorded
-
-
-def relayout(jitted: Any, recorded: _Recorded, options: StrategyOptions, module: nn.Module) -> None:
-    """Lay ``options``' bucketing out on the traces thunder built for ``jitted`` and make its cache entry run them.
-
-    The communication pass is called exactly as thunder calls it after optimization (forward, then backward), with the
-    same parameters relabelled for the new buckets (``thunder.comm.setup``'s labels); the results are compiled the way
-    thunder compiles a cache entry's computation and backward.
-    """
-    import dataclasses
-
-    import thunder
-    from thunder.common import transform_to_torch_types
-
-    from thunderviz.parallel.buckets import bucket_label
-    from thunderviz.thunder.comm.comm_pass import CommTransform
-
-    forward, backward = recorded.traces[-2:]
-    blocks = find_blocks(module) if options.bucketing_strategy is Bucketing.BLOCK else []
-    fresh = CommTransform()
-    fresh.current = {
-        name: dataclasses.replace(
-            rec,
-            config=dataclasses.replace(
-                rec.config,
-                label=bucket_label(rec.config.param_name, options.bucketing_strategy, blocks),
-                bucketing=options.bucketing_strategy,
-            ),
-        )
-        for name, rec in recorded.transform.current.items()
-    }
-    new_forward = fresh.transform_trace_post_optimization(forward)
-    new_backward = fresh.transform_trace_post_optimization(backward)
-    cs = thunder.compile_stats(jitted)
-    entry = cs.interpreter_cache[-1]
-    cs.interpreter_cache[-1] = entry._replace(
-        computation_fn=transform_to_torch_types(new_forward).python_callable(),
-        computation_traces=[*entry.computation_traces, new_forward],
-        backward_fn=new_backward.python_callable(),
-        backward_traces=[*entry.backward_traces, new_backward],
-    )
-    recorded.transform.buckets = fresh.buckets  # what hooks.comm_buckets reads
-
-
 def _buckets(jitted: Any) -> list[Bucket]:
-    laid_out = hooks.comm_buckets(jitted)
+    laid_out = compile_state.comm_buckets(jitted)
     return [Bucket.from_dict(b.to_dict()) for trace in ("forward", "backward") for b in laid_out.get(trace, [])]
 
 

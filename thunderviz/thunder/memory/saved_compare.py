@@ -21,8 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from thunderviz.thunder.memory.meta_model import meta_inputs, meta_twin
 from thunderviz.thunder.memory.meta_world import target_device
-from thunderviz.thunder.memory.rehearsal import meta_inputs, meta_twin
 from thunderviz.trace.saved import INPUTS, LineComparison, SavedComparison, saved_tensors
 
 __all__ = ["compare_saved"]
