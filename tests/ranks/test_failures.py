@@ -139,3 +139,20 @@ def test_identical_tracebacks_show_once_with_the_users_frame_first_and_library_f
     failures[1] = RankFailure(1, FailureKind.RAISED, "ValueError: other", "ValueError: other")
     shown = cell_error(failures, ranks=[0, 1], timeout_s=60, restart_pending=False)._render_traceback_()
     assert "--- rank 0: traceback ---" in shown and "--- rank 1: traceback ---" in shown
+
+
+def test_a_rank_whose_traceback_did_not_arrive_joins_the_rank_that_raised_the_same_error() -> None:
+    """Under load ipyparallel can hand back "No traceback available" for one of two ranks that raised the same
+    error: the message said "ranks 0, 1 raised" over an empty traceback for rank 0 and rank 1's own."""
+    real = "Traceback (most recent call last):\n  Cell In[4], line 10, in forward\nRuntimeError: bad shapes"
+    failures = {
+        0: RankFailure(0, FailureKind.RAISED, "RuntimeError: bad shapes", "[0:execute]\nNo traceback available"),
+        1: RankFailure(1, FailureKind.RAISED, "RuntimeError: bad shapes", real),
+    }
+    lines = CellError("ranks 0, 1 raised RuntimeError: bad shapes", failures, restarted=False)._render_traceback_()
+    assert "--- ranks 0, 1 (the same traceback): traceback ---" in lines, lines
+    assert not any("No traceback available" in line for line in lines), lines
+    # a different error keeps its own block, placeholder or not
+    failures[0] = RankFailure(0, FailureKind.RAISED, "ValueError: other", "[0:execute]\nNo traceback available")
+    lines = CellError("ranks 0, 1 raised", failures, restarted=False)._render_traceback_()
+    assert "--- rank 0: traceback ---" in lines and "--- rank 1: traceback ---" in lines, lines

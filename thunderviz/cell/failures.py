@@ -107,6 +107,11 @@ def _cause_first(f: RankFailure) -> tuple[bool, int]:
     return (f.was_stopped_by_us, f.rank)
 
 
+def _no_frames(traceback: str) -> bool:
+    """Whether a rank's traceback is only ipyparallel's "No traceback available" placeholder."""
+    return "No traceback available" in traceback and "line " not in traceback
+
+
 class RankConnectionError(RankError):
     """Raised inside a rank whose set-up could not connect; the message names the address, the interface and the
     fix (it reaches the kernel as the rank's error text)."""
@@ -136,10 +141,17 @@ class CellError(RankError):
         on_their_own = [f for f in failures if not f.was_stopped_by_us]
         shown = on_their_own or failures  # a rank we stopped because another failed has nothing to add
         groups: dict[str, list[RankFailure]] = {}
-        for f in shown:
+        for f in sorted(shown, key=lambda f: _no_frames(f.traceback)):  # placeholders last: they look for a twin
+            if _no_frames(f.traceback):
+                # ipyparallel's placeholder for a traceback that did not arrive (seen under load): the rank joins a
+                # rank that raised the same error instead of showing an empty traceback of its own
+                twin = next((k for k, g in groups.items() if g[0].summary == f.summary), None)
+                if twin is not None:
+                    groups[twin].append(f)
+                    continue
             groups.setdefault(same_text(f.traceback), []).append(f)
         for same in groups.values():
-            who = _ranks([f.rank for f in same]) + (" (the same traceback)" if len(same) > 1 else "")
+            who = _ranks(sorted(f.rank for f in same)) + (" (the same traceback)" if len(same) > 1 else "")
             died = same[0].kind is FailureKind.DIED  # its log's end, already cut to what matters: shown whole
             lines.append(f"--- {who}: {'the end of its process log' if died else 'traceback'} ---")
             text = same[0].traceback.rstrip().splitlines() if died else compact(same[0].traceback)
