@@ -1,8 +1,9 @@
 """The trace widgets in a real JupyterLab, driven in a real Chromium: run all cells, then read the DOM.
 
 One JupyterLab server (127.0.0.1, random port, a token), one page, one notebook (a copy of
-``widgets_tour.ipynb``, because autosave writes outputs back), real traces from real 2-rank FSDP and DDP runs of
-the small GPT, and of the tutorial's model under the default buckets (the run reports a notebook user sees). The
+``widgets_tour.ipynb``, because autosave writes outputs back), real traces from a real 2-rank FSDP run of the small
+GPT (one collective per parameter: the 1,451-op backward), and of the tutorial's model under the default buckets
+(the run reports a notebook user sees, and their comparisons). The
 expected values (collective nodes, the parameter's all_gather, the diff summary, the comparison's titles) are
 computed in this process from the same trace files with the widget classes, so the DOM is checked against the
 model, not against numbers typed into the test. Every run saves a screenshot of each view to the artifacts folder,
@@ -23,6 +24,7 @@ import re
 import shutil
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -130,7 +132,6 @@ def _expected(
     fwd.search = "blocks.1.mlp_fc.weight"
     ag = [m for m in fwd.matches if m["op"] == "all_gather"]
     assert len(ag) == 1, fwd.matches  # the model itself must find it, or the browser check means nothing
-    cmp = compare(files["ddp"], files["fsdp"], trace="backward")
     decisions = decisions_for(files["fsdp"][0])
     assert decisions, "the FSDP run logged no jit decision"
     timeline = TimelineView(load(*timeline_run["timelines"]))
@@ -161,7 +162,7 @@ def _expected(
             "marks": [{nid: m["status"] for nid, m in p["marks"].items()} for p in zero.panes],
             "block": {"node": block, "ops_added": zero.changes["blocks.0"].ops_added},
         },
-        "first_compare_marks": [{nid: m["status"] for nid, m in p["marks"].items()} for p in cmp.panes],
+        "ddp_compare_marks": [{nid: m["status"] for nid, m in p["marks"].items()} for p in fsdp_ddp.panes],
         "tutorial_view": {
             "title": tutorial_view.title,
             "headlines": [d["headline"] for d in tutorial_view.panels["decisions"]],
@@ -180,11 +181,21 @@ def _expected(
         "all_gather": ag[0],
         # the gather and the ops that use the gathered weight (viewdata.search_ops maps a bucket's results back)
         "match_nodes": sorted({m["node"] for m in fwd.matches}),
-        "summary": cmp.summary,
+        "summary": fsdp_ddp.summary,
         "decisions": decisions,
         "ledger_rows": ledger_rows,
-        "delta": cmp.diff.collective_delta(),
+        "delta": fsdp_ddp.diff.collective_delta(),
+        # the same change counted straight from the two files, without the diff
+        "counted_delta": _count_change(bucketed["ddp"][0], bucketed["zero2"][0]),
     }
+
+
+def _count_change(a: str, b: str) -> dict[str, int]:
+    """How many more collectives of each kind the backward of trace file ``b`` has than ``a``'s (kinds that differ)."""
+    from thunderviz.trace.file import load
+
+    a_counts, b_counts = (Counter(op.collective for op in load(p)[0].backward.ops if op.collective) for p in (a, b))
+    return {k: b_counts[k] - a_counts[k] for k in sorted(a_counts | b_counts) if b_counts[k] != a_counts[k]}
 
 
 @pytest.fixture(scope="module")
@@ -193,7 +204,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
     t_start = time.monotonic()
     files = gpt_trace_files()
     timeline_run = {"timelines": [r.path for r in recorded()], "traces": [r.traces for r in recorded()]}
-    bucketed = bucketed_trace_files()
+    bucketed = bucketed_trace_files("zero2", "zero3", "ddp", "fused")  # the tour draws these (not the litgpt run)
     t_traces = time.monotonic()
     expected = _expected(files, timeline_run, bucketed)
     root = tmp_path_factory.mktemp("lab")
@@ -214,12 +225,11 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
             t0 = time.monotonic()
             run_all(opened)
             page.locator(".tv-root[data-mode=trace][data-drawn]").first.wait_for(timeout=120_000)
-            page.locator(".tv-root[data-mode=compare][data-drawn]").first.wait_for(timeout=60_000)
             page.locator(".tv-rank[data-state=done]").nth(1).wait_for(timeout=60_000)
             page.locator(".tv-root[data-mode=trace][data-drawn]").nth(1).wait_for(timeout=120_000)
             page.locator(".tl-root[data-drawn]").first.wait_for(timeout=120_000)
             page.locator(".tv-root[data-mode=trace][data-drawn]").nth(3).wait_for(timeout=120_000)
-            page.locator(".tv-root[data-mode=compare][data-drawn]").nth(2).wait_for(timeout=120_000)
+            page.locator(".tv-root[data-mode=compare][data-drawn]").nth(1).wait_for(timeout=120_000)
             # the memory view, then the fused run, then the "which strategy?" table, the tour's last cell
             page.locator(".tv-root[data-mode=trace][data-drawn]").nth(4).wait_for(timeout=120_000)
             page.locator(".tv-root[data-mode=trace][data-drawn]").nth(5).wait_for(timeout=120_000)
@@ -378,16 +388,19 @@ def test_memory_view_bars_budget_and_saved_tensors(lab: Lab) -> None:
 
 
 def test_compare_summary_and_diff_marks(lab: Lab) -> None:
-    root = lab.page.locator(".tv-root[data-mode=compare]").first
+    """DDP against ZERO2 (the tutorial's model, default buckets): the summary, every outline on both sides, and
+    one zoom for both panes."""
+    root = lab.page.locator(".tv-root[data-mode=compare]").nth(1)
     root.scroll_into_view_if_needed()
     summary = root.locator(".tv-summary").text_content()
     assert summary == lab.expected["summary"]
-    assert lab.expected["delta"] == {"all_reduce": -53, "reduce_scatter": 53}
-    assert "+53 reduce_scatter" in summary and "\u221253 all_reduce" in summary
+    # DDP's one gradient bucket all-reduced, against ZERO2's five reduce-scattered (root + 4 blocks), each waited on
+    assert lab.expected["delta"] == lab.expected["counted_delta"] == {"all_reduce": -1, "reduce_scatter": 5, "wait": 4}
+    assert "+5 reduce_scatter" in summary and "+4 wait" in summary and "\u22121 all_reduce" in summary
     panes = root.locator(".tv-graph")
     assert panes.count() == 2
     # every outline as the model computed it (viewdata.pane_data), on both sides
-    for i, marks in enumerate(lab.expected["first_compare_marks"]):
+    for i, marks in enumerate(lab.expected["ddp_compare_marks"]):
         drawn = panes.nth(i).locator("g[data-diff]").evaluate_all(_DIFF_MARKS_JS)
         assert dict(drawn) == marks and marks, (i, drawn, marks)
     assert panes.nth(1).locator("g.tv-diff-add, g.tv-diff-chg").count() > 0
@@ -564,8 +577,8 @@ def test_graph_text_stays_readable_at_the_default_and_at_fit(lab: Lab) -> None:
     roots = [
         ("trace view, 1,451-op FSDP backward", _trace_root(lab)),
         ("trace view, tutorial model", _tutorial_view(lab)),
-        ("compare ZERO2 vs ZERO3", lab.page.locator(".tv-root[data-mode=compare]").nth(1)),
-        ("compare DDP vs FSDP", lab.page.locator(".tv-root[data-mode=compare]").nth(2)),
+        ("compare ZERO2 vs ZERO3", lab.page.locator(".tv-root[data-mode=compare]").nth(0)),
+        ("compare DDP vs FSDP", lab.page.locator(".tv-root[data-mode=compare]").nth(1)),
     ]
     seen = {}
     for name, root in roots:
@@ -584,7 +597,7 @@ def test_graph_text_stays_readable_at_the_default_and_at_fit(lab: Lab) -> None:
 
 
 def test_comparisons_name_the_runs_and_their_configuration_with_a_legend(lab: Lab) -> None:
-    for i, exp in enumerate(lab.expected["compares"], start=1):
+    for i, exp in enumerate(lab.expected["compares"]):
         root = lab.page.locator(".tv-root[data-mode=compare]").nth(i)
         root.scroll_into_view_if_needed()
         assert root.locator(".tv-title").inner_text() == exp["title"]
@@ -605,7 +618,7 @@ def test_comparisons_name_the_runs_and_their_configuration_with_a_legend(lab: La
         assert {h.split(": ", 1)[0] for h in hits} == {a, b}, hits
         assert not re.search(r"\b(left|right)\b", legend + " ".join(hits)), (legend, hits)
         root.locator("input.tv-search").fill("")
-        lab.shot(f"{13 + i:02d}-compare-{'zero2-vs-zero3' if i == 1 else 'ddp-vs-fsdp'}", root)
+        lab.shot(f"{14 + i:02d}-compare-{'zero2-vs-zero3' if i == 0 else 'ddp-vs-fsdp'}", root)
     first = lab.expected["compares"][0]
     assert first["title"] == "zero2: FSDP ZERO2 BLOCK vs zero3: FSDP ZERO3 BLOCK"
     assert "saved tensors (trace)" in first["summary"]
@@ -617,7 +630,7 @@ def test_compare_zero2_zero3_one_scale_whole_at_fit_and_says_what_changed(lab: L
     added or changed (ZERO2's and ZERO3's blocks are changed, not "only in the right run"), and clicking a changed
     block lists the ops added to it."""
     exp = lab.expected["zero_compare"]
-    root = lab.page.locator(".tv-root[data-mode=compare]").nth(1)
+    root = lab.page.locator(".tv-root[data-mode=compare]").nth(0)
     root.scroll_into_view_if_needed()
     root.locator("button[title='zoom in']").click()
     root.locator("button.tv-btn", has_text="fit").click()

@@ -8,8 +8,13 @@ rehearsal does): inductor's C++ compile of each region (tens of seconds on a col
 
 The graph-order test, the comparison's naming and summary, and the browser tour's readability checks need what a
 person sees by default: BLOCK buckets (a root bucket and one per block), not the one-collective-per-parameter
-layout of ``gpt_traces``. One ``run_ranks`` call makes all of them (about a minute on 2 CPU cores); every run saves
-one file per rank and its decision log, as a torchrun job would.
+layout of ``gpt_traces``. Every run saves one file per rank and its decision log, as a torchrun job would.
+
+The runs are made in ``GROUPS`` on the session's rank pair (``rank_pool``; fresh processes cost a start and the
+imports first), each group once per test run and only when a test asks for one of its runs: the browser tour never
+waits for the litgpt model (per rank the costliest set-up here, 54 CPU-s against 37 for the tutorial model's
+ZERO2), which only the graph-order test draws. The tutorial model's three runs are one job, so ZERO3 reuses ZERO2's
+interpreted trace in the same processes (10 CPU-s against 37).
 """
 
 from __future__ import annotations
@@ -23,7 +28,15 @@ from tests.helpers.run_once import once_per_run
 from tests.helpers.trace_folder import trace_files
 from thunderviz.parallel.decisions import Decision
 
-__all__ = ["RUNS", "TUTORIAL_MODEL", "bucketed_trace_files", "decisions_of", "run_report", "write_bucketed_traces"]
+__all__ = [
+    "GROUPS",
+    "RUNS",
+    "TUTORIAL_MODEL",
+    "bucketed_trace_files",
+    "decisions_of",
+    "run_report",
+    "write_bucketed_traces",
+]
 
 #: The tutorial's model (``thunderviz/demos/tutorial.ipynb``).
 TUTORIAL_MODEL = {"n_layer": 4, "d_model": 32, "n_head": 2, "block_size": 16, "vocab_size": 64}
@@ -35,6 +48,8 @@ RUNS = {
     "fused": ("tiny-2", {"executors": ["sdpa", "torchcompile", "torch"]}, "fsdp"),
     "litgpt": ("litgpt", {"sharding_strategy": "ZERO3"}, "fsdp"),
 }
+#: runs made together, in one job: a test's runs are made group by group, each group once per test run
+GROUPS = {"tutorial": ("zero2", "zero3", "ddp"), "fused": ("fused",), "litgpt": ("litgpt",)}
 
 
 def _model(which: str) -> Any:
@@ -52,7 +67,7 @@ def _model(which: str) -> Any:
     return GPT(Config(**{**CONFIG, "n_layer": 4}))
 
 
-def capture_on_rank(rank: int, world_size: int, out_dir: str) -> dict[str, str]:
+def capture_on_rank(rank: int, world_size: int, out_dir: str, runs: tuple[str, ...] = tuple(RUNS)) -> dict[str, str]:
     import torch
     from lightning.fabric import Fabric
 
@@ -63,7 +78,8 @@ def capture_on_rank(rank: int, world_size: int, out_dir: str) -> dict[str, str]:
     from thunderviz.trace.file import save
 
     paths = {}
-    for run, (which, kwargs, kind) in RUNS.items():
+    for run in runs:
+        which, kwargs, kind = RUNS[run]
         strategy = ThunderFSDPStrategy(**kwargs) if kind == "fsdp" else ThunderDDPStrategy(**kwargs)
         fabric = Fabric(accelerator="cpu", devices=world_size, strategy=strategy)
         fabric.launch()
@@ -81,13 +97,13 @@ def capture_on_rank(rank: int, world_size: int, out_dir: str) -> dict[str, str]:
     return paths
 
 
-def write_bucketed_traces(out_dir: str | Path, nproc: int = 2) -> dict[str, list[str]]:
-    """Run the ranks; ``{run: [rank0.json, rank1.json]}``."""
-    from thunderviz.pool.spawn import run_ranks
+def write_bucketed_traces(out_dir: str | Path, runs: tuple[str, ...] = tuple(RUNS)) -> dict[str, list[str]]:
+    """Run ``runs`` on the session's rank pair; ``{run: [rank0.json, rank1.json]}``."""
+    from tests.helpers.rank_pool import run_on_pool
 
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    per_rank = run_ranks(capture_on_rank, str(out_dir), nproc=nproc, timeout=600)
-    return {run: [r[run] for r in per_rank] for run in RUNS}
+    per_rank = run_on_pool(capture_on_rank, str(out_dir), tuple(runs), timeout=600)
+    return {run: [r[run] for r in per_rank] for run in runs}
 
 
 def decisions_of(files: list[str]) -> list[Decision]:
@@ -127,14 +143,33 @@ def run_report(run: str, files: list[str]) -> Any:
     return report
 
 
-@once_per_run
-def bucketed_trace_files() -> dict[str, list[str]]:
-    """``write_bucketed_traces`` once per test run (shared by the xdist workers), into a fresh temporary folder.
+def bucketed_trace_files(*runs: str) -> dict[str, list[str]]:
+    """``{run: [rank0.json, rank1.json]}`` for ``runs`` (every run of ``RUNS`` when none is named), made by their
+    groups, each once per test run (shared by the xdist workers), into fresh temporary folders.
 
     ``THUNDERVIZ_BUCKETED_TRACES=<folder>`` reuses files an earlier ``python -m tests.helpers.bucketed_traces
     <folder>`` wrote (while working on the views; CI never sets it, so it always tests fresh traces).
     """
-    return trace_files("THUNDERVIZ_BUCKETED_TRACES", RUNS, write_bucketed_traces, "thunderviz-bucketed-traces-")
+    wanted = runs or tuple(RUNS)
+    unknown = sorted(set(wanted) - set(RUNS))
+    if unknown:
+        raise ValueError(f"bucketed_trace_files: no run named {unknown}; the runs are {sorted(RUNS)}")
+    files: dict[str, list[str]] = {}
+    for group, members in GROUPS.items():
+        if set(members) & set(wanted):
+            files.update(_group_files(group))
+    return {run: files[run] for run in wanted}
+
+
+@once_per_run
+def _group_files(group: str) -> dict[str, list[str]]:
+    members = GROUPS[group]
+    return trace_files(
+        "THUNDERVIZ_BUCKETED_TRACES",
+        members,
+        lambda folder: write_bucketed_traces(folder, members),
+        f"thunderviz-bucketed-{group}-",
+    )
 
 
 if __name__ == "__main__":

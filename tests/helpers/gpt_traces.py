@@ -1,9 +1,11 @@
 """Real traces of the small GPT (4 blocks, d=128) on 2 gloo ranks, under thunderviz's FSDP and DDP strategies.
 
-The widget tests, the browser test and the render bench all need the trace the issue names (the 1,451-op FSDP
-backward) plus a second run to compare with. Producing them takes real rank processes (about a minute on 2 CPU
-cores), so ``gpt_trace_files`` runs them once per pytest session and hands out the saved JSON files, which is
-also how a person would keep two runs around to compare.
+The browser test and the render bench need the 1,451-op FSDP backward, one collective per parameter (the largest
+trace the views are held to); the bench also compares it with the DDP run. Producing them takes real rank processes
+(each strategy's set-up of this model is 30-40 CPU-s per rank: DDP cannot reuse FSDP's interpreted trace), so
+``gpt_trace_files`` runs the FSDP one once per pytest session and hands out the saved JSON files, which is also how
+a person would keep runs around to compare. The browser test compares DDP with FSDP on the bucketed runs
+(``bucketed_traces``), the layout a person sees by default.
 """
 
 from __future__ import annotations
@@ -83,12 +85,15 @@ def decisions_for(trace_file: str | Path) -> list[Decision]:
 
 @functools.lru_cache(maxsize=1)
 def gpt_trace_files() -> dict[str, list[str]]:
-    """``write_gpt_traces`` once per process, into a fresh temporary folder.
+    """``write_gpt_traces`` of the FSDP run, once per process, into a fresh temporary folder: ``{"fsdp": [...]}``.
 
     ``THUNDERVIZ_GPT_TRACES=<folder>`` reuses files an earlier ``python -m tests.helpers.gpt_traces <folder>``
     wrote (saves two minutes while working on the widgets; CI never sets it, so it always tests fresh traces).
     """
-    return trace_files("THUNDERVIZ_GPT_TRACES", ("fsdp", "ddp"), write_gpt_traces, "thunderviz-gpt-traces-")
+    kinds = ("fsdp",)
+    return trace_files(
+        "THUNDERVIZ_GPT_TRACES", kinds, lambda folder: write_gpt_traces(folder, kinds), "thunderviz-gpt-traces-"
+    )
 
 
 if __name__ == "__main__":

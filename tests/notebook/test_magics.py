@@ -235,14 +235,24 @@ def test_a_forward_that_raises_on_every_rank_prints_one_short_traceback(shell, c
     assert printed.count("in Bad.forward") == (2 if both else 1) and "--- rank 1 traceback ---" in printed
 
 
+# A model under the other strategy on the same processes (a linear layer: the GPT's DDP set-up would add a full
+# compile, and the magic's DDP cells with that model are run by test_timeline_magics.py and the tutorial)
+LINEAR_CELL = """
+model = fabric.setup(torch.nn.Linear(4, 2))
+loss = model(torch.randn(3, 4, device=device)).square().mean()
+fabric.backward(loss)
+print("loss", round(loss.item(), 3))
+"""
+
+
 def test_pool_is_reused_then_restarted_on_mismatch(shell, capsys) -> None:
     magics = _magics(shell)
     shell.run_cell_magic("thunder_fsdp", "--nproc 2 --backend gloo --output none", "pass")  # reused if running
     pids = {r: s.pid for r, s in magics.engine.status().items()}
-    report = shell.run_cell_magic("thunder_ddp", "--nproc 2 --backend gloo --output rank0", MODEL_CELL)
+    report = shell.run_cell_magic("thunder_ddp", "--nproc 2 --backend gloo --output rank0", LINEAR_CELL)
     out = capsys.readouterr().out
     assert {r: s.pid for r, s in magics.engine.status().items()} == pids  # same processes, new strategy
-    assert report.strategy.kind == "thunder_ddp"
+    assert report.strategy.kind == "thunder_ddp" and report.decisions[-1].options.parallelism.value == "ddp"
     assert "[rank 0] loss" in out and "[rank 1]" not in out
     shell.run_line_magic("thunder_ranks", "status")
     status_out = capsys.readouterr().out

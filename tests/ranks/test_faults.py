@@ -77,10 +77,9 @@ def test_error_on_every_rank_keeps_the_pool_and_its_state(engine: RankEngine) ->
     assert {r: s.pid for r, s in engine.status().items()} == pids  # no restart happened
 
 
-@pytest.mark.parametrize(
-    "how", ["os._exit(3)", "os.kill(os.getpid(), signal.SIGKILL)", "os.kill(os.getpid(), signal.SIGSEGV)"]
-)
-def test_rank_that_dies_is_reported_with_its_rank(engine: RankEngine, how: str) -> None:
+def _rank_one_dies(engine: RankEngine, how: str) -> None:
+    """Rank 1 dies by ``how`` while rank 0 sleeps: the failure names rank 1, comes back fast (rank 0 released), and
+    carries what the process wrote last."""
     err, elapsed = _timed_failure(engine, f"import os, signal, time\nif rank == 1:\n    {how}\ntime.sleep(30)\n")
     print(f"\n[fault latency] {how} -> cell failed in {elapsed:.2f} s")
     assert err.rank == 1 and err.failures[1].kind is FailureKind.DIED
@@ -96,19 +95,26 @@ def test_rank_that_dies_is_reported_with_its_rank(engine: RankEngine, how: str) 
         assert "--- rank 1: the end of its process log ---" in rendered
     else:
         assert "no fatal error in its log" in err.failures[1].summary and "memory available now" in str(err)
+
+
+@pytest.mark.parametrize("how", ["os.kill(os.getpid(), signal.SIGKILL)", "os.kill(os.getpid(), signal.SIGSEGV)"])
+def test_rank_that_dies_is_reported_with_its_rank(engine: RankEngine, how: str) -> None:
+    _rank_one_dies(engine, how)
     _next_cell_works(engine)
 
 
-def test_restart_that_fails_says_why_and_the_next_cell_retries(
+def test_rank_that_exits_is_reported_and_a_restart_that_fails_says_why_and_the_next_cell_retries(
     engine: RankEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """The third way to die (an exit, which leaves no words either), and the restart it needs made to fail once: one
+    restart of the pool serves both (each restart starts two engines that import torch and thunder)."""
     import sys
 
     from thunderviz.errors import RankError
     from thunderviz.pool import cluster
 
-    _timed_failure(engine, "import os\nif rank == 0:\n    os._exit(4)\nimport time\ntime.sleep(30)\n")
-    assert engine.restart_reason == "rank 0 died"
+    _rank_one_dies(engine, "os._exit(3)")
+    assert engine.restart_reason == "rank 1 died"
     refuse = "import sys\nprint('this engine refuses to start', file=sys.stderr)\nsys.exit(3)"
     monkeypatch.setattr(cluster, "_ENGINE_CMD", [sys.executable, "-c", refuse])
     start = time.monotonic()

@@ -21,20 +21,32 @@ pytestmark = pytest.mark.timeout(400)
 
 SPEC = StrategySpec("thunder_fsdp", {})
 STEPS = 3
+# The model, its optimizer and its loss: the 1-block GPT the tests train (its step has collectives in forward and
+# backward), and after a rank died, on the fresh pool, a linear layer (a second GPT set-up there would only repeat
+# the first one's compile in the new processes).
+GPT_MODEL = """
+from thunderviz.demos.models import TinyGPT, make_batch
+torch.manual_seed(0)
+model = fabric.setup(TinyGPT(n_layer=1, d_model=32, n_head=2, block_size=16, vocab_size=64))
+x, y = make_batch(batch=2, block_size=16, vocab_size=64, seed=rank, device=device)
+step_loss = lambda: torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+"""
+LINEAR_MODEL = """
+model = fabric.setup(torch.nn.Linear(8, 8))
+x = torch.randn(4, 8, device=device)
+step_loss = lambda: model(x).square().mean()
+"""
 SETUP = """
 import time
 import torch.distributed as dist
 from thunder.core.module import ThunderModule
-from thunderviz.demos.models import TinyGPT, make_batch
 originals = (dist.all_reduce, dist.all_gather_into_tensor, dist.reduce_scatter_tensor, ThunderModule.forward)
-torch.manual_seed(0)
-model = fabric.setup(TinyGPT(n_layer=1, d_model=32, n_head=2, block_size=16, vocab_size=64))
+MODEL
 opt = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=0.1))
-x, y = make_batch(batch=2, block_size=16, vocab_size=64, seed=rank, device=device)
 
 def train(n, sleep_rank=None, fail_at=None, fail_ranks=(), die_at=None):
     for i in range(n):
-        loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+        loss = step_loss()
         if rank == sleep_rank:
             # well above what ranks sharing busy CPUs lose to each other: 0.1 s missed 1 run in 10, and 0.3 s went
             # unnamed in 2 of 4 full suite runs under the pytest workers' load (further.ipynb's straggler sleeps 1 s)
@@ -63,7 +75,7 @@ def pool(output_log) -> RankEngine:
 
     eng = start_engine(output_log, timeout=30)
     try:
-        eng.run(SETUP, strategy=SPEC, collect=False)
+        eng.run(SETUP.replace("MODEL\n", GPT_MODEL), strategy=SPEC, collect=False)
         yield eng
     finally:
         eng.stop()
@@ -160,7 +172,7 @@ def test_a_rank_that_dies_while_profiling_is_named_and_nothing_is_left_running(p
     assert "restarted before the next cell" in str(err)
     if err.partial_report is not None:  # rank 0 got out of its collective before it was killed
         assert any("rank 1 died while the timeline was recorded" in p for p in err.partial_report.problems)
-    pool.run(SETUP, strategy=SPEC, collect=False)  # a fresh pool: set the model up again
+    pool.run(SETUP.replace("MODEL\n", LINEAR_MODEL), strategy=SPEC, collect=False)  # a fresh pool: a model again
     assert not any(
         psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids.values()
     )

@@ -175,6 +175,7 @@ def _hybrid_shards_within_each_host(nb: Notebook, flags: str) -> None:
     """By default the shard group is each host's ranks, numerics still equal one process, and the report
     splits the traffic: the shard group's collectives stay inside a host, only the replica all_reduce leaves it."""
     answer = _ok(nb.cell(f"{flags} --sharding hybrid --output none", NUMERICS + HYBRID_GROUPS))
+    assert _ok(nb.ask(pull="host"))["values"] == ["tvhosta", "tvhosta", "tvhostb", "tvhostb"]
     assert max(_ok(nb.ask(pull="grad_error"))["values"]) < 1e-6
     assert max(_ok(nb.ask(pull="loss_error"))["values"]) < 1e-6
     assert set(_ok(nb.ask(pull="mesh"))["values"]) == {
@@ -230,7 +231,8 @@ def test_ipcluster_across_two_hosts(hosts: TwoHosts, tmp_path: Path) -> None:
     flags = f"--nproc 4 {' '.join(common).replace('=', ' ')} --backend gloo --timeout 30"
     nb = Notebook(hosts, env, tmp_path / "notebook.log")
     try:
-        _numerics_match_and_ranks_span_both_hosts(nb, flags)
+        # FSDP's numerics across the hosts are checked on the hand-started cluster below (the same cell, once
+        # attached); here hybrid sharding's, over ipcluster's engines
         _hybrid_shards_within_each_host(nb, flags)
         _nothing_listens_on_all_interfaces(hosts)
         before = _who(nb, flags)
@@ -315,16 +317,16 @@ def test_hand_started_controller_and_engines_across_two_hosts(hosts: TwoHosts, t
         _nothing_listens_on_all_interfaces(hosts)
 
         # engines whose environment tells gloo to use loopback (the user's setting wins over ours): set-up cannot
-        # connect across hosts, and says where and why
+        # connect across hosts, and says where and why (one engine per host is enough to be across hosts)
         _ok(nb.ask(line="thunder_ranks stop"))
         for proc in engines["a"] + engines["b"]:
             if proc.poll() is None:
                 proc.kill()
         wait_until(lambda: _ok(nb.ask(engines=client_file))["engines"] == 0, 120, "the engines gone")
-        for key in "aabb":
+        for key in "ab":
             start_engine(key, GLOO_SOCKET_IFNAME="lo")
-        wait_until(lambda: _ok(nb.ask(engines=client_file))["engines"] == 4, 300, "4 engines registered")
-        broken = nb.cell(f"--nproc 4 {connection} --backend gloo --timeout 10 --output none", "pass", seconds=300)
+        wait_until(lambda: _ok(nb.ask(engines=client_file))["engines"] == 2, 300, "2 engines registered")
+        broken = nb.cell(f"--nproc 2 {connection} --backend gloo --timeout 10 --output none", "pass", seconds=300)
         assert not broken["ok"] and set(broken["kinds"].values()) == {"unreachable"}, broken
         seconds = broken["seconds"]
         print(f"[fault latency] two hosts: set-up that cannot connect (--timeout 10) failed in {seconds:.1f} s")
