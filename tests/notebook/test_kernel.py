@@ -46,9 +46,12 @@ def test_interrupt_and_sigkill_in_a_real_kernel() -> None:
 
         # Ctrl-C while both ranks run Python: the kernel forwards it, both stop, state is kept. Interrupt once every
         # rank says it is inside the loop, not after a fixed sleep (too short on a loaded machine, wasted otherwise).
+        # stop_on_error=False: ipykernel 7 aborts requests that arrive while it still unwinds a failed one (a race
+        # the next cell below lost on CI, reply "aborted"); a notebook user re-runs later, this test at once.
         msg_id = kc.execute(
             "%%thunder_ddp --nproc 2 --backend gloo\nimport time\nprint('looping on', rank, flush=True)\n"
-            "for _ in range(1200):\n    time.sleep(0.05)\n"
+            "for _ in range(1200):\n    time.sleep(0.05)\n",
+            stop_on_error=False,
         )
         _wait_for_output(kc, msg_id, ["[rank 0] looping on 0", "[rank 1] looping on 1"], timeout=120)
         interrupted_at = time.monotonic()
