@@ -37,6 +37,7 @@ import torch
 import torch.distributed as tdist
 
 from thunderviz.thunder.compat import SUPPORTED_THUNDER_VERSIONS, ensure_supported_thunder
+from thunderviz.thunder.jit import shortcuts
 from thunderviz.thunder.jit.executors import keep_collectives_out_of_fusions
 from thunderviz.thunder.param_tags import comm_config, param_group, recorded_full_shape, replica_group
 from thunderviz.thunder.reuse import compile_reuse
@@ -98,6 +99,7 @@ def install_sync_hook() -> None:
     global _installed
     keep_collectives_out_of_fusions()
     compile_reuse.install()
+    shortcuts.install()
     with _install_lock:
         if _installed:
             return
