@@ -107,3 +107,20 @@ def test_predicting_stops_only_where_no_later_candidate_can_be_faster() -> None:
 
     plan = synthetic_plan(dict.fromkeys(("ddp", "fsdp-zero2-block", "fsdp-zero2-layer", "fsdp-zero3-block"), 1))
     assert [settled(c) for c in plan.candidates] == [True, True, False, True]
+
+
+def test_plans_with_the_optimizer_handed_to_setup_adamw_included() -> None:
+    """Without ``optimizer=``, the rehearsal builds the class handed to ``fabric.setup`` with its settings. torch's
+    ``AdamW`` keeps a setting in ``defaults`` that its ``__init__`` refuses (``decoupled_weight_decay``): the plan
+    must still get an AdamW with the user's settings, not a TypeError at ``fabric.setup``."""
+    import torch
+
+    from thunderviz import ThunderAutoStrategy
+
+    param = torch.nn.Parameter(torch.zeros(2))
+    for opt in (
+        torch.optim.AdamW([param], lr=3e-4, betas=(0.8, 0.95), weight_decay=0.05),
+        torch.optim.SGD([param], lr=0.1, momentum=0.9),
+    ):
+        made = ThunderAutoStrategy("1GiB")._optimizer_for_plan([opt])([torch.nn.Parameter(torch.zeros(2))])
+        assert type(made) is type(opt) and made.defaults == opt.defaults

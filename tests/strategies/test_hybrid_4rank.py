@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from tests.helpers.rank_pool import run_on_pool
-from tests.strategies.hybrid_scenarios import CASES, LEVELS, load_on, suite
+from tests.strategies.hybrid_scenarios import LEVELS, TRAINED, load_on, suite
 from thunderviz.pool.spawn import run_ranks
 
 
@@ -24,22 +24,11 @@ def ckpt_path(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def plan():
-    """A plan for 4 ranks on 2 hosts of 2 (made here, on the meta device; its traces are not sent to the ranks)."""
-    import dataclasses
+    """A plan for 2 and 4 ranks on hosts of 2 (made on the meta device, without its traces; shared with the plan's
+    own test of hybrid candidates, ``tests/helpers/host_plan``)."""
+    from tests.helpers.host_plan import plan_across_hosts
 
-    import thunderviz
-    from thunderviz.demos.models import ResidualMLP
-
-    made = thunderviz.plan(
-        ResidualMLP(n_layer=2),
-        torch.empty(8, 16),
-        world_sizes=(4,),
-        ranks_per_host=2,
-        device="cpu",
-        progress=False,
-        activation_checkpointing=False,  # the hosts' dimension only: checkpointed candidates double the rehearsals
-    )
-    return dataclasses.replace(made, candidates=[dataclasses.replace(c, bundle=None) for c in made.candidates])
+    return plan_across_hosts()
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +44,7 @@ def _close_all(got: dict, expected: dict, what: str) -> None:
         torch.testing.assert_close(got[name], expected[name], msg=lambda m, name=name: f"{what}: {name}: {m}")
 
 
-@pytest.mark.parametrize("level", LEVELS)
-@pytest.mark.parametrize(("case", "variant"), CASES)
+@pytest.mark.parametrize(("level", "case", "variant"), TRAINED)
 def test_trains_like_one_process_with_collectives_on_their_groups(four, level, case, variant):
     for rank, out in enumerate(four):
         r = out[f"{level}-{case}"]

@@ -109,27 +109,36 @@ def test_cuda_rounding_is_the_allocators_512_byte_blocks() -> None:
         assert tracker.total == 512
 
 
-@pytest.mark.parametrize("name", ["fsdp-zero3-block", "ddp", "fsdp-zero3-block+ac"])
-def test_extrapolation_over_blocks_equals_the_whole_rehearsal(name: str) -> None:
-    """ZERO3 + BLOCK is the case where one block is not enough (the root bucket is gathered next to it, and a
-    block's hand-over reaches two blocks ahead); with every block checkpointed the peak sits elsewhere. The
-    extrapolation from the cuts (``parallel.extrapolation.CUTS``), moment by moment, must give exactly what
-    rehearsing all 6 blocks gives: every category, every measured group, the phase, and the bytes sent."""
-    model = ResidualMLP(n_layer=6)
-    spec = candidate_specs([2], [name], checkpoint=block_checkpoint_policy(model))[0]
-    kwargs = {"options": spec.options, "world_size": 2, "capture_traces": False}
-    whole = rehearse(model, BATCH, **kwargs)
-    cut = {k: rehearse(cut_blocks(model, k), BATCH, **kwargs) for k in CUTS}
-    peak = extrapolate_peak({k: r.timeline for k, r in cut.items()}, 6)
-    assert peak is not None
-    assert (peak.breakdown, peak.groups, peak.phase) == (
-        whole.memory.breakdown,
-        whole.memory.groups,
-        whole.memory.phase,
-    )
-    sent = {k: {"comm": r.comm_bytes, "collectives": r.collectives} for k, r in cut.items()}
-    assert extrapolate(sent, 6) == {"comm": whole.comm_bytes, "collectives": whole.collectives}
-    assert whole.memory.peak_bytes > cut[4].memory.peak_bytes > cut[3].memory.peak_bytes
+def test_a_rehearsal_that_reuses_an_earlier_trace_counts_what_a_fresh_one_counts(monkeypatch) -> None:
+    """thunder's interpreter is most of a rehearsal, and rehearsals of one program repeat it: a plan's ZERO2 and ZERO3
+    of one cut, its BLOCK and LAYER, the auto strategy predicting what a plan predicted. So a rehearsal keeps its
+    interpreted trace (compile reuse, marked ``QUIET``) and a later one of the same program reuses it: ZERO3 LAYER
+    after ZERO2 BLOCK here, which interpret to the same trace. It counts byte for byte, moment by moment what a
+    rehearsal that interprets counts, and it stays out of the cell's compile log and the reuse counters."""
+    from thunderviz.thunder.reuse import compile_reuse
+
+    model = ResidualMLP(n_layer=2)
+    z2, z3 = (candidate_specs([2], [n])[0].options for n in ("fsdp-zero2-block", "fsdp-zero3-layer"))
+    compile_reuse.take_events()
+    before = compile_reuse.stats()
+    rehearse(model, BATCH, options=z2, world_size=2, capture_traces=False)
+    quiet = compile_reuse.stats().quiet_hits
+    reused = rehearse(model, BATCH, options=z3, world_size=2, capture_traces=False)
+    after = compile_reuse.stats()
+    assert after.quiet_hits == quiet + 1
+    assert (after.hits, after.misses, after.last) == (before.hits, before.misses, before.last)
+    assert compile_reuse.take_events() == []
+    monkeypatch.setenv(compile_reuse.ENV_VARIABLE, "0")
+    fresh = rehearse(model, BATCH, options=z3, world_size=2, capture_traces=False)
+    assert compile_reuse.stats().quiet_hits == quiet + 1  # interpreted: reuse is off
+    assert reused.memory == fresh.memory and reused.timeline == fresh.timeline
+    assert (reused.comm_bytes, reused.collectives) == (fresh.comm_bytes, fresh.collectives)
+    assert [(b.kind, b.label, b.params) for b in reused.buckets] == [(b.kind, b.label, b.params) for b in fresh.buckets]
+
+
+# The rehearsals below share thunder's interpreted traces through compile reuse (each test stands alone; in this
+# order they reuse more): ResidualMLP(n_layer=2) with ``BATCH`` at world size 2 under FSDP is interpreted once, and
+# the cuts of ResidualMLP(n_layer=6) the extrapolation rehearses are what the progress test's plan rehearses.
 
 
 @pytest.mark.parametrize("name", ["fsdp-zero2-block", "fsdp-zero3-layer"])
@@ -166,38 +175,21 @@ def test_layer_laid_out_on_block_traces_equals_tracing_layer(sharding: str) -> N
     ]
 
 
-def test_plan_reports_progress_once_per_traced_rehearsal() -> None:
-    """``thunderviz.plan`` takes tens of seconds: it ticks after each traced rehearsal, naming what it covered, and
-    the total is known from the first tick (DDP and ZERO2's two bucketings share traces: 2 traces x 2 cuts)."""
-    import thunderviz
-
-    ticks: list[tuple[int, int, str]] = []
-    plan = thunderviz.plan(
-        ResidualMLP(n_layer=6),
-        BATCH,
-        world_sizes=(2,),
-        device="cpu",
-        candidates=("ddp", "fsdp-zero2-block", "fsdp-zero2-layer"),
-        progress=lambda done, total, what: ticks.append((done, total, what)),
-    )
-    assert [t[:2] for t in ticks] == [(1, 4), (2, 4), (3, 4), (4, 4)], ticks
-    assert ticks[0][2] == "ddp x2 (3 of 6 blocks)"
-    assert ticks[1][2] == "fsdp-zero2-block, fsdp-zero2-layer x2 (3 of 6 blocks)"
-    assert ticks[3][2].endswith("x2 (4 of 6 blocks)") and len(plan.candidates) == 3
-
-
 def test_a_plan_across_hosts_adds_hybrid_candidates_with_one_hosts_memory() -> None:
     """A hybrid rank holds what an FSDP rank of its host holds (the replica all_reduce works in place), sends that
-    FSDP's bytes plus the all_reduce of its reduced shards, and its host sends the reduced gradients once."""
+    FSDP's bytes plus the all_reduce of its reduced shards, and its host sends the reduced gradients once; so does
+    a checkpointed one. (The plan is ``ResidualMLP(n_layer=2)`` with ``BATCH``, shared with the 4-rank hybrid test.)"""
     import thunderviz
+    from tests.helpers.host_plan import BATCH_SHAPE, plan_across_hosts
 
-    plan = thunderviz.plan(
-        ResidualMLP(n_layer=2), BATCH, world_sizes=(2, 4), ranks_per_host=2, device="cpu", progress=False
-    )
+    assert tuple(BATCH.shape) == BATCH_SHAPE
+    plan = plan_across_hosts()
     one_host = plan.candidate("fsdp-zero2-block", 2)
     hybrid = plan.candidate("hybrid-zero2-block", 4)
     assert hybrid.options.device_mesh == (2, 2)
     assert hybrid.peak_bytes == one_host.peak_bytes and hybrid.breakdown == one_host.breakdown
+    checkpointed = plan.candidate("hybrid-zero2-block+ac", 4)
+    assert checkpointed.peak_bytes == plan.candidate("fsdp-zero2-block+ac", 2).peak_bytes < hybrid.peak_bytes
     # 2 x 2: each rank all-reduces its half of the reduced gradients over 2 replicas (2(R-1)/R of it: all of it),
     # and each host's 2 ranks send that out of the host: the reduced gradients once.
     assert hybrid.comm_bytes == one_host.comm_bytes + one_host.reduced_bytes // 2
@@ -234,3 +226,46 @@ def test_plan_for_cuda_from_cpu_assumes_the_ranks_executors_and_finds_the_larges
     larger = thunderviz.plan(model, _scaled_input(BATCH, c.max_micro_batch + 1), **kwargs).candidates[0]
     assert larger.peak_bytes > budget
     assert plan.with_budget(budget * 2).candidates[0].max_micro_batch is None  # found for the plan's own budget
+
+
+@pytest.mark.parametrize("name", ["fsdp-zero3-block", "ddp", "fsdp-zero3-block+ac"])
+def test_extrapolation_over_blocks_equals_the_whole_rehearsal(name: str) -> None:
+    """ZERO3 + BLOCK is the case where one block is not enough (the root bucket is gathered next to it, and a
+    block's hand-over reaches two blocks ahead); with every block checkpointed the peak sits elsewhere. The
+    extrapolation from the cuts (``parallel.extrapolation.CUTS``), moment by moment, must give exactly what
+    rehearsing all 6 blocks gives: every category, every measured group, the phase, and the bytes sent."""
+    model = ResidualMLP(n_layer=6)
+    spec = candidate_specs([2], [name], checkpoint=block_checkpoint_policy(model))[0]
+    kwargs = {"options": spec.options, "world_size": 2, "capture_traces": False}
+    whole = rehearse(model, BATCH, **kwargs)
+    cut = {k: rehearse(cut_blocks(model, k), BATCH, **kwargs) for k in CUTS}
+    peak = extrapolate_peak({k: r.timeline for k, r in cut.items()}, 6)
+    assert peak is not None
+    assert (peak.breakdown, peak.groups, peak.phase) == (
+        whole.memory.breakdown,
+        whole.memory.groups,
+        whole.memory.phase,
+    )
+    sent = {k: {"comm": r.comm_bytes, "collectives": r.collectives} for k, r in cut.items()}
+    assert extrapolate(sent, 6) == {"comm": whole.comm_bytes, "collectives": whole.collectives}
+    assert whole.memory.peak_bytes > cut[4].memory.peak_bytes > cut[3].memory.peak_bytes
+
+
+def test_plan_reports_progress_once_per_traced_rehearsal() -> None:
+    """``thunderviz.plan`` takes tens of seconds: it ticks after each traced rehearsal, naming what it covered, and
+    the total is known from the first tick (DDP and ZERO2's two bucketings share traces: 2 traces x 2 cuts)."""
+    import thunderviz
+
+    ticks: list[tuple[int, int, str]] = []
+    plan = thunderviz.plan(
+        ResidualMLP(n_layer=6),
+        BATCH,
+        world_sizes=(2,),
+        device="cpu",
+        candidates=("ddp", "fsdp-zero2-block", "fsdp-zero2-layer"),
+        progress=lambda done, total, what: ticks.append((done, total, what)),
+    )
+    assert [t[:2] for t in ticks] == [(1, 4), (2, 4), (3, 4), (4, 4)], ticks
+    assert ticks[0][2] == "ddp x2 (3 of 6 blocks)"
+    assert ticks[1][2] == "fsdp-zero2-block, fsdp-zero2-layer x2 (3 of 6 blocks)"
+    assert ticks[3][2].endswith("x2 (4 of 6 blocks)") and len(plan.candidates) == 3

@@ -221,9 +221,7 @@ class ThunderAutoStrategy(ThunderParallelStrategy):
         if self.optimizer is not None:
             return self.optimizer
         if optimizers:
-            opt = optimizers[0]
-            cls, defaults = type(opt), dict(opt.defaults)
-            return lambda params: cls(params, **defaults)
+            return _same_optimizer(optimizers[0])
         return "adamw"
 
     def _become(self, pick: Candidate, budget: int) -> None:
@@ -273,6 +271,21 @@ class ThunderAutoStrategy(ThunderParallelStrategy):
     @override
     def register_strategies(cls, strategy_registry: _StrategyRegistry) -> None:
         register_strategy_names(strategy_registry, only="auto")
+
+
+def _same_optimizer(opt: Optimizer) -> Any:
+    """A factory of ``opt``'s class with its settings, for the rehearsal. Only the settings its ``__init__`` takes: a
+    class's ``defaults`` may hold more (torch's ``AdamW`` keeps ``Adam``'s ``decoupled_weight_decay``, which its own
+    ``__init__`` refuses), unless it takes ``**kwargs``."""
+    import inspect
+
+    cls = type(opt)
+    taken = inspect.signature(cls.__init__).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in taken.values()):
+        defaults = dict(opt.defaults)
+    else:
+        defaults = {k: v for k, v in opt.defaults.items() if k in taken}
+    return lambda params: cls(params, **defaults)
 
 
 def _ranks_per_host(group: tdist.ProcessGroup | None) -> int | None:

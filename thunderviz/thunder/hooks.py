@@ -211,14 +211,15 @@ compile_reuse.describe_tensors_with(_reuse_facts)
 
 def _plan_of(args: tuple[Any, ...], module: Any) -> tuple[Any, ...]:
     """``_note_for_comm_pass``'s arguments for ``module``, the module being jitted when a trace is reused: each
-    parameter's plan names its own module (accumulators are found by ``config.key``), and ZERO2 / ZERO3 differ only
-    in the plan (the interpreted trace is the same; the tags set here from the plan differ)."""
+    parameter's plan names its own module (accumulators are found by ``config.key``), and ZERO2 / ZERO3 and FSDP's
+    bucketings differ only in the plan (the interpreted trace is the same; the tags set here and the buckets the
+    communication pass packs from the plan differ: ``compile_reuse.PLAN_NEUTRAL``)."""
     import dataclasses
 
     p, config, group, gathered, made, replicas = args
     plans = {c.param_name: c for c in (comm_config(t) for t in module.parameters()) if c is not None}
     mine = plans.get(config.param_name)
-    neutral = {"owner_id": 0, "reshard_after_forward": False}
+    neutral = compile_reuse.PLAN_NEUTRAL
     if mine is None or dataclasses.replace(mine, **neutral) != dataclasses.replace(config, **neutral):
         raise compile_reuse.NotReusable(f"{config.param_name} has no matching plan in the module set up now")
     return (p, mine, group, gathered, made, replicas)

@@ -22,6 +22,7 @@ Three stand-ins, each as small as it can be:
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -36,8 +37,10 @@ __all__ = ["TARGET_DEVICES", "fake_group", "meta_collectives", "target_device"]
 TARGET_DEVICES = ("cpu", "cuda")
 
 
+@functools.cache
 def fake_group(world_size: int) -> tdist.ProcessGroup:
-    """A process group object of ``world_size`` ranks (this one is rank 0) that no collective ever reaches."""
+    """A process group object of ``world_size`` ranks (this one is rank 0) that no collective ever reaches: one per
+    size and process, so that rehearsals at one world size can reuse each other's trace (a trace calls its group)."""
     from torch._C._distributed_c10d import HashStore, ProcessGroup
 
     return ProcessGroup(HashStore(), 0, world_size)

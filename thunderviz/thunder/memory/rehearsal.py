@@ -53,6 +53,7 @@ from thunderviz.thunder.memory.meta_model import (
 from thunderviz.thunder.memory.meta_world import fake_group, meta_collectives, target_device
 from thunderviz.thunder.memory.relayout import record_comm_pass, relayout
 from thunderviz.thunder.memory.storage_tracker import StorageTracker
+from thunderviz.thunder.reuse import compile_reuse
 from thunderviz.trace.buckets import Bucket
 from thunderviz.trace.memory import MemoryEstimate
 from thunderviz.trace.model import TraceBundle
@@ -273,7 +274,10 @@ def rehearse_all(
     one step counts every world size when that is exact (DDP's memory does not depend on it; FSDP's only through its
     shards, see ``StorageTracker``), and FSDP options that differ only in bucketing share one trace, the
     communication pass laying out each bucketing on the same optimized traces (``relayout``), as it does when thunder
-    calls it. Returns one ``{world size: Rehearsal}`` per entry of ``options``.
+    calls it. Across calls, thunder's interpreter (most of a trace) is shared by compile reuse: ZERO2 and ZERO3 of one
+    model interpret to the same trace, as does a rehearsal repeated (a plan made again, the auto strategy predicting
+    what a plan on its rank predicted); see ``_rehearse``. Returns one ``{world size: Rehearsal}`` per entry of
+    ``options``.
     """
     sizes = sorted(set(world_sizes))
     kwargs = {"loss_fn": loss_fn, "optimizer": optimizer, "precision": precision, "device": device}
@@ -369,6 +373,9 @@ def _rehearse(
         # the executors the strategy's own thunder.jit will get (the decision table's rule): fusion executors change
         # what forward saves for backward (5x on a GPT measured on an H200)
         executors = decided_executors(options, device)[0]
+        # kept by compile reuse, apart from the set-ups (QUIET): a later rehearsal of the same program skips thunder's
+        # interpreter, which counts the same bytes (tests/thunder/test_rehearsal.py); the group is one per world size
+        compile_reuse.mark(module, quiet=True)
         jitted = compile_state.jit(module, executors=executors, **dict(options.jit_kwargs))
         distribute_on_meta(module, jitted, options, group)
         recorded = record_comm_pass(jitted)

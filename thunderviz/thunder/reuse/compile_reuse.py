@@ -1,13 +1,13 @@
 """Reuse thunder's initial trace when a cell sets up a model whose code and structure did not change.
 
-Why: thunder 0.2.6 spends most of a first call in ``thunder_general_jit`` (its bytecode interpreter: 78% of 13 s
-for the tutorial's TinyGPT on these machines), and a notebook pays it on every rank for every cell, also when the
-user re-runs a cell or switches ZERO2 to ZERO3 on the same model class. Its cache cannot help: it lives in one jitted
-object, and a prologue checks values, never code. So the interpreter's result (prologue, computation and epilogue
-traces) is kept here per process, under a key that covers everything the trace could depend on, and a later call
-with the same key gets a copy whose prologue is bound to its own module or function; thunder then runs everything
-after the interpreter as usual (our transforms, autodiff, executors, fusion), and the new call still passes through
-a prologue that checks its values.
+Why: thunder 0.2.6 spends most of a first call in ``thunder_general_jit`` (its bytecode interpreter: 78% of 13 s for
+the tutorial's TinyGPT on these machines), and a notebook pays it on every rank for every cell, also when the user
+re-runs a cell or switches ZERO2 to ZERO3 or BLOCK to LAYER on the same model class. Its cache cannot help: it lives
+in one jitted object, and a prologue checks values, never code. So the interpreter's result (prologue, computation and
+epilogue traces) is kept here per process, under a key that covers everything the trace could depend on, and a later
+call with the same key gets a copy whose prologue is bound to its own module or function; thunder then runs everything
+after the interpreter as usual (our transforms, autodiff, executors, fusion), and the new call still passes through a
+prologue that checks its values.
 
 What is reused: a module our strategies jit (case 1) or distribute (case 3), and a function the user jitted that is
 handed, or names, a module our strategies set up with ``jit=False`` (case 2: ``thunder.jit(train_step)``). A
@@ -31,7 +31,8 @@ Why a call compiled anyway is said by ``thunder.reuse.why_not.explain_miss``. Wh
 interprets
 (``hooks._note_for_comm_pass``, ``hooks._key_cache_on_no_sync``) is recorded with the entry and replayed for the new
 call. Only what our strategies marked (``mark``) is reused, never a user's own ``thunder.jit`` of anything else in
-the process; ``THUNDERVIZ_COMPILE_REUSE=0`` turns it off.
+the process; ``THUNDERVIZ_COMPILE_REUSE=0`` turns it off. A plan's rehearsals (``thunder.memory.rehearsal``) mark their
+meta-device copies ``QUIET``: they reuse each other's traces, apart from the set-ups and unseen by the cell.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from thunderviz.thunder.jit.untraceable import explain as explain_trace_failure
 from thunderviz.thunder.jit.untraceable import leave_half_traced_vmap
 from thunderviz.thunder.reuse.key import MARK as _MARK
 from thunderviz.thunder.reuse.key import (
+    PLAN_NEUTRAL,
     NotReusable,
     describe_tensors_with,
     group_key,
@@ -65,6 +67,8 @@ from thunderviz.thunder.reuse.why_not import explain_miss
 
 __all__ = [
     "ENV_VARIABLE",
+    "PLAN_NEUTRAL",
+    "QUIET",
     "NotReusable",
     "ReuseStats",
     "describe_tensors_with",
@@ -81,7 +85,8 @@ __all__ = [
 ]
 
 ENV_VARIABLE = "THUNDERVIZ_COMPILE_REUSE"
-#: entries kept per process (each holds three traces; a notebook compares a handful of strategies)
+#: entries kept per process (each holds three traces; a notebook compares a handful of strategies), and as many
+#: of the predictions' (``QUIET``)
 _CAPACITY = 16
 
 
@@ -93,6 +98,8 @@ class ReuseStats:
     misses: int = 0
     last: str = ""
     last_interpret_s: float = 0.0
+    #: compiles for a prediction (``QUIET``) that reused a trace; they are in none of the fields above
+    quiet_hits: int = 0
 
 
 @dataclasses.dataclass
@@ -102,6 +109,8 @@ class _Entry:
     #: the module whose plan the call carries (None: the jitted module itself, or no plan)
     effects: list[tuple[Callable[..., Any], tuple[Any, ...], Any, int | None]]
     interpret_s: float
+    #: kept for a prediction (``QUIET``): not what a set-up is compared with, nor counted against its capacity
+    quiet: bool = False
 
 
 _lock = threading.Lock()
@@ -131,10 +140,15 @@ def take_events() -> list[str]:
     return out
 
 
-def mark(module: torch.nn.Module, reuse: bool = True) -> None:
+#: the mark of a module jitted to predict, not to train (``thunder.memory.rehearsal``'s meta copy): it reuses and is
+#: kept like the others, but it is nobody's set-up, so it stays out of ``stats`` and of the cell's compile log
+QUIET = "quiet"
+
+
+def mark(module: torch.nn.Module, reuse: bool = True, *, quiet: bool = False) -> None:
     """Let this module's jitted calls, and those of a jitted function that takes it, reuse a trace, or not (our
-    strategies mark what they set up, with their ``compile_reuse`` option)."""
-    object.__setattr__(module, _MARK, bool(reuse))
+    strategies mark what they set up, with their ``compile_reuse`` option); ``quiet``: see ``QUIET``."""
+    object.__setattr__(module, _MARK, QUIET if reuse and quiet else bool(reuse))
 
 
 def recorded(
@@ -195,10 +209,12 @@ def install() -> None:
             marked = _marked(fn, args, kwargs)
             if marked is None:  # not set up by our strategies: thunder as usual, not even counted
                 return interpret(fn, args, kwargs, **kw)
+            quiet = marked == QUIET
             if not (marked and enabled()):
                 t0 = time.perf_counter()
                 results = original(fn, args, kwargs, **kw)
-                _events.append(f"interpreted in {time.perf_counter() - t0:.1f} s (compile reuse is off)")
+                if not quiet:
+                    _events.append(f"interpreted in {time.perf_counter() - t0:.1f} s (compile reuse is off)")
                 return results
             key, why, roots = _keyed(fn, args, kwargs)
             entry = None if key is None else _store.get(key)
@@ -214,38 +230,43 @@ def install() -> None:
                 _store.move_to_end(key)
                 for f, a in calls:
                     f(*a)
-                _stats.hits += 1
-                _stats.last = f"reused a trace (interpreting it took {entry.interpret_s:.1f} s)"
-                _events.append(f"reused an earlier set-up's trace (interpreting it took {entry.interpret_s:.1f} s)")
+                if quiet:
+                    _stats.quiet_hits += 1
+                else:
+                    _stats.hits += 1
+                    _stats.last = f"reused a trace (interpreting it took {entry.interpret_s:.1f} s)"
+                    _events.append(f"reused an earlier set-up's trace (interpreting it took {entry.interpret_s:.1f} s)")
                 return _rebound(entry.results, fn)
-            if key is not None and not why:
-                why = explain_miss(key, list(_store))
+            if key is not None and not why and not quiet:
+                why = explain_miss(key, [k for k, e in _store.items() if not e.quiet])
             t0 = time.perf_counter()
             with _record() as effects:
                 results = original(fn, args, kwargs, **kw)
             took = time.perf_counter() - t0
-            _stats.misses += 1
-            _stats.last = f"interpreted in {took:.1f} s" + (f": {why}" if why else "")
-            _stats.last_interpret_s = took
+            last = f"interpreted in {took:.1f} s" + (f": {why}" if why else "")
             ad_hoc = kw.get("ad_hoc_executor")
             if ad_hoc is not None and getattr(ad_hoc, "implmap", None):
                 # Ops the interpreter registered on this jit's own executor (a custom autograd.Function): another
                 # jitted object's executor list cannot run them.
                 key = None
-                _stats.last += " (not kept: it registered ops of its own)"
+                last += " (not kept: it registered ops of its own)"
             owners: list[int | None] = [None] * len(effects)
             if key is not None and roots is not None:
                 try:
                     owners = _owners(effects, roots)
                 except NotReusable as e:
                     key = None
-                    _stats.last += f" (not kept: {e})"
-            _events.append(_stats.last)
+                    last += f" (not kept: {e})"
+            if not quiet:
+                _stats.misses += 1
+                _stats.last, _stats.last_interpret_s = last, took
+                _events.append(last)
             if key is not None:
                 kept = [(f, a, rebind, owner) for (f, a, rebind), owner in zip(effects, owners, strict=True)]
-                _store[key] = _Entry(_rebound(results, None), kept, took)
-                while len(_store) > _CAPACITY:
-                    _store.popitem(last=False)
+                _store[key] = _Entry(_rebound(results, None), kept, took, quiet)
+                alike = [k for k, e in _store.items() if e.quiet == quiet]
+                for old in alike[: max(0, len(alike) - _CAPACITY)]:
+                    del _store[old]
             return results
 
         reusing_general_jit.__thunderviz_original__ = interpret  # type: ignore[attr-defined]

@@ -32,6 +32,7 @@ import torch
 __all__ = [
     "FUNCTION",
     "MARK",
+    "PLAN_NEUTRAL",
     "NotReusable",
     "describe_tensors_with",
     "group_key",
@@ -133,12 +134,18 @@ def group_key(group: Any) -> tuple[Any, ...]:
     return ("group", id(group), size() if callable(size) else None, rank() if callable(rank) else None)
 
 
+#: what a parameter's plan may differ in and still interpret to the same trace (``plan_key``, ``hooks._plan_of``)
+PLAN_NEUTRAL = {"owner_id": 0, "reshard_after_forward": False, "label": "", "bucketing": None}
+
+
 def plan_key(config: Any) -> str:
     """A parameter's communication plan, less what the replayed plan brings (``hooks._plan_of``): the id of the
-    module it belongs to (new with every set-up) and ZERO3's resharding (tags set at replay)."""
+    module it belongs to (new with every set-up), ZERO3's resharding (tags set at replay) and FSDP's bucket (its
+    label and bucketing: the interpreter only inserts each parameter's gather; the communication pass, after it,
+    packs them into buckets from the replayed plan's labels)."""
     if dataclasses.is_dataclass(config) and hasattr(config, "owner_id"):
-        # ZERO2 and ZERO3 interpret to the same trace: the replayed plan sets the tags that differ
-        config = dataclasses.replace(config, owner_id=0, reshard_after_forward=False)
+        # ZERO2 / ZERO3 and BLOCK / LAYER interpret to the same trace: the replayed plan sets what differs
+        config = dataclasses.replace(config, **PLAN_NEUTRAL)
     return repr(config)
 
 
