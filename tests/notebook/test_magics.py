@@ -256,7 +256,12 @@ def test_a_forward_that_raises_on_every_rank_prints_one_short_traceback(shell, c
     assert full[0].count("interpreter.py") > 5
     shell.run_line_magic("thunder_ranks", "traceback")
     printed = capsys.readouterr().out
-    assert printed.count("in Bad.forward") == (2 if both else 1) and "--- rank 1 traceback ---" in printed
+    # each rank's own: its traceback, or ipyparallel's "No traceback available" for one that never arrived (under
+    # load; the error above then joined that rank to the other, which raised the same error)
+    sections = printed.split("--- rank ")[1:]
+    assert [s.split(" ", 1)[0] for s in sections] == ["0", "1"], printed
+    assert all(("in Bad.forward" in s) != ("No traceback available" in s) for s in sections), printed
+    assert any("in Bad.forward" in s for s in sections), printed
 
 
 # ``--timeline [--steps N]`` under ThunderDDPStrategy, on the pool the cells above started
