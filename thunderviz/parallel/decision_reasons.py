@@ -58,7 +58,7 @@ def plan_headline(options: StrategyOptions, facts: ObjectFacts | None = None) ->
 
 def case_headline(case: Case, options: StrategyOptions, facts: ObjectFacts) -> str:
     verb = "shard" if options.parallelism is Parallelism.FSDP else "replicate"
-    plan = plan_headline(options, facts) + _door_headline(facts)
+    plan = plan_headline(options, facts) + _door_headline(facts, options)
     if case is Case.RAW_MODULE:
         through = " (Dynamo passes through)" if facts.door.fabric_recompiles else ""
         return f"case 1: jit once{through}, then {verb} - {plan}"
@@ -69,9 +69,9 @@ def case_headline(case: Case, options: StrategyOptions, facts: ObjectFacts) -> s
     return f"case 3: {verb} your {what} module in place{cleared} - {plan}"
 
 
-def _door_headline(facts: ObjectFacts) -> str:
+def _door_headline(facts: ObjectFacts, options: StrategyOptions) -> str:
     """``; transformers: masks by broadcasting, use_cache off``: what a front door added, in a few words."""
-    done = [str(p) for p in preparations(facts)]
+    done = [str(p) for p in preparations(facts, options)]
     return f"; transformers: {', '.join(done)}" if done else ""
 
 
@@ -212,7 +212,7 @@ def door_reason(facts: ObjectFacts, options: StrategyOptions) -> str:
             " passes through and thunder runs the whole forward"
         )
     hf = facts.transformers
-    for step in preparations(facts):
+    for step in preparations(facts, options):
         if step is Preparation.MASKS_BY_BROADCASTING:
             notes.append(
                 f"transformers {hf.version if hf else ''} builds attention masks with torch.vmap, which thunder's"
@@ -225,5 +225,12 @@ def door_reason(facts: ObjectFacts, options: StrategyOptions) -> str:
                 "config.use_cache was True: a training forward would build a DynamicCache, which thunder's"
                 " interpreter cannot hold and training never reads, so the strategy sets model.config.use_cache ="
                 " False (the generation cache is for generate(), not for a training step)"
+            )
+        elif step is Preparation.OUTPUT_HOOKS_BY_LEAVES:
+            notes.append(
+                "your jitted function calls Fabric's wrapper, so thunder traces its forward, whose hook walk over the"
+                " output (apply_to_collection) deep-copies transformers' ModelOutput, a copy thunder's interpreter"
+                " cannot trace: that walk is traced over the output's tensors directly, the same hooks on the same"
+                " tensors (thunder.jit.hf, registered once per process)"
             )
     return "".join(f"; {n}" for n in notes)

@@ -28,6 +28,7 @@ __all__ = [
     "headline_of",
     "impossible",
     "preparations",
+    "transformers_preparations",
 ]
 
 
@@ -187,9 +188,17 @@ def headline_of(case: Case, action: Action, reason: str = "", plan: str = "") ->
     return f"{number}: {what}" + (f" - {plan}" if plan else "")
 
 
-def preparations(facts: ObjectFacts) -> tuple[Preparation, ...]:
-    """What must be registered or set before thunder traces this object (a transformers model's masks and cache)."""
-    hf = facts.transformers
+def preparations(facts: ObjectFacts, options: StrategyOptions) -> tuple[Preparation, ...]:
+    """What must be registered or set before thunder traces this object (a transformers model's masks and cache, and
+    in case 2 Fabric's walk over its output)."""
+    function_jit = facts.kind is ObjectKind.MODULE and not options.jit
+    return transformers_preparations(facts.transformers, function_jit)
+
+
+def transformers_preparations(hf: TransformersFacts | None, function_jit: bool = False) -> tuple[Preparation, ...]:
+    """``preparations`` of a transformers model from its facts alone (``function_jit``: case 2, the user's jitted
+    function calls Fabric's wrapper): what the plan's rehearsal, which traces a copy of the model outside any
+    strategy, must do as the strategy would."""
     if hf is None:
         return ()
     steps = []
@@ -197,6 +206,8 @@ def preparations(facts: ObjectFacts) -> tuple[Preparation, ...]:
         steps.append(Preparation.MASKS_BY_BROADCASTING)
     if hf.use_cache:
         steps.append(Preparation.NO_GENERATION_CACHE)
+    if function_jit:
+        steps.append(Preparation.OUTPUT_HOOKS_BY_LEAVES)
     return tuple(steps)
 
 

@@ -162,7 +162,7 @@ def _row(
         headline=case_headline(case, options, facts),
         reason=f"{reason}{tail}; {communication_plan(options, facts)}",
         clear_cache=clear_cache,
-        prepare=preparations(facts),
+        prepare=preparations(facts, options),
         dynamo_passthrough=facts.door.fabric_recompiles,
     )
 

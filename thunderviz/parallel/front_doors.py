@@ -95,6 +95,8 @@ class Preparation(TextEnum):
     MASKS_BY_BROADCASTING = "attention masks built by broadcasting"
     #: ``model.config.use_cache = False``: a training forward has no use for the generation cache
     NO_GENERATION_CACHE = "use_cache turned off"
+    #: case 2: Fabric's hook walk over the output (which deep-copies a ``ModelOutput``) traced tensor by tensor
+    OUTPUT_HOOKS_BY_LEAVES = "Fabric's output hooks traced tensor by tensor"
 
 
 class PluginUse(str, enum.Enum):

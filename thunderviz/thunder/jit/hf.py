@@ -12,22 +12,40 @@ mask code are still traced as written, and no opaque op hides a tensor inside a 
 ``HFTransformers`` recipe fail with "Attempting to execute symbol getitem outside of a tracing context" on packed
 sequences).
 
-The registration is process-wide and keyed on transformers' own function, so it changes nothing for other code;
-it must be, because with ``jit=False`` the function the user jits (and so its compile data) is not known at setup.
+In case 2 the user's jitted function calls Fabric's wrapper, and thunder traces its ``forward`` too: its hook walk
+over the output deep-copies transformers' ``ModelOutput``, which thunder cannot trace, so that walk is traced over
+the output's tensors directly (``register_output_hooks_by_leaves``).
+
+The registrations are process-wide and keyed on transformers' and Fabric's own functions, so they change nothing for
+other code; they must be, because with ``jit=False`` the function the user jits (and so its compile data) is not
+known at setup.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
+import dataclasses
+import sys
+import types
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import torch
+
+from thunderviz.parallel.decision_types import transformers_preparations
 from thunderviz.parallel.front_doors import Preparation
+from thunderviz.thunder.jit.front_doors import transformers_facts
+from thunderviz.thunder.jit.lookasides import function_copy, register_lookaside, registered
 
-__all__ = ["broadcast_masks_registered", "prepare_transformers", "register_broadcast_masks"]
+__all__ = [
+    "broadcast_masks_registered",
+    "prepare_copy",
+    "prepare_transformers",
+    "register_broadcast_masks",
+    "register_output_hooks_by_leaves",
+]
 
-_lock = threading.Lock()
-_registered: Callable[..., Any] | None = None
+#: where Fabric's ``_FabricModule`` is defined (its ``forward`` hooks every output tensor)
+_FABRIC_WRAPPERS = ("lightning.fabric.wrappers", "lightning_fabric.wrappers")
 
 
 def _broadcast_for_bhqkv(mask_function: Callable[..., Any], bh_indices: bool = True) -> Callable[..., Any]:
@@ -52,37 +70,87 @@ def _broadcast_for_bhqkv(mask_function: Callable[..., Any], bh_indices: bool = T
     return expanded
 
 
-def register_broadcast_masks() -> bool:
-    """Have thunder trace transformers' ``_vmap_for_bhqkv`` as ``_broadcast_for_bhqkv`` (once per process); False
-    when the installed transformers has no such function (it builds masks without vmap)."""
-    global _registered
-    from thunder.core import jit_ext
-    from thunder.core.interpreter import _interpret_call
-
+def _vmap_target() -> Callable[..., Any] | None:
     try:
         from transformers import masking_utils
     except ImportError:
-        return False
-    target = getattr(masking_utils, "_vmap_for_bhqkv", None)
+        return None
+    return getattr(masking_utils, "_vmap_for_bhqkv", None)
+
+
+def register_broadcast_masks() -> bool:
+    """Have thunder trace transformers' ``_vmap_for_bhqkv`` as ``_broadcast_for_bhqkv`` (once per process); False
+    when the installed transformers has no such function (it builds masks without vmap)."""
+    from thunder.core.interpreter import _interpret_call
+
+    target = _vmap_target()
     if target is None:
         return False
-    with _lock:
-        if _registered is target and jit_ext._general_jit_lookaside_map.get(target) is not None:
-            return True
 
-        def lookaside(*args: Any, **kwargs: Any) -> Any:
-            return _interpret_call(_broadcast_for_bhqkv, *args, **kwargs)
+    def lookaside(*args: Any, **kwargs: Any) -> Any:
+        return _interpret_call(_broadcast_for_bhqkv, *args, **kwargs)
 
-        jit_ext._general_jit_lookaside_map[target] = lookaside
-        _registered = target
+    register_lookaside(target, lookaside)
     return True
 
 
 def broadcast_masks_registered() -> bool:
     """True once ``register_broadcast_masks`` registered the lookaside in this process."""
-    from thunder.core import jit_ext
+    target = _vmap_target()
+    return target is not None and registered(target)
 
-    return _registered is not None and _registered in jit_ext._general_jit_lookaside_map
+
+def _hook_leaves(data: Any, hook: Callable[[Any], Any]) -> None:
+    """``hook`` on every tensor in ``data`` (a dataclass's fields, a mapping's values, a sequence's items), copying
+    nothing: what Fabric's ``apply_to_collection(output, dtype=Tensor, function=hook)`` does for Fabric, which
+    discards the copy it returns."""
+    if isinstance(data, torch.Tensor):
+        hook(data)
+    elif dataclasses.is_dataclass(data) and not isinstance(data, type):
+        for field in dataclasses.fields(data):
+            _hook_leaves(getattr(data, field.name), hook)
+    elif isinstance(data, Mapping):
+        for value in data.values():
+            _hook_leaves(value, hook)
+    elif isinstance(data, (list, tuple)):
+        for value in data:
+            _hook_leaves(value, hook)
+
+
+def _is_fabric_output_hook(fn: Any) -> bool:
+    return (
+        isinstance(fn, types.MethodType)
+        and getattr(fn.__func__, "__name__", "") == "_register_backward_hook"
+        and type(fn.__self__).__module__ in _FABRIC_WRAPPERS
+    )
+
+
+def register_output_hooks_by_leaves() -> None:
+    """Have thunder trace Fabric's hook walk over a module's output as ``_hook_leaves`` (once per process).
+
+    Why: in case 2 the user's jitted function calls Fabric's wrapper, whose ``forward`` ends with
+    ``apply_to_collection(output, dtype=Tensor, function=self._register_backward_hook)``; for a dataclass output
+    (transformers' ``ModelOutput``) that deep-copies the output first, and thunder's interpreter cannot trace the copy
+    (``copy._reconstruct``: "object of type 'generator' has no len()"). Every other call of ``apply_to_collection``
+    is traced as written.
+    """
+    from thunder.core.interpreter import INTERPRETER_SIGNALS, _interpret_call, unwrap
+
+    wrappers = next((sys.modules[m] for m in _FABRIC_WRAPPERS if m in sys.modules), None)
+    apply_to_collection = getattr(wrappers, "apply_to_collection", None)
+    if not isinstance(apply_to_collection, types.FunctionType):  # no Fabric in this process: nothing to trace
+        return
+    original = function_copy(apply_to_collection)
+
+    def lookaside(*args: Any, **kwargs: Any) -> Any:
+        function = kwargs.get("function", args[2] if len(args) > 2 else None)
+        data = kwargs.get("data", args[0] if args else None)
+        if data is None or not _is_fabric_output_hook(unwrap(function)):
+            return _interpret_call(original, *args, **kwargs)
+        done = _interpret_call(_hook_leaves, data, function)
+        return done if done is INTERPRETER_SIGNALS.EXCEPTION_RAISED else data
+
+    register_lookaside(apply_to_collection, lookaside)
 
 
 def prepare_transformers(module: Any, steps: tuple[Preparation, ...]) -> None:
@@ -92,3 +160,14 @@ def prepare_transformers(module: Any, steps: tuple[Preparation, ...]) -> None:
             register_broadcast_masks()
         elif step is Preparation.NO_GENERATION_CACHE:
             module.config.use_cache = False
+        elif step is Preparation.OUTPUT_HOOKS_BY_LEAVES:
+            register_output_hooks_by_leaves()
+
+
+def prepare_copy(module: Any) -> tuple[Preparation, ...]:
+    """The decision's ``prepare`` steps carried out on a copy of a model that thunder traces outside any strategy
+    (the plan's rehearsal of a meta twin): the same steps the strategy would take, so what is planned is what
+    trains. Returns them (none for a model that is not a transformers model)."""
+    steps = transformers_preparations(transformers_facts(module))
+    prepare_transformers(module, steps)
+    return steps

@@ -16,7 +16,9 @@ Three stand-ins, each as small as it can be:
   attention only on CUDA, where flash / memory-efficient kernels exist). A meta tensor is neither, so while this is
   active the choice is answered as the *target* would answer it: on ``"cpu"`` the math path (what the CPU ranks
   run), on ``"cuda"`` flash attention for fp16/bf16 inputs and the memory-efficient kernel otherwise (what an
-  Ampere-or-newer GPU picks for head dims up to 256).
+  Ampere-or-newer GPU picks for head dims up to 256). Model code that asks for an autocast region on its
+  tensors' device (Hugging Face's rotary embeddings: ``torch.autocast(device_type=x.device.type, enabled=False)``)
+  gets one on the target device too: torch has no autocast for ``"meta"`` and raises "unsupported scalarType".
 """
 
 from __future__ import annotations
@@ -150,6 +152,28 @@ def target_device(kind: str) -> Iterator[None]:
 
     sdpaex._fused_sdp_choice = choice
     try:
-        yield
+        with _autocast_on(kind):
+            yield
     finally:
         sdpaex._fused_sdp_choice = original
+
+
+@contextlib.contextmanager
+def _autocast_on(kind: str) -> Iterator[None]:
+    """While thunder traces, ``torch.autocast(device_type="meta", ...)`` is traced as ``torch.autocast(kind, ...)``."""
+    from thunder.core.interpreter import _interpret_call, unwrap, wrap_const
+
+    from thunderviz.thunder.jit.lookasides import function_copy, temporary_lookaside
+
+    original = torch.autocast.__init__
+    copy = function_copy(original)
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if "device_type" in kwargs and unwrap(kwargs["device_type"]) == "meta":
+            kwargs["device_type"] = wrap_const(kind)
+        elif args and unwrap(args[0]) == "meta":
+            args = (wrap_const(kind), *args[1:])
+        return _interpret_call(copy, self, *args, **kwargs)
+
+    with temporary_lookaside(original, init):
+        yield

@@ -43,6 +43,7 @@ from thunderviz.parallel.strategy_options import StrategyOptions
 from thunderviz.thunder import compile_state
 from thunderviz.thunder.jit.checkpointed_forward import checkpoint_modules_
 from thunderviz.thunder.jit.executors import decided_executors, uncompiled_fusions
+from thunderviz.thunder.jit.hf import prepare_copy
 from thunderviz.thunder.memory.meta_model import (
     block_container,
     distribute_on_meta,
@@ -362,6 +363,7 @@ def _rehearse(
     if dtype is not torch.float32:
         module = module.to(dtype)
     found = block_container(module)
+    prepare_copy(module)  # a transformers model: its masks and cache, as the strategy's decision prepares them
     if options.activation_checkpointing_policy is not None:  # as the strategy does, before anything traces it
         checkpoint_modules_(module, select_checkpointed(module, options.activation_checkpointing_policy))
     inputs = meta_inputs(example_input, dtype if dtype is not torch.float32 else None)
