@@ -29,6 +29,9 @@ from typing import Any
 
 import torch
 
+from thunderviz.thunder.jit.checkpointed_forward import CheckpointedForward
+from thunderviz.thunder.reuse.identified import class_members, config_value, identity, is_identified
+
 __all__ = [
     "FUNCTION",
     "MARK",
@@ -207,8 +210,19 @@ def _attributes_key(m: torch.nn.Module, walk: _Walk, skip: frozenset[str] = froz
         if attr in ("_forward_hooks", "_forward_pre_hooks"):  # keyed by handle ids: their functions count
             attrs.append((attr, tuple(_value(h, walk) for h in value.values())))
             continue
+        if attr == "forward" and _checkpoints_own_forward(m, value):  # the strategy's activation checkpointing
+            attrs.append((attr, ("checkpointed", _value(value.forward.__func__, walk))))
+            continue
         attrs.append((attr, _value(value, walk)))
     return tuple(attrs)
+
+
+def _checkpoints_own_forward(m: torch.nn.Module, value: Any) -> bool:
+    """``value`` is ``checkpointed_forward.CheckpointedForward`` around ``m``'s own bound ``forward``: what activation
+    checkpointing sets on each selected module. Keyed as that method's function under checkpointing, not by the
+    module's identity, so an equal model checkpointed the same way reuses."""
+    inner = getattr(value, "forward", None)
+    return isinstance(value, CheckpointedForward) and isinstance(inner, types.MethodType) and inner.__self__ is m
 
 
 def _module_key(module: torch.nn.Module, walk: _Walk) -> tuple[Any, ...]:
@@ -283,12 +297,14 @@ def _class_key(cls: type, walk: _Walk) -> Any:
         return ("class", cls.__module__, cls.__qualname__)
     members = []
     for klass in cls.__mro__:
-        if klass is object or _is_library(klass):
+        if klass is object or _is_library(klass) or is_identified(klass):
             continue
         for attr, value in sorted(vars(klass).items()):
             if attr in ("__dict__", "__weakref__", "__doc__", "__module__", "__qualname__", "__annotations__"):
                 continue
             members.append((klass.__qualname__, attr, _value(value, walk)))
+    if any(is_identified(klass) for klass in cls.__mro__):  # a transformers class, or the user's subclass of one
+        members.extend(class_members(cls, walk.seen))
     return ("class", cls.__module__, cls.__qualname__, tuple(members))
 
 
@@ -338,6 +354,8 @@ def _function_key(f: types.FunctionType, walk: _Walk) -> Any:
     walk.seen[id(f)] = True
     if _is_library(f):
         return ("function", f.__module__, f.__qualname__)
+    if is_identified(f):
+        return ("function", f.__module__, f.__qualname__, identity(f))
     cells = tuple(_value(_cell(c), walk) for c in (f.__closure__ or ()))
     return (
         "function",
@@ -391,6 +409,9 @@ def _value(v: Any, walk: _Walk, *, global_name: bool = False) -> Any:
         if global_name:  # a module the code reads from its globals: outside the tree the key walks, so walk it here
             return ("global module", id(v), _module_key(v, walk))
         return ("submodule", type(v).__qualname__)  # its own entry in the module tree covers the rest
+    config = config_value(v, lambda x: _value(x, walk))
+    if config is not None:
+        return config
     if dataclasses.is_dataclass(v):
         return ("dataclass", _class_key(type(v), walk), repr(v))
     if _is_library(type(v)) and isinstance(v, Callable):  # e.g. a torch op overload, functools.partial of torch

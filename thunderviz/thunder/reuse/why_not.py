@@ -201,8 +201,26 @@ def _attribute_change(module: str, new: dict[str, Any], old: dict[str, Any]) -> 
             return f"the forward hooks of {module or 'the root module'} changed"
         if n is None or o is None:
             return f"attribute {prefix}{attr} was {'added' if o is None else 'removed'}"
+        if n[:1] == o[:1] == ("config",):
+            return _config_change(f"{prefix}{attr}", n, o)
         return f"attribute {prefix}{attr} changed ({_shown(o)} -> {_shown(n)})"
     return f"the attributes of {module or 'the root module'} changed"
+
+
+def _config_change(where: str, new: Any, old: Any) -> str:
+    """A transformers configuration's first changed value (``thunder.reuse.identified.config_value``):
+    ``attribute config.rms_norm_eps changed (1e-06 -> 1e-05)``."""
+    if new[1:3] != old[1:3]:
+        return f"attribute {where} is now a {new[2]} (was a {old[2]})"
+    n_values, o_values = dict(new[3][1]), dict(old[3][1])
+    for name in [*n_values, *(k for k in o_values if k not in n_values)]:
+        n, o = n_values.get(name), o_values.get(name)
+        if n != o:
+            field = f"{where}.{name.strip(chr(39))}"
+            if n is None or o is None:
+                return f"attribute {field} was {'added' if o is None else 'removed'}"
+            return f"attribute {field} changed ({_shown(o)} -> {_shown(n)})"
+    return f"attribute {where} changed"
 
 
 _TENSOR_FIELDS = (
