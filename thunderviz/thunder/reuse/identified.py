@@ -50,8 +50,9 @@ def _registry_items(v: Any) -> list[tuple[Any, Any]] | None:
     iterated: transformers' lazy auto-mappings import every model family when their items are read."""
     if type(v) is dict:
         return list(v.items())
-    own, local = getattr(type(v), "_global_mapping", None), getattr(v, "_local_mapping", None)
-    if type(own) is dict and type(local) is dict:
+    own = getattr(type(v), "_global_mapping", None)  # the class first: an instance's __getattr__ may import
+    local = vars(v).get("_local_mapping") if type(own) is dict and hasattr(v, "__dict__") else None
+    if type(local) is dict:
         return [*own.items(), *local.items()]
     return None
 
@@ -59,7 +60,7 @@ def _registry_items(v: Any) -> list[tuple[Any, Any]] | None:
 def _hashed(v: Any) -> Any:
     try:
         hash(v)
-    except TypeError:
+    except Exception:  # TypeError, or whatever a library's __hash__ raises
         return ("unhashable", type(v).__qualname__)
     return ("object", v)
 
