@@ -24,7 +24,6 @@ LR = 0.05
 ADAMW_LR = 0.01
 MAX_NORM = 0.5
 VOCAB = 48
-MODELS = ("llama", "qwen2", "phi3", "gpt2")
 
 
 def built(name: str = "llama", seed: int = 0) -> Any:
