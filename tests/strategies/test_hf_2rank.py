@@ -8,8 +8,9 @@ whole training loop (AdamW, clipping, a sharded checkpoint saved, loaded and con
 ZERO3; Phi3 case 3 under DDP; GPT-2 case 3 under FSDP ZERO2. All of it is one job on the session's rank pair (the
 module fixture): each model is interpreted once per rank, and the resumed loop reuses the loop's trace.
 
-Several minutes serial: 310 s with a load of 6 on 2 cores, 202 s with a load of 3 (rank 0's CPU: the Llama's plan
-and loop 57 s, Qwen2 22 s with the pair's first launch, GPT-2 15 s, Phi3 11 s).
+About 160 s serial with a load of 4-5 on 2 cores (the Llama-only file before it: 105 s, back to back), 310 s with a
+load of 6 (rank 0's CPU: the Llama's plan and loop 57 s, Qwen2 22 s with the pair's first launch, GPT-2 15 s,
+Phi3 11 s).
 """
 
 from __future__ import annotations
