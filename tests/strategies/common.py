@@ -114,6 +114,33 @@ def run_many(rank: int, world: int, scenario: Callable[..., Any], scenarios: lis
     return [scenario(rank, world, *s) for s in scenarios]
 
 
+class SharedRun:
+    """A file's one job on the session's rank pair, run when its first test asks and shared by all its tests.
+
+    A run that failed fails every later test at once with its error, instead of each test starting it again (one
+    hang would otherwise cost every test of the file its whole timeout).
+    """
+
+    def __init__(self, fn: Callable[..., Any], *args: Any, timeout: float) -> None:
+        self.fn, self.args, self.timeout = fn, args, timeout
+        self.results: list[Any] | None = None
+        self.failed: BaseException | None = None
+
+    def __call__(self) -> list[Any]:
+        """The results by rank."""
+        from tests.helpers.rank_pool import run_on_pool
+
+        if self.failed is not None:
+            raise RuntimeError(f"the shared run of {self.fn.__name__} failed in an earlier test") from self.failed
+        if self.results is None:
+            try:
+                self.results = run_on_pool(self.fn, *self.args, timeout=self.timeout)
+            except BaseException as e:
+                self.failed = e
+                raise
+        return self.results
+
+
 class Encoder(nn.Module):
     """The first of two models one jitted function takes (two layers: one bucket of four parameters)."""
 

@@ -10,8 +10,8 @@ reduced separately, thunder's decompositions vs eager's kernels), which costs a 
 largest values; measured 1.4 (bf16-true), 0.7 (bf16-mixed) and 0.6 (16-mixed) units. A real mistake is far outside it: a
 gradient not averaged over ranks is off by 100%, a micro-batch left out by a third.
 
-Over a minute (about 100 s beside the other pytest worker), in the first test: 17 scenarios, each a thunder compile
-(two of them of a case-2 function, which compile reuse cannot share) and a one-process reference.
+MEASURED, in the first test: 14 scenarios (a covering set, ``features_scenarios.CHECKPOINTING`` says why each), each a
+thunder compile (one of them of a case-2 function, which compile reuse cannot share) and a one-process reference.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.helpers.rank_pool import run_on_pool
+from tests.strategies.common import SharedRun
 from tests.strategies.features_scenarios import ACCUMULATION, CHECKPOINTING, MICRO, PRECISION, run_all
 from thunderviz.trace.diff import collective_changes, diff_traces
 from thunderviz.trace.ledger import ledger_from_bundle
@@ -27,27 +27,10 @@ from thunderviz.trace.ledger import ledger_from_bundle
 EPS = {"bf16-true": 2**-7, "bf16-mixed": 2**-7, "16-mixed": 2**-10}
 UNITS = 4
 
-_results: list[dict] = []
-_failed: list[BaseException] = []
-
-
-#: The shared run (every feature scenario on one pool) bounds itself at 1500 s; pytest's default 600 s per test would
-#: cut the first test that pays for it short on a loaded machine.
+#: Every feature scenario, one job: the first test pays for it.
+_run = SharedRun(run_all, timeout=1500)
+#: pytest's default 600 s per test would cut the first test that pays for the shared run short on a loaded machine.
 pytestmark = pytest.mark.timeout(1600)
-
-
-def _run() -> list[dict]:
-    """The shared run, once: a run that failed fails every later test at once with its error, instead of each test
-    starting it again (one hang would otherwise cost the file's every test its whole timeout)."""
-    if _failed:
-        raise RuntimeError("the shared feature run failed in an earlier test") from _failed[0]
-    if not _results:
-        try:
-            _results.extend(run_on_pool(run_all, timeout=1500))
-        except BaseException as e:
-            _failed.append(e)
-            raise
-    return _results
 
 
 def _close(got: dict, ref: dict, precision: str | None = None) -> None:
