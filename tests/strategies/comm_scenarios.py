@@ -191,38 +191,3 @@ def train(
         "mesh_reason": next((d.reason for d in strategy.decisions if str(d.action) == "choose the mesh"), ""),
         **_trace_facts(traced),
     }
-
-
-def ddp_no_backward_sync(rank: int, world: int, case: str) -> dict[str, Any]:
-    """Gradient accumulation with ``no_backward_sync`` and bucketed all_reduce equals torch DDP's result."""
-    import thunder
-
-    from thunderviz.thunder import compile_state
-
-    fabric = common.fabric("ddp", world, jit=case != "function")
-    torch.manual_seed(0)
-    model = Blocks()
-    ref = Blocks()
-    ref.load_state_dict(model.state_dict())
-    fwd = thunder.jit(lambda m, x: loss_fn(m(x))) if case == "function" else None
-    model = fabric.setup_module(model)
-    run = (lambda x: fwd(model, x)) if fwd is not None else (lambda x: loss_fn(model(x)))
-    mine = [Blocks.batch(10 * i + rank) for i in range(2)]
-    with fabric.no_backward_sync(model, enabled=True):
-        fabric.backward(run(mine[0]))
-    skipped = compile_state.comm_buckets(fwd if fwd is not None else model._forward_module)
-    fabric.backward(run(mine[1]))
-    synced = compile_state.comm_buckets(fwd if fwd is not None else model._forward_module)
-    (sum(loss_fn(ref(Blocks.batch(10 * i + r))) for i in range(2) for r in range(world)) / world).backward()
-    got = {n: p.grad.clone() for n, p in common.inner(model).named_parameters()}
-    expected = {n: p.grad for n, p in ref.named_parameters()}
-    return {
-        "got": got,
-        "expected": expected,
-        "skipped_buckets": {k: len(v) for k, v in skipped.items()},
-        "synced_buckets": {k: [b.to_dict() for b in v] for k, v in synced.items()},
-    }
-
-
-def features(rank: int, world: int) -> dict[str, Any]:
-    return {f"no_sync_{case}": ddp_no_backward_sync(rank, world, case) for case in ("raw", "function")}

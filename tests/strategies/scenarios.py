@@ -295,8 +295,11 @@ class FrozenHead(nn.Module):
 
 
 def frozen_and_no_sync(rank: int, world: int, kind: str, case: str) -> dict[str, Any]:
-    """Frozen parameters stay put; (DDP) ``no_backward_sync`` accumulates to the same gradient as torch DDP would."""
+    """Frozen parameters stay put; (DDP) ``no_backward_sync`` accumulates to the same gradient as torch DDP would,
+    with no collective in the accumulating backward and one bucketed all_reduce in the next."""
     import thunder
+
+    from thunderviz.thunder import compile_state
 
     fabric = common.fabric(kind, world, jit=case != "function")
     torch.manual_seed(0)
@@ -310,9 +313,12 @@ def frozen_and_no_sync(rank: int, world: int, kind: str, case: str) -> dict[str,
         torch.randn(4, 6, generator=torch.Generator().manual_seed(10 * i + r)) for i in range(2) for r in range(world)
     ]
     mine = [torch.randn(4, 6, generator=torch.Generator().manual_seed(10 * i + rank)) for i in range(2)]
+    traced = fwd if fwd is not None else model._forward_module
     with fabric.no_backward_sync(model, enabled=kind == "ddp"):
         fabric.backward(run(mine[0]))
+    accumulating = compile_state.comm_buckets(traced)
     fabric.backward(run(mine[1]))
+    synced = compile_state.comm_buckets(traced)
     grads = {n: (p.grad is None) for n, p in common.inner(model).named_parameters()}
     got = {n: common.full(p.grad, p) for n, p in common.inner(model).named_parameters() if p.grad is not None}
     expected_loss = sum(loss_fn(ref(x)) for x in micro) / world
@@ -328,6 +334,8 @@ def frozen_and_no_sync(rank: int, world: int, kind: str, case: str) -> dict[str,
         "expected": expected,
         "head_after": {k[len("head.") :]: v for k, v in after.items() if k.startswith("head.")},
         "head_before": head_before,
+        "accumulating_buckets": {k: len(v) for k, v in accumulating.items()},
+        "synced_buckets": {k: [b.to_dict() for b in v] for k, v in synced.items()},
     }
 
 

@@ -161,6 +161,9 @@ def test_frozen_parameters_and_no_backward_sync(feature_results, kind, case):
             torch.testing.assert_close(f["got"][name], f["expected"][name], msg=name)
         for name in f["head_before"]:
             torch.testing.assert_close(f["head_after"][name], f["head_before"][name], msg=f"frozen {name} moved")
+        if kind == "ddp":  # the first backward ran under no_backward_sync
+            assert f["accumulating_buckets"] == {"forward": 0, "backward": 0}  # no all_reduce at all inside the block
+            assert [b["kind"] for b in f["synced_buckets"]["backward"]] == ["all_reduce"]
 
 
 @pytest.mark.parametrize("kind", ["fsdp", "ddp"])
