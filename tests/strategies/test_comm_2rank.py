@@ -9,8 +9,9 @@ and a list of two blocks, so NONE / LAYER / BLOCK give different buckets. Every 
 mixing float32 and bfloat16 each run on a covering set of kinds (``RUNS`` says which and why), not on all seven: each
 bucketing, each sharding and DDP meets each of them.
 
-About 3 minutes alone (170 s on 2 shared cores, 360 s for the 26 set-ups this file ran before), in the first test:
-one job on the session's rank pair runs all eighteen set-ups of ``Blocks`` (each 3 steps next to one eager process).
+About 2-3 minutes on 2 shared cores (120 and 170 s in two runs; 360 s for the 26 set-ups it ran before), in the first
+test: one job on the session's rank pair runs all eighteen set-ups of ``Blocks`` (each 3 steps next to one eager
+process).
 """
 
 from __future__ import annotations
@@ -28,10 +29,11 @@ KINDS = {
     **{f"fsdp-{s.lower()}-{b.lower()}": ("fsdp", s, b) for s in ("ZERO2", "ZERO3") for b in ("NONE", "LAYER", "BLOCK")},
 }
 FSDP_KINDS = [k for k in KINDS if k != "ddp"]
-#: (kind, case, variant, DDP's bucket_size_in_mb). Cost is set by thunder interpretations: a ZERO3 set-up reuses the
-#: trace ZERO2 interpreted for the same bucketing, and case 3 reuses case 1's (its own cost is the user's unsharded
-#: run before setup); so the covering runs below are placed where they can reuse, and the product of everything
-#: (26 set-ups) is not needed for any pair that interacts.
+#: (kind, case, variant, DDP's bucket_size_in_mb). Cost is set by thunder interpretations: every FSDP set-up of a
+#: variant reuses the trace the first one interpreted (ZERO2 / ZERO3 and the bucketings share it: the communication
+#: pass lays out the buckets after the interpreter), and case 3 reuses case 1's (its own cost is the user's unsharded
+#: run before setup); each set-up still pays thunder's passes after the interpreter, so the product of everything
+#: (26 set-ups) is cut to a covering set: no pair that interacts is left out.
 RUNS = [
     # Case 1, the plain model, every kind: the schedule, the decision log and ZERO3's savings are asserted on these.
     *((kind, "raw", "plain", 25.0) for kind in KINDS),
