@@ -309,18 +309,17 @@ def _precision_reference(world: int, precision: str) -> dict[str, Any]:
 
 # -- everything in one pair of processes ------------------------------------------------------------------------
 
-# Covering sets, not products: each strategy kind, case, bucketing and precision appears, with the pairs that
-# interact (checkpointing with each kind and with cases 2 and 3, accumulation with ZERO2 and ZERO3, with both
-# bucketings and with checkpointing). Each set-up is a thunder compile of its own: a checkpointed forward is not
-# reused, and a run that accumulates compiles twice (inside and outside ``no_backward_sync``).
-CHECKPOINTING = [  # FSDP case 1 (ZERO3) and case 2 (ZERO2) are checkpointed in ACCUMULATION
+CHECKPOINTING = [  # FSDP case 1 and 2 are checkpointed in ACCUMULATION
     ("ddp", "raw"),
+    ("ddp", "function"),
     ("fsdp-zero2", "jitted"),
     ("fsdp-zero3", "jitted_ran"),
 ]
 ACCUMULATION = [  # (kind, bucketing, case, checkpointed, bf16 reduced in fp32)
+    ("fsdp-zero2", "BLOCK", "raw", True, False),
     ("fsdp-zero3", "BLOCK", "raw", True, False),
     ("fsdp-zero2", "LAYER", "function", True, False),
+    ("fsdp-zero3", "LAYER", "raw", False, False),
     ("fsdp-zero2", "BLOCK", "raw", False, True),
 ]
 PRECISION = [

@@ -10,9 +10,8 @@ reduced separately, thunder's decompositions vs eager's kernels), which costs a 
 largest values; measured 1.4 (bf16-true), 0.7 (bf16-mixed) and 0.6 (16-mixed) units. A real mistake is far outside it: a
 gradient not averaged over ranks is off by 100%, a micro-batch left out by a third.
 
-About 2-3 minutes on 2 shared cores (110 and 190 s in two runs; 255 and 295 s for the 17 it ran before), in the first
-test: 14 scenarios (a covering set, ``features_scenarios.CHECKPOINTING`` says why each), each a thunder compile (one of
-them of a case-2 function, which compile reuse cannot share) and a one-process reference.
+Over a minute (about 100 s beside the other pytest worker), in the first test: 17 scenarios, each a thunder compile
+(two of them of a case-2 function, which compile reuse cannot share) and a one-process reference.
 """
 
 from __future__ import annotations
