@@ -1,4 +1,4 @@
-"""Compile reuse under the strategies, on 2 gloo ranks: a re-run and a ZERO2 <-> ZERO3 switch reuse the
+"""Compile reuse under the strategies, on 2 gloo ranks: a re-run and a ZERO2 BLOCK -> ZERO3 LAYER switch reuse the
 interpreted trace, and train exactly as a fresh compile does: the same ops in the same order, forward and backward,
 the same buckets, bit-identical losses and parameters after two AdamW steps.
 
@@ -30,6 +30,8 @@ from tests.helpers.rank_pool import run_on_pool
 # they get a fresh compile of their own.
 SEQUENCE = [
     ("zero2", "fsdp", "ZERO2", True),
+    # ZERO3 LAYER after ZERO2 BLOCK: both the sharding and the bucketing switch (one interpreted trace; the replayed
+    # plan sets ZERO3's regathering, the communication pass lays out LAYER's buckets)
     ("zero3 reused", "fsdp", "ZERO3", True),
     ("zero3 fresh", "fsdp", "ZERO3", False),
     ("zero2 reused", "fsdp", "ZERO2", True),
@@ -63,6 +65,8 @@ def reuse_sequence(rank: int, world: int) -> list[dict[str, Any]]:
         for label, kind, sharding, reuse in SEQUENCE:
             os.environ[compile_reuse.ENV_VARIABLE] = "0" if reuse is False else "1"
             options = {"sharding_strategy": sharding} if sharding else {}
+            if label.startswith("zero3"):
+                options["bucketing_strategy"] = "LAYER"
             fabric = common.fabric(kind, **options, **({"compile_reuse": False} if reuse is None else {}))
             torch.manual_seed(0)
             built = TinyGPT(n_layer=2, d_model=32, n_head=2, block_size=16, vocab_size=64)
