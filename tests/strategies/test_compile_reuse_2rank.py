@@ -7,7 +7,7 @@ user jitted) is tests/strategies/test_compile_reuse_case2.py, on one rank. The s
 helper, attribute, parameter, input, submodule, forward, executor) are tests/thunder/test_compile_reuse.py, one
 process; here what only ranks have: process groups, shards, plans.
 
-About 80-110 s on 2 shared cores (150-165 s with six fresh compiles), in the module fixture: the fresh compiles that the
+About 50-110 s on 2 shared cores (150-165 s with six fresh compiles), in the module fixture: the fresh compiles that the
 reused ones are compared with are the point of the test, and each is a full thunder interpretation; the first set-up of
 each strategy is one of them (four, not six: turning reuse off by the strategy's option is checked on case 3 here, and
 on case 1 by tests/ranks/test_engine.py).
