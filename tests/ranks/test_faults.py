@@ -8,8 +8,10 @@ the next cell works on the same engine object.
 from __future__ import annotations
 
 import _thread
+import signal
 import threading
 import time
+from collections.abc import Iterator
 
 import psutil
 import pytest
@@ -148,6 +150,20 @@ def _interrupt_main_after(seconds: float) -> threading.Thread:
     return timer
 
 
+@pytest.fixture
+def ctrl_c_raises() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt in the main thread while the test runs, as ipykernel arranges while a cell
+    executes (``kernelbase.pre_handler_hook``). Why: ``_thread.interrupt_main`` does nothing when the process's
+    handler is ``SIG_IGN`` or ``SIG_DFL``, and a pytest-xdist worker can hold one of those after other files ran in
+    it (seen on a full run: both tests below then saw no Ctrl-C at all)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.mark.usefixtures("ctrl_c_raises")
 def test_interrupt_reaches_every_rank(engine: RankEngine) -> None:
     engine.run("survivor = rank", collect=False)
     _interrupt_main_after(1.5)
@@ -164,6 +180,7 @@ def test_interrupt_reaches_every_rank(engine: RankEngine) -> None:
     _next_cell_works(engine)
 
 
+@pytest.mark.usefixtures("ctrl_c_raises")
 def test_interrupt_kills_a_rank_stuck_in_a_collective(engine: RankEngine) -> None:
     _interrupt_main_after(1.5)
     start = time.monotonic()
