@@ -51,26 +51,29 @@ def pytest_sessionfinish(session: object, exitstatus: int) -> None:
         session.exitstatus = 1  # type: ignore[attr-defined]
 
 
-#: The files that take longest (summed test seconds in a full run, longest first): they start first, so that the two
-#: xdist workers (``--dist loadfile`` hands out files in collection order, one at a time) end on short files instead
-#: of one worker running a long file alone at the end. Order only; a file missing here runs after these, in
-#: collection order. Refresh from a full run's ``--durations=0`` when the order changes a lot.
+#: The files that take longest (summed test seconds in a full run, longest first; measured 2026-12-06): they start
+#: first, so that the two xdist workers (``--dist loadfile`` hands out files in collection order, one at a time) end
+#: on short files instead of one worker running a long file alone at the end. Order only; a file missing here runs
+#: after these, in collection order. Refresh from a full run's ``--durations=0`` when the order changes a lot.
 SLOWEST_FIRST = (
-    "tests/strategies/test_memory_plan_2rank.py",
-    "tests/browser/test_jupyterlab.py",
-    "tests/strategies/test_comm_2rank.py",
-    "tests/strategies/test_litgpt_2rank.py",
-    "tests/strategies/test_features_2rank.py",
-    "tests/strategies/test_training_2rank.py",
     "tests/ranks/test_two_hosts.py",
-    "tests/demos/test_installed_demo.py",
-    "tests/test_bench_device_check.py",
-    "tests/strategies/test_hybrid_4rank.py",
+    "tests/browser/test_jupyterlab.py",
+    "tests/strategies/test_memory_plan_2rank.py",
+    "tests/strategies/test_litgpt_2rank.py",
     "tests/thunder/test_rehearsal.py",
-    "thunderviz/demos/further.ipynb",
-    "tests/strategies/test_compile_reuse_2rank.py",
+    "tests/demos/test_installed_demo.py",
     "tests/strategies/test_hf_2rank.py",
+    "tests/ranks/test_faults.py",
+    "tests/test_bench_device_check.py",
+    "thunderviz/demos/further.ipynb",
+    "tests/strategies/test_features_2rank.py",
+    "tests/strategies/test_comm_2rank.py",
+    "tests/strategies/test_hybrid_4rank.py",
+    "tests/notebook/test_magics.py",
+    "tests/strategies/test_training_2rank.py",
+    "tests/strategies/test_compile_reuse_2rank.py",
     "tests/notebook/test_long_session.py",
+    "tests/ranks/test_timeline_engine.py",
 )
 
 
