@@ -256,11 +256,17 @@ def test_a_forward_that_raises_on_every_rank_prints_one_short_traceback(shell, c
     assert full[0].count("interpreter.py") > 5
     shell.run_line_magic("thunder_ranks", "traceback")
     printed = capsys.readouterr().out
-    # each rank's own: its traceback, or ipyparallel's "No traceback available" for one that never arrived (under
-    # load; the error above then joined that rank to the other, which raised the same error)
+    # each rank's own: its traceback, ipyparallel's "No traceback available" for one that never arrived (under load;
+    # the error above then joined that rank to the other, which raised the same error), or, for a rank we stopped while
+    # it still formatted its error (CI, a loaded machine), where the stop found it, labelled as such
     sections = printed.split("--- rank ")[1:]
     assert [s.split(" ", 1)[0] for s in sections] == ["0", "1"], printed
-    assert all(("in Bad.forward" in s) != ("No traceback available" in s) for s in sections), printed
+    stopped = ["(stopped by us: " in s.split("\n", 1)[0] for s in sections]
+    assert all(
+        cut or ("in Bad.forward" in s) != ("No traceback available" in s)
+        for s, cut in zip(sections, stopped, strict=True)
+    )
+    assert not both or not any(stopped), printed
     assert any("in Bad.forward" in s for s in sections), printed
 
 

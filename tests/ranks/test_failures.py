@@ -72,7 +72,7 @@ def test_a_failure_kind_prints_as_its_word_and_an_unknown_word_is_refused() -> N
 def test_the_message_names_every_rank_and_the_restart() -> None:
     failures = {
         0: RankFailure(0, FailureKind.TIMEOUT, "RuntimeError: timed out", "tb0", "all_reduce"),
-        2: RankFailure(2, FailureKind.KILLED, "killed: it did not finish"),
+        2: RankFailure(2, FailureKind.KILLED, "killed: it did not finish", "KeyboardInterrupt"),
     }
     err = cell_error(failures, ranks=[0, 1, 2], timeout_s=5, restart_pending=True)
     assert isinstance(err, CellError) and not isinstance(err, RanksInterrupted)
@@ -85,6 +85,9 @@ def test_the_message_names_every_rank_and_the_restart() -> None:
     assert err.rank == 0 and err.remote_traceback == "tb0" and err.pool_restart_pending
     assert "--- rank 0: traceback ---" in err._render_traceback_() and "  tb0" in err._render_traceback_()
     assert "[rank 0] tb0" in err.full_traceback()
+    # where our stop found rank 2 is labelled as such, not read as a second cause
+    assert "--- rank 0 traceback ---" in err.full_traceback()
+    assert "--- rank 2 traceback (stopped by us: killed) ---\n[rank 2] KeyboardInterrupt" in err.full_traceback()
 
 
 def test_the_message_leads_with_the_rank_that_failed_not_the_one_we_stopped() -> None:

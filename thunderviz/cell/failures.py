@@ -173,6 +173,9 @@ class CellError(RankError):
             failure = self.failures[rank]
             if failure.traceback:
                 what = "the end of its process log" if failure.kind is FailureKind.DIED else "traceback"
+                if failure.was_stopped_by_us:
+                    # its traceback shows where our stop found it (often still formatting its own error), not a cause
+                    what += f" (stopped by us: {failure.kind})"
                 lines.append(f"--- rank {rank} {what} ---")
                 lines.extend(f"[rank {rank}] {line}" for line in failure.traceback.rstrip().splitlines())
         return "\n".join(lines)
