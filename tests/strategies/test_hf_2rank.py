@@ -54,7 +54,10 @@ def test_llama_training_loop_with_checkpointed_layers_matches_one_process(result
     for rank, out in enumerate(results):
         r = out["llama loop"]
         torch.testing.assert_close(torch.tensor(r["log"]["losses"]), torch.tensor(ref["losses"]), atol=1e-4, rtol=0)
-        torch.testing.assert_close(torch.tensor(r["log"]["norms"]), torch.tensor(ref["norms"]), atol=1e-4, rtol=0)
+        # the norms are ~1.8: float32 sums in another order (a reduce-scatter's) differ by ~1e-4 absolute (1.06e-4 in
+        # one full run), so they are compared relative to their size
+        norms = torch.tensor(r["log"]["norms"])
+        torch.testing.assert_close(norms, torch.tensor(ref["norms"]), atol=1e-4, rtol=1e-4)
         assert all(n > MAX_NORM for n in r["log"]["norms"]), f"rank {rank}: clipping never engaged"
         d = r["decision"]
         assert d["case"] == "case 1: raw module"
