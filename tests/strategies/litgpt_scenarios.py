@@ -122,6 +122,7 @@ def pretrain(rank: int, world: int, kind: str, path: str) -> dict[str, Any]:
     from lightning.fabric import Fabric
 
     from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
+    from thunderviz.thunder.reuse import compile_reuse
 
     strategy = (
         ThunderFSDPStrategy(executors=list(LITGPT_EXECUTORS))
@@ -147,11 +148,13 @@ def pretrain(rank: int, world: int, kind: str, path: str) -> dict[str, Any]:
     _fit(fabric, state, STEPS, log)
     uninterrupted = full_params(state["model"])
 
+    compile_reuse.take_events()
     resumed = start()
     resumed.pop("_on_meta")
     fabric.load(path, resumed)
     resumed_log: dict[str, list] = {"losses": [], "norms": []}
     _fit(fabric, resumed, STEPS, resumed_log)
+    resumed_compiles = compile_reuse.take_events()
     return {
         "on_meta_before_setup": on_meta,
         "log": log,
@@ -159,6 +162,7 @@ def pretrain(rank: int, world: int, kind: str, path: str) -> dict[str, Any]:
         "resumed": full_params(resumed["model"]),
         "resumed_log": resumed_log,
         "resumed_counters": (resumed["iter_num"], resumed["step_count"]),
+        "resumed_compiles": resumed_compiles,
         "decision": strategy.decisions[-1].to_dict(),
         "executors": strategy.decisions[-2].to_dict(),
         "reference": reference(world) if rank == 0 else None,

@@ -136,6 +136,37 @@ def test_a_strategy_switch_is_said_in_the_users_words(ns):
             dist.destroy_process_group()
 
 
+def test_a_partial_set_on_each_module_is_keyed_by_what_it_calls(ns):
+    """litgpt's ``initialize_weights`` gives each Linear a ``reset_parameters`` partial of a function it defines on
+    every call: keyed by its repr (the function's address), litgpt's resumed set-up could never reuse."""
+    import functools
+
+    def attach(model: torch.nn.Module, std: float) -> torch.nn.Module:
+        def init(module: torch.nn.Module, std: float) -> None:  # a new function object on every call, as litgpt's
+            torch.nn.init.normal_(module.weight, std=std)
+
+        model.fc.reset_parameters = functools.partial(init, model.fc, std=std)
+        return model
+
+    _did(attach(ns["Net"](), 0.02), _x())
+    assert _did(attach(ns["Net"](), 0.02), _x()) == "reused"
+    assert _did(attach(ns["Net"](), 0.5), _x()) == "compiled"  # what the partial holds is keyed
+
+
+def test_the_no_sync_mark_alone_is_not_called_a_strategy_switch():
+    """``use_ddp`` without DDP's process group is the mark that keys an FSDP module's traces on no_backward_sync
+    (set during its first compile); it read "the strategy changed: the model is now replicated by DDP"."""
+    from thunderviz.thunder.reuse.why_not import _attribute_change
+
+    mark = {"use_ddp": ("bool", "True")}
+    said = _attribute_change("", mark, {})
+    assert said == "no_backward_sync changed: a trace that accumulates gradients is kept apart from one that syncs them"
+    replicated = {**mark, "process_group_for_ddp": ("group", 2), "bucket_size_in_mb": ("float", "25.0")}
+    assert _attribute_change("", replicated, {}).startswith("the strategy changed: the model is now replicated by DDP")
+    assert _attribute_change("", replicated, mark).startswith("the strategy changed: the model is now replicated")
+    assert _attribute_change("", {}, replicated) == "the strategy changed: the model is no longer replicated by DDP"
+
+
 def test_changed_parameters_compile(ns):
     _did(ns["Net"](), _x())
     assert _did(ns["Net"](d=16), _x(16)) == "compiled"  # shapes

@@ -54,6 +54,14 @@ _LIBRARIES = ("torch", "thunder", "lightning", "lightning_utilities", "builtins"
 _NAMED_PACKAGES = (*_LIBRARIES, "lightning_fabric", "thunderviz")
 
 
+#: the constants a dataclass's fields and generated ``__init__`` hold in place of a default
+_DATACLASS_MARKERS = tuple(
+    m for m in (dataclasses.MISSING, getattr(dataclasses, "_HAS_DEFAULT_FACTORY", None), dataclasses.KW_ONLY) if m
+)
+#: the type of a dataclass's ``__dataclass_params__`` (its decorator's options; not public under a name of its own)
+_DATACLASS_PARAMS = type(dataclasses.make_dataclass("_Options", []).__dataclass_params__)
+
+
 class NotReusable(Exception):
     """Something the key (or a replayed effect) cannot describe safely: compile."""
 
@@ -374,6 +382,8 @@ def _value(v: Any, walk: _Walk, *, global_name: bool = False) -> Any:
         return (type(v).__name__, repr(v))
     if v is _EMPTY:
         return ("empty cell",)
+    if any(v is marker for marker in _DATACLASS_MARKERS):  # no default; "default from the factory" in __init__
+        return ("dataclass marker", type(v).__name__)
     if isinstance(v, (torch.dtype, torch.device, torch.Size, enum.Enum)):
         return (type(v).__name__, repr(v))
     if isinstance(v, (tuple, list, frozenset, set)):
@@ -395,6 +405,13 @@ def _value(v: Any, walk: _Walk, *, global_name: bool = False) -> Any:
         return (type(v).__name__, _value(v.__func__, walk))
     if isinstance(v, property):
         return ("property", _value(v.fget, walk), _value(v.fset, walk))
+    if isinstance(v, dataclasses.Field):
+        # a dataclass's own description of a field (in ``__dataclass_fields__``: litgpt's ``Config``, which its
+        # ``GPT`` keeps as ``config``): what the class's instances hold is keyed by their values, the field by the
+        # defaults and options a new instance would get
+        return ("field", v.name, repr(v.type), _value(v.default, walk), _value(v.default_factory, walk), v.init)
+    if isinstance(v, _DATACLASS_PARAMS):
+        return ("dataclass params", repr(v))
     if isinstance(v, (types.BuiltinFunctionType, types.MethodDescriptorType, types.WrapperDescriptorType)):
         return ("builtin", getattr(v, "__module__", None), getattr(v, "__qualname__", repr(v)))
     if isinstance(v, types.ModuleType):
@@ -414,7 +431,11 @@ def _value(v: Any, walk: _Walk, *, global_name: bool = False) -> Any:
         return config
     if dataclasses.is_dataclass(v):
         return ("dataclass", _class_key(type(v), walk), repr(v))
-    if _is_library(type(v)) and isinstance(v, Callable):  # e.g. a torch op overload, functools.partial of torch
+    if isinstance(v, functools.partial):
+        # by what it calls and with what, not by its repr (which names a local function by address): litgpt's
+        # initialize_weights gives every Linear and Embedding a partial of a function it defines on each call
+        return ("partial", _value(v.func, walk), _value(v.args, walk), _value(v.keywords, walk))
+    if _is_library(type(v)) and isinstance(v, Callable):  # e.g. a torch op overload
         return ("library", type(v).__module__, type(v).__qualname__, repr(v))
     if global_name:
         # A global the code names but that is none of the above (a logger, a registry): its identity is enough

@@ -181,11 +181,19 @@ _DDP_WORDS = {
 }
 
 
+def _replicated(attributes: dict[str, Any]) -> bool:
+    """DDP's marks: ``use_ddp`` with DDP's process group. ``use_ddp`` alone is what makes thunder key a trace on
+    ``no_backward_sync`` (``hooks._key_cache_on_no_sync``, set on an FSDP module during its first compile too)."""
+    return attributes.get(_DDP_MARK) is not None and "process_group_for_ddp" in attributes
+
+
 def _attribute_change(module: str, new: dict[str, Any], old: dict[str, Any]) -> str:
     prefix = f"{module}." if module else ""
-    if (new.get(_DDP_MARK) is None) != (old.get(_DDP_MARK) is None):
+    if _replicated(new) == _replicated(old) and (new.get(_DDP_MARK) is None) != (old.get(_DDP_MARK) is None):
+        return "no_backward_sync changed: a trace that accumulates gradients is kept apart from one that syncs them"
+    if _replicated(new) != _replicated(old):
         model = f"{module} is" if module else "the model is"
-        if new.get(_DDP_MARK) is not None:
+        if _replicated(new):
             return f"the strategy changed: {model} now replicated by DDP (before: sharded by FSDP, or not distributed)"
         return f"the strategy changed: {model} no longer replicated by DDP"
     for attr in sorted(new.keys() | old.keys()):
