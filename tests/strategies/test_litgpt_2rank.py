@@ -3,9 +3,10 @@
 Needs litgpt (the ``test`` extra; without its heavy extras: ``pip install --no-deps litgpt==0.5.13 safetensors``
 is enough for ``from litgpt import GPT, Config``).
 
-Over a minute (143-165 s beside the other pytest worker), in the module fixture: thunder interprets
-litgpt's GPT (rotary embeddings, grouped-query attention) for each strategy, for the no-sync micro-batches and for
-the one-process reference, and inductor compiles the FSDP run's fusion regions to C++ on a cold cache.
+Over a minute (about 100 s beside the other pytest worker; 143-165 s before the resumed set-ups reused their
+traces), in the module fixture: thunder interprets litgpt's GPT (rotary embeddings, grouped-query attention) for each
+strategy and for the no-sync micro-batches, and inductor compiles the FSDP run's fusion regions to C++ on a cold
+cache; the resumed set-ups reuse the interpreted traces (compile reuse), thunder's transforms run again.
 """
 
 from __future__ import annotations
