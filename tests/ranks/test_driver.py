@@ -203,6 +203,13 @@ def test_a_peer_stuck_in_a_collective_is_killed_after_the_sigint_grace() -> None
     assert ranks.phase_of(1) is Phase.FAILED
 
 
+def test_a_death_stays_the_restart_reason_when_its_peer_must_be_killed_too() -> None:
+    ranks = FakeRanks({0: Script(dies_at=1.0), 1: Script(stops_on_sigint=False)})
+    outcome = _drive(ranks)
+    assert {r: f.kind for r, f in outcome.failures.items()} == {0: FailureKind.DIED, 1: FailureKind.KILLED}
+    assert outcome.restart_reason == "rank 0 died; rank(s) 1 had to be killed"
+
+
 def test_a_peer_that_finishes_within_the_grace_is_left_alone() -> None:
     ranks = FakeRanks({0: Script(raises_at=1.0), 1: Script(finishes_at=1.0 + PEER_GRACE_S / 2, value=41)})
     outcome = _drive(ranks, done_phase=Phase.DONE)

@@ -116,7 +116,8 @@ def test_rank_that_exits_is_reported_and_a_restart_that_fails_says_why_and_the_n
     from thunderviz.pool import cluster
 
     _rank_one_dies(engine, "os._exit(3)")
-    assert engine.restart_reason == "rank 1 died"
+    # (under load rank 0 may not stop on SIGINT within its grace and is killed: "rank 1 died; rank(s) 0 had to ...")
+    assert engine.restart_reason.startswith("rank 1 died")
     refuse = "import sys\nprint('this engine refuses to start', file=sys.stderr)\nsys.exit(3)"
     monkeypatch.setattr(cluster, "_ENGINE_CMD", [sys.executable, "-c", refuse])
     start = time.monotonic()

@@ -17,6 +17,7 @@ import psutil
 
 from tests.conftest import SESSION_VARIABLE
 from tests.helpers import rank_pool
+from thunderviz.pool.zygote import Zygote
 
 
 def _ours(proc: psutil.Process) -> str | None:
@@ -86,6 +87,7 @@ def test_no_ipyparallel_or_rank_process_is_left() -> None:
     # The shared pair of rank processes the scenario files ran on (tests/helpers/rank_pool.py) is the one thing
     # kept on purpose until the end: end it the way the session would, then nothing at all may be left.
     rank_pool.shutdown()
+    Zygote.shutdown()  # this worker's engine zygote (thunderviz.pool.zygote) lives as long as its owner otherwise
     if os.environ.get("PYTEST_XDIST_WORKER"):
         # the other worker may still be running a cluster of this session: the controller checks once both are done
         # (tests/conftest.py, pytest_sessionfinish); this worker's pool ends here and its own processes must be gone

@@ -287,7 +287,10 @@ class _Driver:
         kind = FailureKind.INTERRUPTED if self.interrupted_at is not None else FailureKind.KILLED
         for rank in pending:
             self._fail(RankFailure(rank, kind, f"killed: it {reason}"))
-        self.outcome.restart_reason = f"rank(s) {', '.join(map(str, pending))} had to be killed"
+        killed = f"rank(s) {', '.join(map(str, pending))} had to be killed"
+        # a death that made the peers stuck stays the reason given first: it is the cause, the kill its consequence
+        before = self.outcome.restart_reason
+        self.outcome.restart_reason = f"{before}; {killed}" if before else killed
 
 
 def drive(

@@ -20,13 +20,13 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import psutil
 
 from thunderviz.errors import RankError
 from thunderviz.pool.watchdog import TAG_VARIABLE, kill_tagged, tagged_processes
+from thunderviz.pool.zygote import Zygote, fork_enabled, package_root
 
 __all__ = ["IPP_LOG_VARIABLE", "AttachedCluster", "LocalCluster", "RankCluster", "controller_address", "ipp_log_level"]
 
@@ -69,11 +69,6 @@ _ENGINE_CMD = [
     # a broken torch must not keep the engine from registering: init_rank reports the import error per rank
     "try:\n    import torch, thunder\nexcept Exception:\n    pass\nfrom ipyparallel.engine.app import main\nmain()",
 ]
-
-
-def _package_root() -> str:
-    """The directory holding the ``thunderviz`` package, so engines import the same code as the kernel."""
-    return str(Path(__file__).resolve().parents[2])
 
 
 def _run(coro: Any) -> Any:
@@ -186,8 +181,9 @@ class RankCluster:
         raise NotImplementedError
 
 
-def local_ipp_cluster(n: int, tag: str, level: int, asked: bool) -> Any:
-    """The ``ipyparallel.Cluster`` a local pool runs (nothing started yet): loopback only, our heartbeat, our id.
+def local_ipp_cluster(n: int, tag: str, level: int, asked: bool, *, forked: bool = False) -> Any:
+    """The ``ipyparallel.Cluster`` a local pool runs (nothing started yet): loopback only, our heartbeat, our id, and
+    with ``forked`` engines forked from this process's zygote (``pool.zygote``).
 
     Why our own id: ipyparallel's default is the time in seconds and four characters from the ``random`` module,
     whose state a seeded test or training script makes the same in every process, so two kernels (or two pytest
@@ -197,7 +193,13 @@ def local_ipp_cluster(n: int, tag: str, level: int, asked: bool) -> Any:
     """
     import ipyparallel as ipp
 
+    launchers: dict[str, Any] = {}
+    if forked:
+        from thunderviz.pool.forked_engines import engine_set_launcher
+
+        launchers["engine_launcher_class"] = engine_set_launcher()
     return ipp.Cluster(
+        **launchers,
         n=n,
         cluster_id=tag,
         controller_ip="127.0.0.1",
@@ -236,7 +238,7 @@ class LocalCluster(RankCluster):
         self.engine_pids = {}
         self._environment = {
             TAG_VARIABLE: self.tag,
-            "PYTHONPATH": os.pathsep.join(p for p in (_package_root(), os.environ.get("PYTHONPATH", "")) if p),
+            "PYTHONPATH": os.pathsep.join(p for p in (package_root(), os.environ.get("PYTHONPATH", "")) if p),
             # Gloo picks its listening interface from the hostname unless told: keep it on loopback.
             "GLOO_SOCKET_IFNAME": "lo",
             "PYTHONUNBUFFERED": "1",
@@ -245,7 +247,10 @@ class LocalCluster(RankCluster):
             "PYTHONFAULTHANDLER": "1",
         }
         self._log_level, asked = ipp_log_level()  # a number: ipyparallel spells WARNING "WARN"
-        self._cluster = local_ipp_cluster(self.n, self.tag, self._log_level, asked)
+        self._forked = fork_enabled()
+        if self._forked:
+            Zygote.shared()  # its imports run while the controller starts
+        self._cluster = local_ipp_cluster(self.n, self.tag, self._log_level, asked, forked=self._forked)
         self.description = f"local cluster {self._cluster.cluster_id} ({self.n} engines on 127.0.0.1)"
         try:
             self._start_watchdog()
@@ -255,15 +260,19 @@ class LocalCluster(RankCluster):
             raise
 
     async def _start(self) -> Any:
-        # Engines first: they spend seconds importing torch and thunder, then wait for the controller's connection
-        # file, so the controller's start-up (about a second) happens during their imports instead of before them.
+        # Fresh interpreters first: they spend seconds importing torch and thunder, then wait for the controller's
+        # connection file, so the controller's start-up (about a second) happens during their imports instead of
+        # before them. Forked engines import nothing: the controller first (the zygote imports meanwhile).
+        if self._forked:
+            await self._cluster.start_controller(environment=dict(self._environment))
         await self._cluster.start_engines(
             self.n,
             environment=dict(self._environment),
             engine_cmd=_ENGINE_CMD,
             engine_args=[f"--IPEngine.wait_for_url_file={ENGINE_START_TIMEOUT_S:g}", f"--log-level={self._log_level}"],
         )
-        await self._cluster.start_controller(environment=dict(self._environment))
+        if not self._forked:
+            await self._cluster.start_controller(environment=dict(self._environment))
         client = await self._cluster.connect_client()
         return client
 

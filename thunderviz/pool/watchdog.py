@@ -27,14 +27,16 @@ POLL_SECONDS = 0.5
 
 
 def tagged_processes(tag: str) -> list[psutil.Process]:
-    """Every live process whose environment carries ``THUNDERVIZ_CLUSTER_TAG=tag`` (never this one)."""
+    """Every live process whose environment carries ``THUNDERVIZ_CLUSTER_TAG=tag`` (never this one), and every engine
+    forked for the tag's cluster by a zygote (``pool.zygote``: its ``/proc`` environment is the zygote's, so the tag is
+    its process name; tags are 15 characters, the most a process name holds)."""
     found = []
     me = os.getpid()
     for proc in psutil.process_iter():
         if proc.pid == me:
             continue
         try:
-            if proc.environ().get(TAG_VARIABLE) == tag:
+            if proc.environ().get(TAG_VARIABLE) == tag or proc.name() == tag:
                 found.append(proc)
         except (psutil.Error, OSError):
             continue
@@ -96,6 +98,12 @@ class OwnerWatch:
             return not self._process.is_running() or self._process.status() == psutil.STATUS_ZOMBIE
         except psutil.Error:
             return True
+
+    def close(self) -> None:
+        """Let go of the pidfd (a process forked from the watcher must not keep it)."""
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
 
 
 def main(argv: list[str] | None = None) -> int:
