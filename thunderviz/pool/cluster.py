@@ -410,17 +410,15 @@ class LocalCluster(RankCluster):
             with contextlib.suppress(BaseException):
                 _run(asyncio.wait_for(cluster.stop_cluster(), timeout=10))
             self._cluster = None
-        # Whatever ipyparallel did not stop (an engine killed mid-collective leaves its nanny for a moment).
+        # Whatever ipyparallel did not stop: the engines' nannies outlive them (they are the engines' children and
+        # take their time over SIGTERM: a second per restart waiting for them), and hold nothing, so no grace.
         if getattr(self, "tag", None):
-            kill_tagged(self.tag, grace=1.0)
+            kill_tagged(self.tag, grace=0.0)
         if self._watchdog is not None:
+            # it holds nothing either; a SIGTERM would end it only at its next poll (up to 0.5 s later)
             if self._watchdog.poll() is None:
-                self._watchdog.terminate()
-                try:
-                    self._watchdog.wait(5)
-                except subprocess.TimeoutExpired:
-                    self._watchdog.kill()
-                    self._watchdog.wait()
+                self._watchdog.kill()
+            self._watchdog.wait()
             self._watchdog = None
 
     def __del__(self) -> None:

@@ -44,7 +44,8 @@ def tagged_processes(tag: str) -> list[psutil.Process]:
 
 
 def kill_tagged(tag: str, *, grace: float = 1.0) -> list[int]:
-    """Terminate, then kill, every process carrying ``tag``; returns the pids that were found."""
+    """Terminate, then kill after ``grace`` seconds (0: at once), every process carrying ``tag``; returns the pids
+    that were found."""
     procs = tagged_processes(tag)
     for proc in procs:
         with contextlib.suppress(psutil.Error):
@@ -53,7 +54,7 @@ def kill_tagged(tag: str, *, grace: float = 1.0) -> list[int]:
     for proc in alive:
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    psutil.wait_procs(alive, timeout=grace)
+    psutil.wait_procs(alive, timeout=max(grace, 1.0))  # returns as soon as they are gone: a SIGKILL is quick
     # A nanny may have spawned something between the scan and the kill: sweep once more.
     late = tagged_processes(tag)
     for proc in late:

@@ -404,5 +404,7 @@ def serve(argv: list[str] | None = None) -> None:
         reap()
         time.sleep(0.02)
     listener.close()
+    if owner.wait_exited(0.0):  # nobody is left to remove our directory (the owner's close does when it can)
+        shutil.rmtree(os.path.dirname(args.socket), ignore_errors=True)
     with contextlib.suppress(OSError):
         os.unlink(args.socket)
