@@ -125,6 +125,7 @@ class Zygote:
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
+                bufsize=0,  # unbuffered: ``wait_ready`` selects on the pipe between lines
                 stderr=log,
                 start_new_session=True,  # a Ctrl-C in the owner's terminal is not the zygote's
             )
@@ -160,10 +161,16 @@ class Zygote:
                 return
             if self._ready is False:
                 raise ZygoteUnavailable(f"the engine zygote did not start: {self._log_tail()}")
-            readable, _, _ = select.select([self.process.stdout], [], [], timeout)
-            line = self.process.stdout.readline() if readable else b""
-            self._ready = line.startswith(b"ready")
+            deadline = time.monotonic() + timeout
+            readable: list[Any] = []
+            while not self._ready:  # a library may print while it is imported: only our line counts
+                readable, _, _ = select.select([self.process.stdout], [], [], max(0.0, deadline - time.monotonic()))
+                line = self.process.stdout.readline() if readable else b""
+                if not line:
+                    break
+                self._ready = line.rstrip() == b"ready"
             if not self._ready:
+                self._ready = False
                 self.retire()
                 raise ZygoteUnavailable(
                     f"the engine zygote was not ready in {timeout:.0f} s: {self._log_tail()}"
