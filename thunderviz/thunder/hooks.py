@@ -37,7 +37,7 @@ import torch
 import torch.distributed as tdist
 
 from thunderviz.thunder.compat import SUPPORTED_THUNDER_VERSIONS, ensure_supported_thunder
-from thunderviz.thunder.jit import shortcuts
+from thunderviz.thunder.jit import lazy_regions, shortcuts
 from thunderviz.thunder.jit.executors import keep_collectives_out_of_fusions
 from thunderviz.thunder.param_tags import comm_config, param_group, recorded_full_shape, replica_group
 from thunderviz.thunder.reuse import compile_reuse
@@ -100,6 +100,7 @@ def install_sync_hook() -> None:
     keep_collectives_out_of_fusions()
     compile_reuse.install()
     shortcuts.install()
+    lazy_regions.install()
     with _install_lock:
         if _installed:
             return

@@ -35,6 +35,7 @@ __all__ = [
     "executor_facts",
     "inductor_fusions_ran",
     "keep_collectives_out_of_fusions",
+    "rehearsing_fusions",
     "resolve_executors",
     "target_executor_facts",
     "uncompiled_fusions",
@@ -199,6 +200,12 @@ class _TorchWithoutCompile:
             return tracker.fused_region(fn, inputs)
 
         return region
+
+
+def rehearsing_fusions(torch_compile_module: Any) -> bool:
+    """Whether thunder's torchcompile executor (the module ``thunder.executors.torch_compile``) runs regions
+    uncompiled now (inside ``uncompiled_fusions``)."""
+    return isinstance(getattr(torch_compile_module, "torch", None), _TorchWithoutCompile)
 
 
 @contextlib.contextmanager
