@@ -3,8 +3,9 @@
 For Llama-2-7B / 13B / 70B at 64 ranks (and Llama-3.1-405B at 64 and 512 with ``--405b``): litgpt's config built on
 the meta device, one 4096-token sequence per rank, ``bf16-true``, AdamW, CUDA ranks of 80 GiB (the plan assumes the
 executors the CUDA ranks will decide: ``thunderviz.plan``'s ``executors``). Each model is planned in a fresh
-process, so its planning time and peak RSS are its own. Printed per candidate: predicted peak, ``max_micro_batch``,
-bytes sent per step; per model: planning time and RSS, and
+process, so its planning time and peak RSS are its own. Printed per candidate: predicted peak, ``max_micro_batch``
+(rehearsed for the recommended candidate, estimated for the others), bytes sent per step; per model: planning time
+and RSS, and
 
 - the fused-kernel estimate (what a run with flash attention and fused kernels holds, Korthikanti et al. 2022,
   "Reducing Activation Recomputation in Large Transformer Models"): activations ``34 s h L`` bytes + logits
@@ -100,6 +101,7 @@ def one(name: str, worlds: tuple[int, ...]) -> dict:
                 "world": c.world_size,
                 "peak": c.peak_bytes,
                 "micro": c.max_micro_batch,
+                "micro_checked": c.max_micro_batch_peak is not None,
                 "sent": c.comm_bytes,
                 "recompute_s": c.recompute_seconds,
             }
@@ -115,7 +117,7 @@ def show(r: dict) -> None:
         print(f"  fused-kernel estimate x{w} (ZERO3): {plain / GIB:.1f} GiB, with per-block AC {ac / GIB:.1f} GiB")
     print(f"  {'candidate':<24}{'ranks':>6}{'peak GiB':>10}{'max micro-batch':>17}{'sent GiB/step':>15}")
     for c in r["candidates"]:
-        micro = c["micro"] if c["micro"] is not None else "-"
+        micro = "-" if c["micro"] is None else (f"{c['micro']}" if c["micro_checked"] else f">={c['micro']} (est.)")
         print(f"  {c['name']:<24}{c['world']:>6}{c['peak'] / GIB:>10.1f}{micro!s:>17}{c['sent'] / GIB:>15.1f}")
     for batch, ac, outcome in PUBLISHED.get(r["name"], []):
         print(f"  published (torchtitan): local batch {batch}, AC {ac}: {outcome}")

@@ -208,24 +208,30 @@ def test_a_plan_across_hosts_adds_hybrid_candidates_with_one_hosts_memory() -> N
 
 def test_plan_for_cuda_from_cpu_assumes_the_ranks_executors_and_finds_the_largest_micro_batch() -> None:
     """Planned for CUDA on this CPU machine, the candidates are rehearsed with the fusion executor the CUDA ranks will
-    choose (triton present there), and the header says so. With a budget, ``max_micro_batch`` is the largest
-    multiple of the example's batch that fits: its checked peak fits, one more batch does not."""
+    choose (triton present there), and the header says so. With a budget, the recommended candidate's
+    ``max_micro_batch`` is the largest multiple of the example's batch that fits: its checked peak fits, one more
+    batch does not; the other's is estimated and says so."""
     import thunderviz
     from thunderviz.strategies.planning import PER_SAMPLE, _scaled_input
 
     model, kwargs = ResidualMLP(n_layer=2), {"world_sizes": (2,), "device": "cuda", "progress": False}
-    kwargs["candidates"] = ("fsdp-zero2-block",)
-    free = thunderviz.plan(model, BATCH, **kwargs).candidates[0]
+    kwargs["candidates"] = ("fsdp-zero2-block", "fsdp-zero3-block")
+    free = thunderviz.plan(model, BATCH, **kwargs).candidate("fsdp-zero2-block")
     assert "torchcompile" in free.executors and free.max_micro_batch is None  # no budget, no micro-batch
     budget = free.peak_bytes + int(2.5 * sum(free.breakdown[k] for k in PER_SAMPLE))
     plan = thunderviz.plan(model, BATCH, memory_per_rank=budget, **kwargs)
     assert "executors: sdpa, torchcompile" in plan.table() and "this machine has no CUDA" in plan.table()
-    c = plan.candidates[0]
+    c = plan.recommended
+    assert c.name == "fsdp-zero2-block", plan.table()  # both fit; ZERO2 sends less
     assert c.max_micro_batch is not None and c.max_micro_batch >= 2, plan.table()
     assert c.max_micro_batch_peak <= budget and f"max micro-batch x{c.max_micro_batch}" in plan.table()
-    larger = thunderviz.plan(model, _scaled_input(BATCH, c.max_micro_batch + 1), **kwargs).candidates[0]
+    # the other candidate's is the first estimate from its per-sample bytes, not rehearsed (a lower bound here)
+    other = plan.candidate("fsdp-zero3-block")
+    assert other.fits and other.max_micro_batch_peak is None and other.max_micro_batch >= 1, plan.table()
+    assert f"max micro-batch >= x{other.max_micro_batch} (estimated, not rehearsed)" in plan.table()
+    larger = thunderviz.plan(model, _scaled_input(BATCH, c.max_micro_batch + 1), **kwargs).candidate(c.name)
     assert larger.peak_bytes > budget
-    assert plan.with_budget(budget * 2).candidates[0].max_micro_batch is None  # found for the plan's own budget
+    assert plan.with_budget(budget * 2).recommended.max_micro_batch is None  # found for the plan's own budget
 
 
 @pytest.mark.parametrize("name", ["fsdp-zero3-block", "ddp", "fsdp-zero3-block+ac"])

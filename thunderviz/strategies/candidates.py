@@ -75,7 +75,9 @@ class Candidate:
     #: the largest multiple of the example's batch whose peak fits the budget (``plan`` says how it is found); None
     #: when even one does not fit, or without a budget
     max_micro_batch: int | None = None
-    #: the predicted peak at ``max_micro_batch`` times the example's batch (the rehearsal that checked it)
+    #: the predicted peak at ``max_micro_batch`` times the example's batch (the rehearsal that checked it); None when
+    #: ``max_micro_batch`` is the estimate from the per-sample bytes, not rehearsed (``plan`` checks the recommended
+    #: candidate's only)
     max_micro_batch_peak: int | None = None
 
     @property
@@ -125,7 +127,11 @@ class Candidate:
         else:
             across = f"; {format_bytes(self.inter_host_bytes)} per host across hosts"
         recompute = f", recomputes ~{self.recompute_seconds * 1000:.1f} ms" if self.checkpointing else ""
-        micro = f"; max micro-batch x{self.max_micro_batch}" if self.max_micro_batch else ""
+        micro = ""
+        if self.max_micro_batch and self.max_micro_batch_peak is not None:
+            micro = f"; max micro-batch x{self.max_micro_batch}"
+        elif self.max_micro_batch:
+            micro = f"; max micro-batch >= x{self.max_micro_batch} (estimated, not rehearsed)"
         return (
             f"{self.name} x{self.world_size}{mesh}: peak {format_bytes(self.peak_bytes)} ({fit}), sends"
             f" {format_bytes(self.comm_bytes)} in {collectives} per step (~{self.comm_seconds * 1000:.1f} ms)"

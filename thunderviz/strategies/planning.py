@@ -232,11 +232,14 @@ def plan(
 
     Every candidate that fits reports ``max_micro_batch``: the largest multiple ``k`` of the example's batch whose
     peak fits the budget, estimated from the rehearsal's per-sample bytes (what grows with the batch: saved
-    activations, temporaries, inputs) and checked by one rehearsal at ``k`` times the batch (every tensor input's
-    first dimension; a ``loss_fn`` must take that batch's output); the estimate is then redone from the slope the
-    two rehearsals measured (not all temporaries grow with the batch, so the first estimate is low) and checked
-    again, down when the check exceeded the budget, up when it left room (``MICRO_BATCH_TRIES`` checks at most;
-    the largest checked batch that fits is reported).
+    activations, temporaries, inputs). The recommended candidate's is checked by one rehearsal at ``k`` times the
+    batch (every tensor input's first dimension; a ``loss_fn`` must take that batch's output); the estimate is then
+    redone from the slope the two rehearsals measured (not all temporaries grow with the batch, so the first
+    estimate is low) and checked again, down when the check exceeded the budget, up when it left room
+    (``MICRO_BATCH_TRIES`` checks at most; the largest checked batch that fits is reported, with its peak in
+    ``max_micro_batch_peak``). The other candidates keep the first estimate, unchecked (``max_micro_batch_peak`` is
+    None; a lower bound in the usual case above): checking each one cost two or more rehearsals of the model, most
+    of a frontier plan's time, for numbers nobody acts on but the recommended candidate's.
 
     Raises:
         PlanError: the model, input, loss, optimizer or precision cannot be planned (the message says why).
@@ -380,10 +383,14 @@ def _max_micro_batches(
     """Each candidate with its ``max_micro_batch`` (``plan``'s docstring says how)."""
     if budget is None:
         return out
-    found: dict[int, tuple[int, int]] = {i: (1, c.peak_bytes) for i, c in enumerate(out) if c.fits}
-    slope = {i: float(sum(out[i].breakdown.get(k, 0) for k in PER_SAMPLE)) for i in found}
-    pending = {i: _micro_batch_estimate(out[i].peak_bytes, slope[i], budget) for i in found}
-    pending = {i: k for i, k in pending.items() if k > 1}
+    fitting = [i for i, c in enumerate(out) if c.fits]
+    slope = {i: float(sum(out[i].breakdown.get(k, 0) for k in PER_SAMPLE)) for i in fitting}
+    estimate = {i: _micro_batch_estimate(out[i].peak_bytes, slope[i], budget) for i in fitting}
+    recommended = _recommended_index(out, budget)
+    found: dict[int, tuple[int, int]] = {}
+    if recommended is not None:
+        found[recommended] = (1, out[recommended].peak_bytes)
+    pending = {i: estimate[i] for i in found if estimate[i] > 1}
     for _ in range(MICRO_BATCH_TRIES):
         if not pending:
             break
@@ -421,9 +428,23 @@ def _max_micro_batches(
                 if again > found[i][0]:
                     pending[i] = again
     return [
-        dataclasses.replace(c, max_micro_batch=found[i][0], max_micro_batch_peak=found[i][1]) if i in found else c
+        dataclasses.replace(c, max_micro_batch=found[i][0], max_micro_batch_peak=found[i][1])
+        if i in found
+        else dataclasses.replace(c, max_micro_batch=estimate[i])
+        if i in estimate
+        else c
         for i, c in enumerate(out)
     ]
+
+
+def _recommended_index(candidates: Sequence[Candidate], budget: int) -> int | None:
+    """Which candidate ``Plan.recommended`` will name (the first world size, in the order asked, where one fits)."""
+    rows = [c.row() for c in candidates]
+    for w in dict.fromkeys(c.world_size for c in candidates):
+        i = choose(rows, budget, w)
+        if i is not None:
+            return i
+    return None
 
 
 def _batch_text(example_input: Any) -> tuple[str, ...]:
