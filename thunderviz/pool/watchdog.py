@@ -3,8 +3,9 @@
 Why a separate process: a kernel that is SIGKILLed or restarted runs no ``atexit`` and no ``finally``, and
 ipyparallel starts its controller and engines in their own sessions, so nothing else would stop them (measured:
 13 processes survive a SIGKILLed client). Every process the cluster starts inherits the environment variable
-``THUNDERVIZ_CLUSTER_TAG=<tag>``; the watchdog follows the owner (``OwnerWatch``) and, once it is gone, kills all that
-carries the tag. It knows no pids in advance, so engines restarted later and their children are covered too.
+``THUNDERVIZ_CLUSTER_TAG=<tag>`` (an engine forked by the owner's zygote carries it as its process name instead, see
+``tagged_processes``); the watchdog follows the owner (``OwnerWatch``) and, once it is gone, kills all that carries
+the tag. It knows no pids in advance, so engines restarted later and their children are covered too.
 
 Run as ``python -m thunderviz.pool.watchdog --owner PID --owner-started T --tag TAG [--cluster-file F]``.
 """
