@@ -2,7 +2,8 @@
 builds, fewer builds, and a region never built where it would compile for real.
 
 The plans are for CUDA ranks from this CPU machine, so their rehearsals use thunder's ``torchcompile`` executor (the
-regions in question) with ``executors.uncompiled_fusions`` running each region's ops one by one.
+regions in question) with ``executors.uncompiled_fusions`` running each region's ops one by one. ZERO2 LAYER is
+ZERO2 BLOCK's traces bucketed again (``memory.relayout``), whose re-fusion runs outside any compile.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ def _plan() -> Any:
     model = TinyGPT(n_layer=2, d_model=32, n_head=2, block_size=16, vocab_size=64)
     idx = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(0))
     return thunderviz.plan(
-        model, idx, world_sizes=(2,), device="cuda", candidates=("fsdp-zero2-block",), progress=False
+        model, idx, world_sizes=(2,), device="cuda", candidates=("fsdp-zero2-block", "fsdp-zero2-layer"), progress=False
     )
 
 

@@ -28,6 +28,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from thunderviz.thunder.jit import lazy_regions
+
 __all__ = ["open_regions", "refuse"]
 
 
@@ -75,7 +77,8 @@ def refuse(trace: Any, bsyms: list[Any], executors: Sequence[Any]) -> tuple[Any,
 
     trace.bound_symbols = bsyms
     fused = trace
-    for ex in executors:
-        fused = ex.fusion_pass(fused)
+    with lazy_regions.ours():  # regions built when first called (thunder.jit.lazy_regions)
+        for ex in executors:
+            fused = ex.fusion_pass(fused)
     fused = _transform_for_operator_executor_execution(fused, get_always_executors())
     return fused, list(fused.bound_symbols)

@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["ENV_VARIABLE", "RegionCounts", "counts", "install", "installed", "suspended"]
+__all__ = ["ENV_VARIABLE", "RegionCounts", "counts", "install", "installed", "ours", "suspended"]
 
 ENV_VARIABLE = "THUNDERVIZ_LAZY_REGIONS"
 _lock = threading.Lock()
@@ -92,12 +92,28 @@ def install() -> None:
         _original = original
 
 
+_fusing = threading.local()
+
+
+@contextlib.contextmanager
+def ours() -> Iterator[None]:
+    """Regions made in this block (this thread) are ours to build lazily, compile or not: our comm pass's re-fusion,
+    which a memory rehearsal also runs outside any compile when it tries another bucketing (``memory.relayout``)."""
+    _fusing.depth = getattr(_fusing, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _fusing.depth -= 1
+
+
 def _ours() -> bool:
     from thunder.core.compile_data import get_compile_data
 
     from thunderviz.thunder.reuse.key import MARK
 
     data = get_compile_data()
+    if getattr(_fusing, "depth", 0):
+        return data is None or data.compile_options.get("torch_compile_fullgraph") is None
     if data is None or data.compile_options.get("torch_compile_fullgraph") is not None:
         return False
     return getattr(data.fn, MARK, None) is not None
