@@ -71,11 +71,8 @@ class Plan:
         """What the auto strategy picks: the first world size (in the order asked) at which a candidate fits, and
         there DDP if it fits, else the one that fits with the least predicted communication time
         (``parallel.plan.choose``); None when nothing fits."""
-        for w in self.world_sizes:
-            pick = self.recommended_for(w)
-            if pick is not None:
-                return pick
-        return None
+        i = _recommended_index(self.candidates, self.memory_per_rank)
+        return self.candidates[i] if i is not None else None
 
     def recommended_for(self, world_size: int) -> Candidate | None:
         rows = [c.row() for c in self.candidates]
@@ -437,8 +434,8 @@ def _max_micro_batches(
     ]
 
 
-def _recommended_index(candidates: Sequence[Candidate], budget: int) -> int | None:
-    """Which candidate ``Plan.recommended`` will name (the first world size, in the order asked, where one fits)."""
+def _recommended_index(candidates: Sequence[Candidate], budget: int | None) -> int | None:
+    """Which candidate ``Plan.recommended`` names (the first world size, in the order asked, where one fits)."""
     rows = [c.row() for c in candidates]
     for w in dict.fromkeys(c.world_size for c in candidates):
         i = choose(rows, budget, w)
