@@ -133,3 +133,22 @@ def test_a_zygote_that_dies_takes_its_children_with_it(tmp_path: Path) -> None:
     zygote.process.wait()
     assert psutil.wait_procs([child], timeout=10)[1] == []  # PR_SET_PDEATHSIG
     assert Zygote.shared() is not zygote  # the next engine gets a new one
+
+
+def test_an_owner_that_exits_while_its_zygote_imports_leaves_nothing_behind() -> None:
+    """The zygote finds its owner gone once its imports are done (its ready line has no reader): it exits and removes
+    its directory (socket and log) itself, since nobody else is left to."""
+    import subprocess
+
+    from thunderviz.pool.cluster import process_gone
+
+    code = "from thunderviz.pool.zygote import Zygote; z = Zygote.shared(); print(z._dir, z.process.pid, flush=True)"
+    root = str(Path(__file__).resolve().parents[2])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
+    owner = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    directory, pid = owner.stdout.split()
+    deadline = time.monotonic() + 120
+    while (not process_gone(int(pid)) or Path(directory).exists()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert process_gone(int(pid)), "the zygote outlived its owner"
+    assert not Path(directory).exists(), sorted(p.name for p in Path(directory).iterdir())

@@ -345,8 +345,11 @@ def serve(argv: list[str] | None = None) -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(args.socket)
     listener.listen(16)
-    sys.stdout.write("ready\n")
-    sys.stdout.flush()
+    try:
+        sys.stdout.write("ready\n")
+        sys.stdout.flush()
+    except OSError:  # the owner exited while we imported (its end of the pipe is closed): the loop sees it, cleans up
+        pass
     children: set[int] = set()
     statuses: dict[int, int] = {}
     retired = False
