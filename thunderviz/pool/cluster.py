@@ -26,7 +26,7 @@ import psutil
 
 from thunderviz.errors import RankError
 from thunderviz.pool.watchdog import TAG_VARIABLE, kill_tagged, tagged_processes
-from thunderviz.pool.zygote import Zygote, fork_enabled, package_root
+from thunderviz.pool.zygote import Zygote, engine_pythonpath, fork_enabled
 
 __all__ = ["IPP_LOG_VARIABLE", "AttachedCluster", "LocalCluster", "RankCluster", "controller_address", "ipp_log_level"]
 
@@ -238,7 +238,7 @@ class LocalCluster(RankCluster):
         self.engine_pids = {}
         self._environment = {
             TAG_VARIABLE: self.tag,
-            "PYTHONPATH": os.pathsep.join(p for p in (package_root(), os.environ.get("PYTHONPATH", "")) if p),
+            "PYTHONPATH": engine_pythonpath(),
             # Gloo picks its listening interface from the hostname unless told: keep it on loopback.
             "GLOO_SOCKET_IFNAME": "lo",
             "PYTHONUNBUFFERED": "1",

@@ -77,6 +77,11 @@ def package_root() -> str:
     return str(Path(__file__).resolve().parents[2])
 
 
+def engine_pythonpath() -> str:
+    """``PYTHONPATH`` for the processes a pool starts: the package's root first, then the owner's own entries."""
+    return os.pathsep.join(p for p in (package_root(), os.environ.get("PYTHONPATH", "")) if p)
+
+
 def import_environment(env: dict[str, str]) -> dict[str, str]:
     """The part of an environment that the preloaded modules read while importing."""
     return {k: v for k, v in env.items() if k.startswith(IMPORT_TIME_PREFIXES)}
@@ -104,7 +109,7 @@ class Zygote:
 
         env = {
             **os.environ,
-            "PYTHONPATH": os.pathsep.join(p for p in (package_root(), os.environ.get("PYTHONPATH", "")) if p),
+            "PYTHONPATH": engine_pythonpath(),
             "PYTHONUNBUFFERED": "1",
             "PYTHONFAULTHANDLER": "1",
         }

@@ -112,11 +112,11 @@ def _ours() -> bool:
     from thunderviz.thunder.reuse.key import MARK
 
     data = get_compile_data()
+    if data is not None and data.compile_options.get("torch_compile_fullgraph") is not None:
+        return False  # read while building: a later call could not see it
     if getattr(_fusing, "depth", 0):
-        return data is None or data.compile_options.get("torch_compile_fullgraph") is None
-    if data is None or data.compile_options.get("torch_compile_fullgraph") is not None:
-        return False
-    return getattr(data.fn, MARK, None) is not None
+        return True
+    return data is not None and getattr(data.fn, MARK, None) is not None
 
 
 def _rehearsing() -> bool:
