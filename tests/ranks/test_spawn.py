@@ -41,3 +41,88 @@ def test_a_raising_rank_is_named_with_its_traceback() -> None:
     with pytest.raises(RankError, match="rank 1 raised") as info:
         run_ranks(_raise_on_one, nproc=2, timeout=240)
     assert info.value.rank == 1 and "rank one is unhappy" in info.value.remote_traceback
+
+
+def _facts(rank: int, world_size: int, token: str) -> dict:
+    import sys
+
+    print(f"[{token}] rank {rank} prints to the launcher's stdout", flush=True)
+    print(f"[{token}] rank {rank} warns on its stderr", file=sys.stderr, flush=True)
+    return {
+        "cwd": os.getcwd(),
+        "sys_path": list(sys.path),
+        "torch_threads": __import__("torch").get_num_threads(),
+    }
+
+
+def _exit_on_zero(rank: int, world_size: int) -> None:
+    if rank == 0:
+        os._exit(7)
+    import time
+
+    time.sleep(60)
+
+
+@pytest.mark.parametrize("fork", ["1", "0"], ids=["forked", "spawned"])
+def test_forked_and_spawned_ranks_are_prepared_alike(
+    fork: str, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Forked from the zygote or spawned, a rank is what spawn makes: the launcher's sys.path and working directory,
+    one thread, output on the launcher's stdout and stderr; it runs one job after another, and one that dies is named
+    with its exit code."""
+    import sys
+
+    from thunderviz.pool.local_ranks import LocalRanks
+    from thunderviz.pool.zygote import FORK_VARIABLE
+
+    monkeypatch.setenv(FORK_VARIABLE, fork)
+    with LocalRanks(2) as ranks:
+        assert ranks.forked == (fork == "1")
+        first = ranks.run(_facts, "first", timeout=120)
+        second = ranks.run(_facts, "second", timeout=120)
+        for facts in first + second:
+            assert facts == {"cwd": os.getcwd(), "sys_path": sys.path, "torch_threads": 1}
+        with pytest.raises(RankError, match="rank 0 died with exit code 7"):
+            ranks.run(_exit_on_zero, timeout=120)
+        assert ranks.closed
+    out, err = capfd.readouterr()
+    for token in ("first", "second"):
+        for rank in (0, 1):
+            assert f"[{token}] rank {rank} prints to the launcher's stdout" in out
+            assert f"[{token}] rank {rank} warns on its stderr" in err
+
+
+SCRIPT = """
+import json, os, sys
+from thunderviz.pool.local_ranks import LocalRanks
+
+def job(rank, world_size):  # defined in the script: ranks import it as __mp_main__, as spawn's children do
+    return [rank, __name__, sys.modules["__main__"].__name__, SIDE]
+
+SIDE = "module level ran"
+if __name__ == "__main__":
+    answers = {}
+    for fork in ("1", "0"):
+        os.environ["THUNDERVIZ_ENGINE_FORK"] = fork
+        with LocalRanks(2) as ranks:
+            answers[fork] = [ranks.forked, ranks.run(job, timeout=120)]
+    print(json.dumps(answers))
+"""
+
+
+def test_a_function_from_the_launching_script_runs_on_forked_and_spawned_ranks(tmp_path) -> None:
+    """The usual script: ``run_ranks(fn)`` with ``fn`` defined in the script itself. Forked ranks import the script
+    as ``__mp_main__`` exactly as spawned ones do (its guarded part does not run again)."""
+    import json
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=300, cwd=str(tmp_path), check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    answers = json.loads(done.stdout.strip().splitlines()[-1])
+    expected = [[r, "__mp_main__", "__mp_main__", "module level ran"] for r in range(2)]
+    assert answers == {"1": [True, expected], "0": [False, expected]}

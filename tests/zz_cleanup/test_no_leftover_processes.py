@@ -23,9 +23,10 @@ from thunderviz.pool.zygote import Zygote
 def _ours(proc: psutil.Process) -> str | None:
     environ = proc.environ()
     cmd = " ".join(proc.cmdline())
-    if "ipyparallel" in cmd or "thunderviz.pool" in cmd or "ipykernel" in cmd:
+    # a forked rank or engine shows its zygote's command line (``thunderviz.pool.zygote``), a spawned rank spawn's
+    if "ipyparallel" in cmd or "thunderviz.pool" in cmd or "ipykernel" in cmd or "spawn_main" in cmd:
         return cmd
-    if "THUNDERVIZ_CLUSTER_TAG" in environ or rank_pool.POOL_VARIABLE in environ:
+    if "THUNDERVIZ_CLUSTER_TAG" in environ:
         return cmd
     return None
 

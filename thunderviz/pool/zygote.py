@@ -183,14 +183,27 @@ class Zygote:
                     else f"the engine zygote exited while importing: {self._log_tail()}"
                 )
 
-    def fork(self, code: str, argv: list[str], env: dict[str, str], cwd: str, output: str, name: str) -> int:
-        """A child running ``python -c code`` with ``sys.argv == argv``; returns its pid."""
+    def fork(
+        self,
+        code: str,
+        argv: list[str],
+        env: dict[str, str],
+        cwd: str,
+        output: str | None,
+        name: str,
+        streams: tuple[int, int] | None = None,
+    ) -> int:
+        """A child running ``python -c code`` with ``sys.argv == argv``; returns its pid.
+
+        Its stdout and stderr go to the file ``output`` or, with ``streams``, to these two descriptors of the caller
+        (sent over the socket: a rank process prints where its launcher's output goes, as a spawned child would).
+        """
         if import_environment(env) != self.environment:
             changed = sorted(set(import_environment(env).items()) ^ set(self.environment.items()))
             self.retire()
             raise ZygoteUnavailable(f"variables read at import changed since the zygote started: {changed[:4]}")
         self.wait_ready()
-        answer = self._ask(op="fork", code=code, argv=argv, env=env, cwd=cwd, output=output, name=name)
+        answer = self._ask(streams, op="fork", code=code, argv=argv, env=env, cwd=cwd, output=output, name=name)
         if "stale" in answer:
             self.retire()
             raise ZygoteUnavailable(f"the engine zygote's imports are stale: {answer['stale']}")
@@ -204,11 +217,12 @@ class Zygote:
             return self._ask(op="status", pid=pid).get("exit_code")
         return None
 
-    def _ask(self, **request: Any) -> dict[str, Any]:
+    def _ask(self, streams: tuple[int, int] | None = None, **request: Any) -> dict[str, Any]:
         try:
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
                 conn.settimeout(REQUEST_TIMEOUT_S)
                 conn.connect(self.socket_path)
+                socket.send_fds(conn, [b"F" if streams else b"-"], list(streams or ()))  # always one byte first
                 conn.sendall(json.dumps(request).encode() + b"\n")
                 with conn.makefile("rb") as reply:
                     line = reply.readline()
@@ -285,13 +299,16 @@ def _become(request: dict[str, Any], zygote_pid: int, keep_out: list[Any]) -> No
         for sig in (signal.SIGTERM, signal.SIGCHLD, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        out = os.open(request["output"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        streams = request.get("streams") or []
+        if not streams:
+            out = os.open(request["output"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            streams = [out, out]
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
-        os.dup2(out, 1)
-        os.dup2(out, 2)
-        os.close(out)
-        os.close(devnull)
+        os.dup2(streams[0], 1)
+        os.dup2(streams[1], 2)
+        for fd in {devnull, *streams} - {0, 1, 2}:
+            os.close(fd)
         env = request["env"]
         os.environ.clear()
         os.environ.update(env)
@@ -383,11 +400,16 @@ def serve(argv: list[str] | None = None) -> None:
         conn, _ = listener.accept()
         with conn:
             conn.settimeout(REQUEST_TIMEOUT_S)
+            streams: list[int] = []
             try:
+                _, streams, _, _ = socket.recv_fds(conn, 1, 2)
                 with conn.makefile("rb") as stream:
                     request = json.loads(stream.readline() or b"{}")
             except (OSError, ValueError):
+                for fd in streams:
+                    os.close(fd)
                 continue
+            request["streams"] = streams
             op = request.get("op")
             if op == "fork":
                 changed = sorted(p for p, t in _code_stamp().items() if stamp.get(p) != t)
@@ -409,6 +431,9 @@ def serve(argv: list[str] | None = None) -> None:
                 answer = {"ok": True}
             else:
                 answer = {"error": f"unknown request {op!r}"}
+            for fd in streams:  # the child has its own copies
+                with contextlib.suppress(OSError):
+                    os.close(fd)
             with contextlib.suppress(OSError):
                 conn.sendall(json.dumps(answer).encode() + b"\n")
     for pid in list(children):
