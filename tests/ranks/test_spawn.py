@@ -63,21 +63,17 @@ def _exit_on_zero(rank: int, world_size: int) -> None:
     time.sleep(60)
 
 
-@pytest.mark.parametrize("fork", ["1", "0"], ids=["forked", "spawned"])
-def test_forked_and_spawned_ranks_are_prepared_alike(
-    fork: str, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
-) -> None:
-    """Forked from the zygote or spawned, a rank is what spawn makes: the launcher's sys.path and working directory,
-    one thread, output on the launcher's stdout and stderr; it runs one job after another, and one that dies is named
-    with its exit code."""
+def test_forked_ranks_are_prepared_as_spawned_ones(capfd: pytest.CaptureFixture[str]) -> None:
+    """Forked from the zygote, a rank is what spawn makes: the launcher's sys.path and working directory, one thread,
+    output on the launcher's stdout and stderr; it runs one job after another, and one that dies is named with its
+    exit code. (Spawned ranks: the script test below, and every test where the zygote cannot fork.)"""
     import sys
 
     from thunderviz.pool.local_ranks import LocalRanks
-    from thunderviz.pool.zygote import FORK_VARIABLE
+    from thunderviz.pool.zygote import fork_enabled
 
-    monkeypatch.setenv(FORK_VARIABLE, fork)
     with LocalRanks(2) as ranks:
-        assert ranks.forked == (fork == "1")
+        assert ranks.forked == fork_enabled()
         first = ranks.run(_facts, "first", timeout=120)
         second = ranks.run(_facts, "second", timeout=120)
         for facts in first + second:
