@@ -3,6 +3,8 @@ repeated blocks equals rehearsing the whole model, byte for byte (the proof ``th
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -275,3 +277,29 @@ def test_plan_reports_progress_once_per_traced_rehearsal() -> None:
     assert ticks[0][2] == "ddp x2 (3 of 6 blocks)"
     assert ticks[1][2] == "fsdp-zero2-block, fsdp-zero2-layer x2 (3 of 6 blocks)"
     assert ticks[3][2].endswith("x2 (4 of 6 blocks)") and len(plan.candidates) == 3
+
+
+def test_only_the_candidates_whose_cuts_do_not_pair_are_rehearsed_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """When a candidate's cuts cannot be paired moment by moment (seen on Llama-2-7B with a checkpointed ZERO2), the
+    plan rehearses the whole model for that candidate alone (it rehearsed every candidate whole, minutes each at 7B),
+    and the whole model's number is the one the extrapolation gives (exact on this model, see above)."""
+    import thunderviz
+    import thunderviz.strategies.candidates as candidates
+
+    kwargs = {"world_sizes": (2,), "device": "cpu", "candidates": ("ddp", "fsdp-zero2-block")}
+    paired = thunderviz.plan(ResidualMLP(n_layer=6), BATCH, progress=False, **kwargs)
+    calls: list[int] = []
+    real = candidates.extrapolate_peak
+
+    def first_unpaired(timelines: Any, n: int) -> Any:
+        calls.append(n)
+        return None if len(calls) == 1 else real(timelines, n)  # specs are predicted in order: ddp first
+
+    monkeypatch.setattr(candidates, "extrapolate_peak", first_unpaired)
+    ticks: list[tuple[int, int, str]] = []
+    plan = thunderviz.plan(ResidualMLP(n_layer=6), BATCH, progress=lambda *t: ticks.append(t), **kwargs)
+    assert ticks[-1] == (5, 5, "ddp x2 (whole model: the cuts' steps differ in shape)"), ticks
+    assert plan.candidate("ddp").memory.how == "rehearsed whole (cuts not alike)"
+    assert plan.candidate("fsdp-zero2-block").memory.how.startswith("extrapolated from")
+    for name in kwargs["candidates"]:
+        assert plan.candidate(name).memory.breakdown == paired.candidate(name).memory.breakdown, name

@@ -277,19 +277,30 @@ def _predict_rehearsed(
     options = [by_name[n] for n in names]
     count = {"done": 0, "total": 0}
 
-    def run(model: Any, capture: bool = True, what: str = "", counted: bool = False) -> dict[tuple[str, int], Any]:
+    def run(
+        model: Any, capture: bool = True, what: str = "", counted: bool = False, only: Sequence[str] | None = None
+    ) -> dict[tuple[str, int], Any]:
+        chosen = [n for n in names if only is None or n in only]
+        layouts_of = [by_name[n] for n in chosen]
+
         def tick(layouts: Sequence[Any], world: int) -> None:
             count["done"] += 1
             if on_run is not None:
-                covered = ", ".join(n for n, o in zip(names, options, strict=True) if any(o is x for x in layouts))
+                covered = ", ".join(n for n, o in zip(chosen, layouts_of, strict=True) if any(o is x for x in layouts))
                 on_run(count["done"], count["total"], f"{covered} x{world}{what}")
 
         if not counted:
-            count["total"] += len(rehearsal_runs(model, options, sizes))
+            count["total"] += len(rehearsal_runs(model, layouts_of, sizes))
         got = rehearse_all(
-            model, example_input, options=options, world_sizes=sizes, capture_traces=capture, progress=tick, **rehearsal
+            model,
+            example_input,
+            options=layouts_of,
+            world_sizes=sizes,
+            capture_traces=capture,
+            progress=tick,
+            **rehearsal,
         )
-        return {(n, w): r for n, per_world in zip(names, got, strict=True) for w, r in per_world.items()}
+        return {(n, w): r for n, per_world in zip(chosen, got, strict=True) for w, r in per_world.items()}
 
     found = block_container(template)
     if found is None or found[1] <= WHOLE_UP_TO_BLOCKS:
@@ -302,13 +313,19 @@ def _predict_rehearsed(
     count["total"] += sum(len(rehearsal_runs(m, options, sizes)) for m in cuts.values())  # known before the first
     cut = {k: run(m, capture=k == CUT_BLOCKS[-1], what=f" ({k} of {n} blocks)", counted=True) for k, m in cuts.items()}
     how = f"extrapolated from {path} cut to {' and '.join(map(str, CUT_BLOCKS))} of its {n} blocks"
+    peaks = {
+        (s.name, s.world_size): extrapolate_peak({k: cut[k][s.name, s.world_size].timeline for k in CUT_BLOCKS}, n)
+        for s in specs
+    }
+    # the whole model only for the candidates whose cuts' steps cannot be paired moment by moment
+    # (parallel.extrapolation): a whole rehearsal of a 7B model costs minutes, as much as all the cuts
+    unpaired = [s.name for s in specs if peaks[s.name, s.world_size] is None]
+    whole = run(template, what=" (whole model: the cuts' steps differ in shape)", only=unpaired) if unpaired else {}
     out = []
-    whole: dict[tuple[str, int], Any] | None = None
     for s in specs:
         points = {k: cut[k][s.name, s.world_size] for k in CUT_BLOCKS}
-        peak = extrapolate_peak({k: r.timeline for k, r in points.items()}, n)
-        if peak is None:  # the cuts' steps cannot be paired moment by moment (parallel.extrapolation)
-            whole = whole or run(template, what=" (whole model: the cuts' steps differ in shape)")
+        peak = peaks[s.name, s.world_size]
+        if peak is None:
             out.append(_whole(s, whole[s.name, s.world_size], budget, priced, "rehearsed whole (cuts not alike)"))
             continue
         at = extrapolate({k: _communication(r) for k, r in points.items()}, n)
