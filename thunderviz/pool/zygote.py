@@ -343,6 +343,21 @@ def _become(request: dict[str, Any], zygote_pid: int, keep_out: list[Any]) -> No
         os._exit(code)
 
 
+def _read_request(conn: socket.socket) -> dict[str, Any] | None:
+    """One request: the descriptors sent with its first byte (``streams``), then its JSON line; None if unreadable."""
+    streams: list[int] = []
+    try:
+        _, streams, _, _ = socket.recv_fds(conn, 1, 2)
+        with conn.makefile("rb") as stream:
+            request = json.loads(stream.readline() or b"{}")
+    except (OSError, ValueError):
+        for fd in streams:
+            os.close(fd)
+        return None
+    request["streams"] = streams
+    return request
+
+
 def serve(argv: list[str] | None = None) -> None:
     """The zygote process: preload, then fork on request until the owner is gone (``Zygote`` starts it)."""
     import argparse
@@ -400,16 +415,10 @@ def serve(argv: list[str] | None = None) -> None:
         conn, _ = listener.accept()
         with conn:
             conn.settimeout(REQUEST_TIMEOUT_S)
-            streams: list[int] = []
-            try:
-                _, streams, _, _ = socket.recv_fds(conn, 1, 2)
-                with conn.makefile("rb") as stream:
-                    request = json.loads(stream.readline() or b"{}")
-            except (OSError, ValueError):
-                for fd in streams:
-                    os.close(fd)
+            request = _read_request(conn)
+            if request is None:
                 continue
-            request["streams"] = streams
+            streams = request["streams"]
             op = request.get("op")
             if op == "fork":
                 changed = sorted(p for p, t in _code_stamp().items() if stamp.get(p) != t)
