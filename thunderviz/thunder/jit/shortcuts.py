@@ -1,5 +1,5 @@
-"""Three shortcuts through thunder 0.2.6's interpreter that give the same results: global names, module calls and
-decoded bytecode.
+"""Shortcuts through thunder 0.2.6's interpreter and trace passes that give the same results: global names, module
+calls, decoded bytecode, exception frames, provenance records and dataclass flattening.
 
 thunder's first call of a model is mostly its bytecode interpreter, and two things it does for every model cost far
 more than the model's own code:
@@ -23,12 +23,33 @@ more than the model's own code:
   immutable, and equal code objects (same bytecode, constants, names and line table) decode to equal instructions,
   so the decoded tuple is kept per code object (the most recent 8,192). TinyGPT's first call (forward and backward,
   one process, 2 cores at a load of 3): 11.3-11.8 s -> 10.5 s of CPU on top of the other two.
+- **Exception frames.** An exception leaving an interpreted frame gets a Python frame for its traceback
+  (``InterpreterFrame.get_or_make_python_frame``): thunder compiles a stand-in that raises at that line, runs it in a
+  new thread (so that nothing links the frame to the interpreter's stack) and *spins* until the thread has run. Every
+  ``for`` loop that ends raises ``StopIteration`` through thunder's iterator frames, so a model's first call makes
+  dozens of these, and each spin holds the interpreter lock until Python's 5 ms switch interval hands it to the
+  thread: a 2-block litgpt GPT's first call made 70 of them, 0.53 s of its 4.6 s of CPU. The shortcut waits on a
+  lock instead (the thread runs at once) and keeps the frame per place (file, first line, name, qualified name,
+  line; the most recent 4,096): a finished frame holds nothing but that place, so one serves every traceback through it.
+- **Provenance records.** Every value the interpreter touches gets a ``ProvenanceRecord`` (a 2-block GPT's first
+  call makes 100,000), whose ``__post_init__`` checks its inputs with a generator and folds their flags with
+  ``functools.reduce`` and a lambda: 7% of that call. The shortcut does the same checks and the same fold in one
+  loop.
+- **Dataclass flattening.** Every bound symbol's arguments and outputs are flattened by
+  ``pytree.tree_flatten_with_dataclass``, which first rebuilds the whole tree with ``optree.tree_map`` and a Python
+  callback per leaf (to register the dataclass types it meets) and then flattens it: most of thunder's pytree time,
+  which was 18% of thunder's compile time over this project's test suite. The shortcut flattens once, looks at each
+  leaf's type once per process, and flattens again only when it registered a type: the same leaves and spec.
 
 None of them changes what thunder records: the prologue and the traces, forward and backward, are the same text with and
 without them (``tests/thunder/test_interpreter_shortcuts.py``; also checked on a 2-layer Llama and GPT-2). CPU time of
 the first call (forward and backward, one process, a load of 7-13 on 2 cores, 2026-12-05): GPT-2 2 layers 33 s ->
 17 s with the global-name shortcut; Llama 2 layers then 17.7 s -> 15.3 s with the module-call shortcut; the
 tutorial's TinyGPT (2 blocks) 22 s -> 10.5 s with the first two (a load of 3).
+
+The last three, on the first call of a 2-block litgpt GPT (``bench/first_call.py``: CPU seconds, second-best of 4
+rounds, the other core busy, 2026-12-06): thunder's paths 9.41 s, the first three shortcuts 3.99 s, all six 3.17 s
+(0.79x of the three).
 
 Installed once per process by every distribution (``thunder.hooks.install_sync_hook``), which the plan's rehearsal
 uses too; from then on they serve every ``thunder.jit`` in the process. ``THUNDERVIZ_INTERPRETER_SHORTCUTS=0`` keeps
@@ -37,13 +58,14 @@ thunder's own paths.
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import dis
 import functools
 import os
 import threading
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -83,6 +105,9 @@ def installed() -> bool:
         _original_globals_lookup is not None
         and interpreter.globals_lookup is not _original_globals_lookup
         and interpreter.dis is _DIS
+        and hasattr(interpreter.InterpreterFrame.get_or_make_python_frame, "__thunderviz_original__")
+        and hasattr(interpreter.ProvenanceRecord.__post_init__, "__thunderviz_original__")
+        and all(hasattr(m.tree_flatten_with_dataclass, "__thunderviz_original__") for m in _flattening_modules())
     )
 
 
@@ -100,6 +125,12 @@ def install() -> None:
         interpreter.globals_lookup = _globals_lookup(interpreter, original)
         interpreter.dis = _DIS
         register_lookaside(torch.nn.Module._wrapped_call_impl, _module_call(interpreter))
+        frames = interpreter.InterpreterFrame
+        frames.get_or_make_python_frame = _kept_frames(frames.get_or_make_python_frame)
+        interpreter.ProvenanceRecord.__post_init__ = _provenance_post_init(interpreter)
+        flatten = _flatten_with_dataclass()
+        for module in _flattening_modules():
+            module.tree_flatten_with_dataclass = flatten
         _original_globals_lookup = original
 
 
@@ -114,11 +145,25 @@ def suspended() -> Iterator[None]:
     lookup = interpreter.globals_lookup
     interpreter.globals_lookup = getattr(lookup, "__thunderviz_original__", lookup)
     decoder, interpreter.dis = interpreter.dis, dis
+    frames = interpreter.InterpreterFrame
+    kept = frames.get_or_make_python_frame
+    frames.get_or_make_python_frame = kept.__thunderviz_original__
+    records = interpreter.ProvenanceRecord
+    checked = records.__post_init__
+    records.__post_init__ = checked.__thunderviz_original__
+    modules = _flattening_modules()
+    flatten = [m.tree_flatten_with_dataclass for m in modules]
+    for m, f in zip(modules, flatten, strict=True):
+        m.tree_flatten_with_dataclass = getattr(f, "__thunderviz_original__", f)
     try:
         yield
     finally:
         interpreter.globals_lookup = lookup
         interpreter.dis = decoder
+        frames.get_or_make_python_frame = kept
+        records.__post_init__ = checked
+        for m, f in zip(modules, flatten, strict=True):
+            m.tree_flatten_with_dataclass = f
         if call is not None:
             lookasides[torch.nn.Module._wrapped_call_impl] = call
 
@@ -173,3 +218,118 @@ def _module_call(interpreter: Any) -> Any:
 
     module_call.__thunderviz_shortcut__ = True  # type: ignore[attr-defined]
     return module_call
+
+
+#: How many places' exception frames are kept (a model's first call raises at a few dozen).
+FRAMES_KEPT = 4096
+
+
+def _frame_raised_at(filename: str, firstlineno: int, name: str, qualname: str, lineno: int) -> types.FrameType:
+    """A finished Python frame of a function ``name`` of ``filename`` that raised at ``lineno``, made in a thread of
+    its own so that nothing but that place is reachable from it (its ``f_back`` is the thread's first frame)."""
+    made: list[types.FrameType] = []
+    done = _thread.allocate_lock()
+    done.acquire()
+
+    def raise_there() -> None:
+        try:
+            source = "\n" * (lineno - firstlineno) + "raise ValueError()"
+            code = compile(source, filename, "exec").replace(
+                co_filename=filename, co_firstlineno=firstlineno, co_name=name, co_qualname=qualname
+            )
+            try:
+                types.FunctionType(code, {})()
+            except ValueError as e:
+                tb = e.__traceback__
+                while tb is not None and tb.tb_next is not None:
+                    tb = tb.tb_next
+                if tb is not None:
+                    made.append(tb.tb_frame)
+        finally:
+            done.release()
+
+    _thread.start_new_thread(raise_there, ())
+    done.acquire()  # blocks (the lock is released by the thread): the thread runs now, nothing spins
+    if not made:
+        raise RuntimeError(f"thunderviz: could not make a Python frame for {qualname} at {filename}:{lineno}")
+    return made[0]
+
+
+def _kept_frames(original: Callable[[Any], types.FrameType]) -> Callable[[Any], types.FrameType]:
+    kept: dict[tuple[str, int, str, str, int], types.FrameType] = {}
+
+    def get_or_make_python_frame(self: Any) -> types.FrameType:
+        assert self.positions is not None
+        code = self.code
+        lineno = self.positions.lineno if self.positions.lineno is not None else code.co_firstlineno
+        place = (code.co_filename, code.co_firstlineno, code.co_name, self.qualname, lineno)
+        frame = kept.get(place)
+        if frame is None:
+            if len(kept) >= FRAMES_KEPT:
+                kept.clear()
+            frame = kept[place] = _frame_raised_at(*place)
+        return frame
+
+    get_or_make_python_frame.__thunderviz_original__ = original  # type: ignore[attr-defined]
+    return get_or_make_python_frame
+
+
+def _flattening_modules() -> list[types.ModuleType]:
+    """thunder's modules that call ``tree_flatten_with_dataclass`` by the name they imported."""
+    import thunder.core.symbol
+    import thunder.core.transforms
+    import thunder.transforms.autodiff
+    from thunder.core import pytree
+
+    return [pytree, thunder.core.symbol, thunder.core.transforms, thunder.transforms.autodiff]
+
+
+def _flatten_with_dataclass() -> Callable[[Any], Any]:
+    from thunder.core import pytree
+
+    original, flatten = pytree.tree_flatten_with_dataclass, pytree.tree_flatten
+    registered = pytree._registered_dataclasses
+    settled: set[type] = set()  # leaf types that need no registering: not dataclasses, or registered already
+
+    def tree_flatten_with_dataclass(tree: Any) -> Any:
+        leaves, spec = flatten(tree)
+        unsettled = set(map(type, leaves)) - settled
+        new: list[type] = []
+        for leaf in leaves if unsettled else ():
+            kind = type(leaf)
+            if kind not in unsettled or kind in new:
+                continue
+            # what ``pytree._maybe_register_dataclass`` asks of a leaf (a class is never registered), the same for
+            # every leaf of one type
+            if not isinstance(leaf, type) and hasattr(kind, "__dataclass_fields__") and kind not in registered:
+                new.append(kind)
+            else:
+                settled.add(kind)
+                unsettled.discard(kind)
+        if not new:
+            return leaves, spec
+        for kind in new:
+            pytree.register_pytree_node_dataclass(kind)
+            registered.add(kind)
+        return flatten(tree)
+
+    tree_flatten_with_dataclass.__thunderviz_original__ = original  # type: ignore[attr-defined]
+    return tree_flatten_with_dataclass
+
+
+def _provenance_post_init(interpreter: Any) -> Callable[[Any], None]:
+    record, kinds = interpreter.ProvenanceRecord, (dis.Instruction, interpreter.PseudoInst)
+
+    def __post_init__(self: Any) -> None:
+        inputs = self.inputs
+        assert isinstance(self.inst, kinds), f"{self.inst} is not Instruction or PseudoInst"
+        assert isinstance(inputs, list)
+        flag = -1  # every bit set: the fold of one flag is that flag
+        for i in inputs:
+            assert isinstance(i, record)
+            flag &= i.ext_flag
+        self.inputs = inputs.copy()
+        self.ext_flag = flag if inputs else 0
+
+    __post_init__.__thunderviz_original__ = record.__post_init__  # type: ignore[attr-defined]
+    return __post_init__
