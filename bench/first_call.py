@@ -1,8 +1,7 @@
-"""CPU time of a model's first call under thunder.jit (forward and backward, one process): thunder's own paths,
-the first three interpreter shortcuts (global names, module calls, decoded bytecode), and all six
-(``thunder.jit.shortcuts``: exception frames, provenance records and dataclass flattening on top).
+"""CPU time of a model's first call under thunder.jit (forward and backward, one process): thunder's own paths
+against thunderviz's shortcuts through its interpreter and passes (``thunder.jit.shortcuts``).
 
-A 2-block litgpt ``GPT`` with random weights; each round compiles afresh (a new ``thunder.jit``), the three ways in
+A 2-block litgpt ``GPT`` with random weights; each round compiles afresh (a new ``thunder.jit``), the two ways in
 turns, so a noisy machine slows each alike. Printed: every round's CPU seconds per way and the second-best's ratio to
 thunder's paths. Run: ``.venv/bin/python bench/first_call.py [rounds]``.
 """
@@ -12,30 +11,6 @@ from __future__ import annotations
 import contextlib
 import sys
 import time
-from collections.abc import Iterator
-
-
-@contextlib.contextmanager
-def older_three() -> Iterator[None]:
-    """The shortcuts as they were before exception frames, provenance records and dataclass flattening."""
-    from thunder.core import interpreter
-
-    from thunderviz.thunder.jit import shortcuts
-
-    frames, records = interpreter.InterpreterFrame, interpreter.ProvenanceRecord
-    kept, checked = frames.get_or_make_python_frame, records.__post_init__
-    modules = shortcuts._flattening_modules()
-    flatten = [m.tree_flatten_with_dataclass for m in modules]
-    frames.get_or_make_python_frame = kept.__thunderviz_original__
-    records.__post_init__ = checked.__thunderviz_original__
-    for m, f in zip(modules, flatten, strict=True):
-        m.tree_flatten_with_dataclass = f.__thunderviz_original__
-    try:
-        yield
-    finally:
-        frames.get_or_make_python_frame, records.__post_init__ = kept, checked
-        for m, f in zip(modules, flatten, strict=True):
-            m.tree_flatten_with_dataclass = f
 
 
 def main() -> None:
@@ -59,7 +34,7 @@ def main() -> None:
             return time.process_time() - start
 
     first_call(contextlib.nullcontext())  # imports and one-time set-up out of the way
-    ways = {"thunder's paths": shortcuts.suspended, "three shortcuts": older_three, "all six": contextlib.nullcontext}
+    ways = {"thunder's paths": shortcuts.suspended, "shortcuts": contextlib.nullcontext}
     seconds: dict[str, list[float]] = {name: [] for name in ways}
     for _ in range(rounds):
         for name, paths in ways.items():

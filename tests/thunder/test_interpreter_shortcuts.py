@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import math
 import re
 import traceback
@@ -232,3 +233,33 @@ def test_provenance_records_check_and_fold_as_thunders() -> None:
     assert [(r.ext_flag, r.inputs) for r in ours] == [(r.ext_flag, r.inputs) for r in theirs]
     assert [r.ext_flag for r in ours] == [0, 0b1011, 0b0010, 0b0010]
     assert all(r.inputs is not leaves for r in ours)
+
+
+def test_the_call_site_is_the_frame_inspect_stack_gives() -> None:
+    """The interpreter's ``inspect.stack()`` makes each frame's record when read (thunder reads the call site at
+    once): the same records."""
+    ours, theirs = shortcuts._INSPECT.stack(), inspect.stack()
+    assert len(ours) == len(theirs) > 3
+    assert ours[1:] == theirs[1:] and ours[-3:-1] == theirs[-3:-1]  # the callers, which have not moved since
+    here, there = shortcuts._INSPECT.stack()[0], inspect.stack()[0]
+    assert here[:4] == there[:4]  # this frame, read at once: the same line (two calls on it: other columns)
+
+
+def _meta(a: int, b: int = 2, *rest: int, c: str = "c", **named: int) -> None:
+    pass
+
+
+def test_a_symbol_binds_its_arguments_as_thunder_binds_them() -> None:
+    """Kept per meta function, while it lives; a meta that cannot be weakly referenced is bound afresh each time."""
+    from thunder.core.symbol import Symbol
+
+    shortcuts.install()
+    calls = [((1,), {}), ((1, 5, 6, 7), {"c": "x", "d": 4}), ((), {"a": 3, "b": 4})]
+    for meta in (_meta, len):
+        symbol = Symbol(name="s", meta=meta)
+        for args, kwargs in calls if meta is _meta else [(([1, 2],), {})]:
+            with shortcuts.suspended():
+                theirs = symbol.normalize(*args, **kwargs)
+            assert symbol.normalize(*args, **kwargs) == theirs == symbol.normalize(*args, **kwargs)
+    with pytest.raises(TypeError, match="missing a required argument"):
+        Symbol(name="s", meta=_meta).normalize(b=1)

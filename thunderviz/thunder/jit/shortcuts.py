@@ -1,5 +1,6 @@
 """Shortcuts through thunder 0.2.6's interpreter and trace passes that give the same results: global names, module
-calls, decoded bytecode, exception frames, provenance records and dataclass flattening.
+calls, decoded bytecode, exception frames, provenance records, the call site, symbol signatures and dataclass
+flattening.
 
 thunder's first call of a model is mostly its bytecode interpreter, and two things it does for every model cost far
 more than the model's own code:
@@ -35,6 +36,13 @@ more than the model's own code:
   call makes 100,000), whose ``__post_init__`` checks its inputs with a generator and folds their flags with
   ``functools.reduce`` and a lambda: 7% of that call. The shortcut does the same checks and the same fold in one
   loop.
+- **The call site.** Each interpretation records where it was called from (``InterpreterRuntimeCtx``: ``inspect.stack()
+  [2]``), and ``inspect.stack()`` reads the source lines of *every* frame on the stack (pytest's, a kernel's,
+  Fabric's): 1.4% of thunder's compile time over the test suite. The interpreter's ``inspect`` gets a ``stack()``
+  whose frames are made when read, each as ``inspect.stack`` makes it (thunder reads the call site at once).
+- **Symbol signatures.** Every bound symbol's arguments are bound to its meta function's signature, computed again
+  each time (``Symbol.normalize``: ``inspect.signature``), 3.6% of thunder's compile time over the test suite; the
+  signature is kept per meta function (by identity, while the function lives).
 - **Dataclass flattening.** Every bound symbol's arguments and outputs are flattened by
   ``pytree.tree_flatten_with_dataclass``, which first rebuilds the whole tree with ``optree.tree_map`` and a Python
   callback per leaf (to register the dataclass types it meets) and then flattens it: most of thunder's pytree time,
@@ -47,9 +55,10 @@ the first call (forward and backward, one process, a load of 7-13 on 2 cores, 20
 17 s with the global-name shortcut; Llama 2 layers then 17.7 s -> 15.3 s with the module-call shortcut; the
 tutorial's TinyGPT (2 blocks) 22 s -> 10.5 s with the first two (a load of 3).
 
-The last three, on the first call of a 2-block litgpt GPT (``bench/first_call.py``: CPU seconds, second-best of 4
-rounds, the other core busy, 2026-12-06): thunder's paths 9.41 s, the first three shortcuts 3.99 s, all six 3.17 s
-(0.79x of the three).
+The last five, on the first call of a 2-block litgpt GPT (``bench/first_call.py`` and the same call with some
+shortcuts put back: CPU seconds, second-best of 4 rounds, 2026-12-06): thunder's paths 8.58 s, the first three
+shortcuts 3.80 s, six (exception frames, provenance records, dataclass flattening) 3.14 s; in another run six 3.64 s
+and all eight 3.23 s (its stack is shallow: the call site saves most under pytest or a kernel).
 
 Installed once per process by every distribution (``thunder.hooks.install_sync_hook``), which the plan's rehearsal
 uses too; from then on they serve every ``thunder.jit`` in the process. ``THUNDERVIZ_INTERPRETER_SHORTCUTS=0`` keeps
@@ -62,10 +71,13 @@ import _thread
 import contextlib
 import dis
 import functools
+import inspect
 import os
+import sys
 import threading
 import types
-from collections.abc import Callable, Iterator
+import weakref
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -98,6 +110,41 @@ class _DecodedOnce(types.ModuleType):
 _DIS = _DecodedOnce("dis")
 
 
+class _LazyStack(Sequence):
+    """``inspect.stack()`` from a frame outwards, each ``FrameInfo`` made when it is read."""
+
+    def __init__(self, frame: types.FrameType | None, context: int) -> None:
+        self._frames: list[types.FrameType] = []
+        while frame is not None:
+            self._frames.append(frame)
+            frame = frame.f_back
+        self._context = context
+
+    def __len__(self) -> int:
+        return len(self._frames)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        frame = self._frames[i]
+        info = inspect.getframeinfo(frame, self._context)  # what inspect.getouterframes makes of each frame
+        return inspect.FrameInfo(frame, *info, positions=info.positions)
+
+
+class _OneFrameAtATime(types.ModuleType):
+    """``inspect`` as thunder's interpreter sees it: the same module but for ``stack``, read lazily."""
+
+    @staticmethod
+    def stack(context: int = 1) -> _LazyStack:
+        return _LazyStack(sys._getframe(1), context)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(inspect, name)
+
+
+_INSPECT = _OneFrameAtATime("inspect")
+
+
 def installed() -> bool:
     from thunder.core import interpreter
 
@@ -107,6 +154,8 @@ def installed() -> bool:
         and interpreter.dis is _DIS
         and hasattr(interpreter.InterpreterFrame.get_or_make_python_frame, "__thunderviz_original__")
         and hasattr(interpreter.ProvenanceRecord.__post_init__, "__thunderviz_original__")
+        and interpreter.inspect is _INSPECT
+        and hasattr(_symbol_class().normalize, "__thunderviz_original__")
         and all(hasattr(m.tree_flatten_with_dataclass, "__thunderviz_original__") for m in _flattening_modules())
     )
 
@@ -128,6 +177,8 @@ def install() -> None:
         frames = interpreter.InterpreterFrame
         frames.get_or_make_python_frame = _kept_frames(frames.get_or_make_python_frame)
         interpreter.ProvenanceRecord.__post_init__ = _provenance_post_init(interpreter)
+        interpreter.inspect = _INSPECT
+        _symbol_class().normalize = _kept_signatures(_symbol_class().normalize)
         flatten = _flatten_with_dataclass()
         for module in _flattening_modules():
             module.tree_flatten_with_dataclass = flatten
@@ -151,6 +202,10 @@ def suspended() -> Iterator[None]:
     records = interpreter.ProvenanceRecord
     checked = records.__post_init__
     records.__post_init__ = checked.__thunderviz_original__
+    looks, interpreter.inspect = interpreter.inspect, inspect
+    symbol = _symbol_class()
+    binds = symbol.normalize
+    symbol.normalize = binds.__thunderviz_original__
     modules = _flattening_modules()
     flatten = [m.tree_flatten_with_dataclass for m in modules]
     for m, f in zip(modules, flatten, strict=True):
@@ -162,6 +217,8 @@ def suspended() -> Iterator[None]:
         interpreter.dis = decoder
         frames.get_or_make_python_frame = kept
         records.__post_init__ = checked
+        interpreter.inspect = looks
+        symbol.normalize = binds
         for m, f in zip(modules, flatten, strict=True):
             m.tree_flatten_with_dataclass = f
         if call is not None:
@@ -333,3 +390,40 @@ def _provenance_post_init(interpreter: Any) -> Callable[[Any], None]:
 
     __post_init__.__thunderviz_original__ = record.__post_init__  # type: ignore[attr-defined]
     return __post_init__
+
+
+def _symbol_class() -> type:
+    from thunder.core.symbol import Symbol
+
+    return Symbol
+
+
+#: How many meta functions' signatures are kept (thunder has a few thousand symbols).
+SIGNATURES_KEPT = 65536
+
+
+def _kept_signatures(original: Callable[..., Any]) -> Callable[..., Any]:
+    kept: dict[int, tuple[weakref.ref, inspect.Signature]] = {}
+
+    def normalize(self: Any, *args: Any, **kwargs: Any) -> tuple[tuple, dict]:
+        meta = self.meta
+        assert meta is not None
+        entry = kept.get(id(meta))
+        if entry is not None and entry[0]() is meta:
+            signature = entry[1]
+        else:
+            signature = inspect.signature(meta)
+            try:
+                ref = weakref.ref(meta)
+            except TypeError:  # not weakly referenceable: not kept
+                pass
+            else:
+                if len(kept) >= SIGNATURES_KEPT:
+                    kept.clear()
+                kept[id(meta)] = (ref, signature)
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return bound.args, bound.kwargs
+
+    normalize.__thunderviz_original__ = original  # type: ignore[attr-defined]
+    return normalize
