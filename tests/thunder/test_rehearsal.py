@@ -3,8 +3,6 @@ repeated blocks equals rehearsing the whole model, byte for byte (the proof ``th
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import torch
 
@@ -279,27 +277,33 @@ def test_plan_reports_progress_once_per_traced_rehearsal() -> None:
     assert ticks[3][2].endswith("x2 (4 of 6 blocks)") and len(plan.candidates) == 3
 
 
-def test_only_the_candidates_whose_cuts_do_not_pair_are_rehearsed_whole(monkeypatch: pytest.MonkeyPatch) -> None:
-    """When a candidate's cuts cannot be paired moment by moment (seen on Llama-2-7B with a checkpointed ZERO2), the
-    plan rehearses the whole model for that candidate alone (it rehearsed every candidate whole, minutes each at 7B),
-    and the whole model's number is the one the extrapolation gives (exact on this model, see above)."""
+def test_a_checkpointed_llamas_runs_that_begin_unlike_are_aligned_by_their_ops(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A checkpointed Llama's backward runs do not begin alike where the plan assumes CUDA's executors (a middle
+    block's begins with another op than the last block's: seen on Llama-2-7B), which sent such candidates to a whole
+    rehearsal, minutes at 7B. Aligned by their ops, ZERO2's extrapolation is the whole rehearsal byte for byte (DDP's,
+    measured, one 512-byte gradient block over: ``ExtrapolatedPeak``). Where an alignment is refused, that candidate
+    is rehearsed whole once more (two cuts and one whole model traced) and the progress says why."""
+    from litgpt import GPT, Config
+
     import thunderviz
-    import thunderviz.strategies.candidates as candidates
+    from thunderviz.parallel import extrapolation
 
-    kwargs = {"world_sizes": (2,), "device": "cpu", "candidates": ("ddp", "fsdp-zero2-block")}
-    paired = thunderviz.plan(ResidualMLP(n_layer=6), BATCH, progress=False, **kwargs)
-    calls: list[int] = []
-    real = candidates.extrapolate_peak
-
-    def first_unpaired(timelines: Any, n: int) -> Any:
-        calls.append(n)
-        return None if len(calls) == 1 else real(timelines, n)  # specs are predicted in order: ddp first
-
-    monkeypatch.setattr(candidates, "extrapolate_peak", first_unpaired)
+    config = Config.from_name(
+        "Llama-2-7b-hf", n_layer=5, n_embd=64, n_head=4, n_query_groups=4, intermediate_size=172, block_size=32
+    )
+    config.vocab_size = config.padded_vocab_size = 256
+    with torch.device("meta"):
+        model = GPT(config)
+    x = torch.empty(1, 32, dtype=torch.long, device="meta")
+    kwargs = {"precision": "bf16-true", "world_sizes": (64,), "device": "cuda", "candidates": ("fsdp-zero2-block+ac",)}
+    (aligned,) = thunderviz.plan(model, x, progress=False, **kwargs).candidates
+    assert (
+        aligned.memory.how
+        == "extrapolated from transformer.h cut to 3 and 4 of its 5 blocks; some runs aligned by their ops"
+    )
+    monkeypatch.setattr(extrapolation, "ALIGNED", 2.0)  # no alignment stands
     ticks: list[tuple[int, int, str]] = []
-    plan = thunderviz.plan(ResidualMLP(n_layer=6), BATCH, progress=lambda *t: ticks.append(t), **kwargs)
-    assert ticks[-1] == (5, 5, "ddp x2 (whole model: the cuts' steps differ in shape)"), ticks
-    assert plan.candidate("ddp").memory.how == "rehearsed whole (cuts not alike)"
-    assert plan.candidate("fsdp-zero2-block").memory.how.startswith("extrapolated from")
-    for name in kwargs["candidates"]:
-        assert plan.candidate(name).memory.breakdown == paired.candidate(name).memory.breakdown, name
+    (whole,) = thunderviz.plan(model, x, progress=lambda *t: ticks.append(t), **kwargs).candidates
+    assert whole.memory.how == "rehearsed whole (cuts not alike)"
+    assert ticks[-1] == (3, 3, "fsdp-zero2-block+ac x64 (whole model: the cuts' steps differ in shape)"), ticks
+    assert aligned.memory.breakdown == whole.memory.breakdown and aligned.memory.groups == whole.memory.groups

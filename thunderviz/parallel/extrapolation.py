@@ -14,11 +14,13 @@ Consecutive moments of one phase and one block form a *run*. A run of the smalle
 same block counted from the start and with the run of the same block counted from the end in the larger cut (block
 ``j`` of 2 with blocks ``j`` and ``j + 1`` of 3): both are real places of that block in the whole model. A block's
 run ends with the hand-over to the next block (its gathered parameters unpacked, the one after prefetched), which
-differs when the next block is the last, so inside a pair of runs the moments are matched by their ops
-(``difflib``); a moment of the larger cut the smaller one lacks (the prefetch a block makes when another block
-follows the next one) takes the per-block increment of the matched moment before it, its neighbour in the same
-hand-over. Runs outside the blocks (embedding, head, loss, a ``foreach`` optimizer op over every parameter) pair in
-order.
+differs when the next block is the last, so inside a pair of runs the moments are matched one by one while the runs
+are alike from their start; a moment of the larger cut past that (the prefetch a block makes when another block
+follows the next one) takes the per-block increment of the last moment alike, its neighbour in the same hand-over.
+Runs that differ from their first moment (a checkpointed block's backward, Llama-2-7B's ZERO2 ``+ac``: a middle
+block's recomputation begins with another op than the last block's) are aligned by their ops (``difflib``) instead,
+when at least half of each is matched (``_pairs``). Runs outside the blocks (embedding, head, loss, a ``foreach``
+optimizer op over every parameter) pair in order.
 
 Each pair of moments is extrapolated affinely in the number of blocks (every block adds the same tensors at the same
 moment), and the whole model's peak is the largest of them. Why the blocks between the first and the last need no
@@ -30,6 +32,7 @@ blocks of its kind, which the pairs from the start and from the end reach. When 
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -91,11 +94,14 @@ class Timeline:
 
 @dataclass(frozen=True)
 class ExtrapolatedPeak:
-    """The whole model's peak: bytes per category and per measured group, and its phase."""
+    """The whole model's peak: bytes per category and per measured group, its phase, and whether some runs were
+    aligned by their ops (``_pairs``: then exact but for the tensors made at an unmatched moment, which take a
+    neighbour's increment; on a 6-block Llama checkpointed under DDP, one 512-byte gradient block over)."""
 
     breakdown: dict[str, int]
     groups: dict[str, int]
     phase: str
+    aligned: bool = False
 
     @property
     def peak_bytes(self) -> int:
@@ -149,26 +155,57 @@ def _alike(ta: Timeline, a: list[int], tb: Timeline, b: list[int]) -> int:
     return same
 
 
+#: The share of each of two runs that must be aligned by their ops for the alignment to stand (``_pairs``).
+ALIGNED = 0.5
+
+
+def _pairs(ta: Timeline, a: list[int], tb: Timeline, b: list[int]) -> list[tuple[int, int]] | None:
+    """For each moment of run ``b``, the positions (in ``b``, in ``a``) of the pair whose difference is its
+    per-block increment; None when the runs cannot be paired.
+
+    Runs that begin alike pair one by one while they are alike, and a moment past that takes the last pair's
+    increment (the larger cut's own hand-over). Runs that do not begin alike (a checkpointed block's backward run
+    starts with another op where the next block is the last) are aligned by their ops (``difflib``), and an unmatched
+    moment takes the increment of the matched moment before it (after it, at the start); they stand only when at
+    least ``ALIGNED`` of each run is matched."""
+    same = _alike(ta, a, tb, b)
+    if same:
+        return [(min(x, same - 1),) * 2 for x in range(len(b))]
+    ops_a, ops_b = [ta.ops[i] for i in a], [tb.ops[j] for j in b]
+    matcher = difflib.SequenceMatcher(None, ops_a, ops_b, autojunk=False)
+    partner = {m.b + k: m.a + k for m in matcher.get_matching_blocks() for k in range(m.size)}
+    if not partner or len(partner) < ALIGNED * max(len(a), len(b)):
+        return None
+    out, ref = [], min(partner)
+    for x in range(len(b)):
+        if x in partner:
+            ref = x
+        out.append((ref, partner[ref]))
+    return out
+
+
 #: A moment of the whole model: the larger cut's moment ``j`` plus, per term ``(coefficient, r, i)``, that many times
 #: the larger cut's moment ``r`` less the smaller cut's moment ``i`` (what one more block adds there).
 _Moment = tuple[int, list[tuple[int, int, int]]]
 
 
-def _moments(t0: Timeline, t1: Timeline, n: int) -> list[_Moment] | None:
-    """Every moment of the whole model the cuts determine (module doc); None when their runs do not correspond."""
+def _moments(t0: Timeline, t1: Timeline, n: int) -> tuple[list[_Moment], bool] | None:
+    """Every moment of the whole model the cuts determine (module doc), and whether some runs were aligned by their
+    ops; None when their runs do not correspond."""
     k1 = t1.blocks
     small, large = _runs(t0), _runs(t1)
     paired = {key for key in large if not _open(key[1])}
     if paired != set(small):
         return None
-    alike = {key: _alike(t0, small[key], t1, large[key]) for key in paired}
-    if not all(alike.values()):
+    found = {key: _pairs(t0, small[key], t1, large[key]) for key in paired}
+    pairs = {key: got for key, got in found.items() if got}
+    if len(pairs) != len(found):
         return None
+    aligned = not all(_alike(t0, small[key], t1, large[key]) for key in paired)
     out: list[_Moment] = []
     for key in paired:
-        a, b, same = small[key], large[key], alike[key]
-        # past the moments alike, the larger cut's own hand-over takes the increment of the last moment alike
-        out += [(j, [(n - k1, b[min(x, same - 1)], a[min(x, same - 1)])]) for x, j in enumerate(b)]
+        a, b = small[key], large[key]
+        out += [(j, [(n - k1, b[x], a[i])]) for j, (x, i) in zip(b, pairs[key], strict=True)]
     for (phase, kind, nth), m in large.items():
         if not _open(kind):
             continue
@@ -177,16 +214,17 @@ def _moments(t0: Timeline, t1: Timeline, n: int) -> list[_Moment] | None:
         earlier, later = (phase, (BEFORE, AFTER - 1), nth), (phase, (0, AFTER), nth)
         if earlier not in paired or later not in paired:
             return None
-        reach = [min(alike[e], _alike(t1, m, t1, large[e])) for e in (earlier, later)]
-        if not all(reach):
+        # each moment of the open run, placed in the runs beside it in the larger cut, and through their pairs
+        placed = [_pairs(t1, large[e], t1, m) for e in (earlier, later)]
+        if not placed[0] or not placed[1]:
             return None
+        ways = [(earlier, placed[0]), (later, placed[1])]
         for x, j in enumerate(m):
-            xe, xl = min(x, reach[0] - 1), min(x, reach[1] - 1)
-            before = (large[earlier][xe], small[earlier][xe])
-            after = (large[later][xl], small[later][xl])
+            before, after = ((large[e][r], small[e][i]) for e, where in ways for r, i in [pairs[e][where[x][1]]])
             for q in {BEFORE, n - 1 - AFTER}:  # the ends of the whole model's run of this kind
                 out.append((j, [(q - p, *before), ((n - 1 - q) - (k1 - 1 - p), *after)]))
-    return out
+        aligned = aligned or not all(_alike(t1, large[e], t1, m) for e in (earlier, later))
+    return out, aligned
 
 
 def extrapolate_peak(timelines: Mapping[int, Timeline], n: int) -> ExtrapolatedPeak | None:
@@ -197,9 +235,10 @@ def extrapolate_peak(timelines: Mapping[int, Timeline], n: int) -> ExtrapolatedP
     (k0, t0), (k1, t1) = sorted(timelines.items())
     if (k0, k1) != CUTS:
         raise ValueError(f"extrapolate_peak: needs the cuts {CUTS}, got {k0} and {k1}")
-    moments = _moments(t0, t1, n)
-    if not moments:
+    found = _moments(t0, t1, n)
+    if not found or not found[0]:
         return None
+    moments, aligned = found
 
     def total(m: _Moment) -> int:
         j, terms = m
@@ -211,4 +250,4 @@ def extrapolate_peak(timelines: Mapping[int, Timeline], n: int) -> ExtrapolatedP
         (cr, gr), (ci, gi) = t1.at(r), t0.at(i)
         breakdown = {k: v + c * (cr[k] - ci[k]) for k, v in breakdown.items()}
         groups = {k: v + c * (gr[k] - gi[k]) for k, v in groups.items()}
-    return ExtrapolatedPeak(breakdown, groups, t1.phases[j])
+    return ExtrapolatedPeak(breakdown, groups, t1.phases[j], aligned)

@@ -329,7 +329,8 @@ def _predict_rehearsed(
             out.append(_whole(s, whole[s.name, s.world_size], budget, priced, "rehearsed whole (cuts not alike)"))
             continue
         at = extrapolate({k: _communication(r) for k, r in points.items()}, n)
-        memory = MemoryEstimate(peak.peak_bytes, peak.breakdown, peak.groups, peak.phase, how)
+        said = how + ("; some runs aligned by their ops" if peak.aligned else "")
+        memory = MemoryEstimate(peak.peak_bytes, peak.breakdown, peak.groups, peak.phase, said)
         bundle = points[CUT_BLOCKS[-1]].bundle
         out.append(_candidate(s, memory, at["comm"], at["collectives"], budget, priced, bundle, at["rs"], at["rs_n"]))
     return {(s.name, s.world_size): c for s, c in zip(specs, out, strict=True)}, how
