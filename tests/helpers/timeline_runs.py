@@ -12,6 +12,7 @@ Run it by hand to refresh the files: ``python -m tests.helpers.timeline_runs DIR
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -42,6 +43,9 @@ class RankRun:
     boundaries: int
     #: the unslowed recordings of this rank: (strategy kind, path), QUIET_REPEATS per kind
     quiet: list[tuple[str, str]]
+    #: per unslowed recording, in the same order: the seconds this rank was ready to run but waited for a CPU (the
+    #: kernel's run-queue delay, /proc/self/schedstat): what another process on the machine took from it
+    cpu_waits: list[float] = dataclasses.field(default_factory=list)
 
 
 def record_fsdp(rank: int, world_size: int, out_dir: str, kind: str = "fsdp", sleep_s: float = SLEEP_S) -> RankRun:
@@ -84,35 +88,43 @@ def record_fsdp(rank: int, world_size: int, out_dir: str, kind: str = "fsdp", sl
 
     traces = str(Path(out_dir) / f"{kind}-traces-rank{rank}.json")
     save(capture(model, name="TinyGPT", rank=rank, stages=False), traces)
-    quiet = _record_quiet(rank, out_dir, kind, fabric, model, opt, x, y)
+    quiet, waits = _record_quiet(rank, out_dir, kind, fabric, model, opt, x, y)
     ddp = ThunderDDPStrategy()
     fabric = Fabric(accelerator="cpu", devices=world_size, strategy=ddp)
     fabric.launch()
     torch.manual_seed(0)
     model = fabric.setup(TinyGPT(**MODEL_KW))
     opt = fabric.setup_optimizers(torch.optim.SGD(model.parameters(), lr=0.1))
-    quiet += _record_quiet(rank, out_dir, "ddp", fabric, model, opt, x, y)
-    return RankRun(rank, path, traces, restored, recording_after, rec._boundaries, quiet)
+    more, more_waits = _record_quiet(rank, out_dir, "ddp", fabric, model, opt, x, y)
+    return RankRun(rank, path, traces, restored, recording_after, rec._boundaries, quiet + more, waits + more_waits)
 
 
-def _record_quiet(rank: int, out_dir: str, kind: str, fabric, model, opt, x, y) -> list[tuple[str, str]]:
-    """QUIET_REPEATS recordings of QUIET_STEPS steps in which no rank sleeps."""
+def _cpu_wait_s() -> float:
+    """How long this process's main thread has been ready to run without a CPU (Linux's schedstat run delay)."""
+    return int(Path("/proc/self/schedstat").read_text().split()[1]) / 1e9
+
+
+def _record_quiet(rank: int, out_dir: str, kind: str, fabric, model, opt, x, y) -> tuple[list, list[float]]:
+    """QUIET_REPEATS recordings of QUIET_STEPS steps in which no rank sleeps, and how long this rank waited for a
+    CPU during each."""
     import torch
 
     from thunderviz.timeline.record import record_timeline
 
-    out = []
+    out, waits = [], []
     for i in range(QUIET_REPEATS):
+        before = _cpu_wait_s()
         with record_timeline(steps=QUIET_STEPS, fabric=fabric, name=f"quiet-{kind}-{i}") as rec:
             for _ in range(QUIET_STEPS + 1):
                 loss = torch.nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
                 fabric.backward(loss)
                 opt.step()
                 opt.zero_grad()
+        waits.append(_cpu_wait_s() - before)
         path = str(Path(out_dir) / f"quiet-{kind}-{i}-rank{rank}.json")
         rec.save(path)
         out.append((kind, path))
-    return out
+    return out, waits
 
 
 def recorded(kind: str = "fsdp") -> list[RankRun]:

@@ -113,14 +113,22 @@ def test_the_sleeping_rank_is_named_at_the_first_backward_collective(timeline):
 @pytest.mark.parametrize("kind", ["fsdp", "ddp"])
 def test_unslowed_repeats_name_no_straggler(runs, kind):
     """With nobody sleeping, two ranks sharing the CPUs take turns arriving last by milliseconds (tens on
-    a busy machine); STRAGGLER_RULE names no one, and the summary says which rank came closest."""
-    paths = [[p for k, p in r.quiet if k == kind] for r in runs]
-    assert all(len(p) == QUIET_REPEATS for p in paths)
-    for files in zip(*paths, strict=True):
-        tl = load(*files)
+    a busy machine); STRAGGLER_RULE names no one, and the summary says which rank came closest. Unless another
+    process took the CPUs: two ranks left one core between them arrive in the order the kernel runs them, and the
+    one run second is late in every step. Then the rank named must have waited for a CPU (its run-queue delay) at
+    least half as long as it made the others wait: late by the machine, not by itself."""
+    assert [r.rank for r in runs] == list(range(len(runs)))
+    picked = [[(p, w) for (k, p), w in zip(r.quiet, r.cpu_waits, strict=True) if k == kind] for r in runs]
+    assert all(len(p) == QUIET_REPEATS for p in picked)
+    for recordings in zip(*picked, strict=True):
+        tl = load(*(p for p, _ in recordings))
         assert len(tl.steps) == QUIET_STEPS
         a = tl.analysis()
-        assert a.straggler() is None, a.summary()[0]
+        named = a.straggler()
+        if named is not None:
+            waited_for_cpu = recordings[named.rank][1]
+            assert waited_for_cpu >= 0.5 * named.caused_wait / 1e6, (a.summary()[0], [w for _, w in recordings])
+            continue
         assert a.summary()[0].startswith("No straggler: no rank"), a.summary()[0]
         # DDP's forward has no collective and its backward one at the end; compute still goes to the
         # module that ran (it was one block's for the whole forward / backward)
