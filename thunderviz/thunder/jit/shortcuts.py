@@ -31,15 +31,17 @@ more than the model's own code:
   dozens of these, and each spin holds the interpreter lock until Python's 5 ms switch interval hands it to the
   thread: a 2-block litgpt GPT's first call made 70 of them, 0.53 s of its 4.6 s of CPU. The shortcut waits on a
   lock instead (the thread runs at once) and keeps the frame per place (file, first line, name, qualified name,
-  line; the most recent 4,096): a finished frame holds nothing but that place, so one serves every traceback through it.
+  line; the most recent 4,096): a finished frame holds nothing but that place, so one serves every traceback
+  through it.
 - **Provenance records.** Every value the interpreter touches gets a ``ProvenanceRecord`` (a 2-block GPT's first
   call makes 100,000), whose ``__post_init__`` checks its inputs with a generator and folds their flags with
   ``functools.reduce`` and a lambda: 7% of that call. The shortcut does the same checks and the same fold in one
   loop.
-- **The call site.** Each interpretation records where it was called from (``InterpreterRuntimeCtx``: ``inspect.stack()
-  [2]``), and ``inspect.stack()`` reads the source lines of *every* frame on the stack (pytest's, a kernel's,
-  Fabric's): 1.4% of thunder's compile time over the test suite. The interpreter's ``inspect`` gets a ``stack()``
-  whose frames are made when read, each as ``inspect.stack`` makes it (thunder reads the call site at once).
+- **The call site.** Each interpretation records where it was called from (``InterpreterRuntimeCtx`` reads
+  ``inspect.stack()[2]``), and ``inspect.stack()`` reads the source lines of *every* frame on the stack (pytest's, a
+  kernel's, Fabric's): 1.4% of thunder's compile time over the test suite. The interpreter's ``inspect`` gets a
+  ``stack()`` whose frames are made when read, each as ``inspect.stack`` makes it (thunder reads the call site at
+  once).
 - **Symbol signatures.** Every bound symbol's arguments are bound to its meta function's signature, computed again
   each time (``Symbol.normalize``: ``inspect.signature``), 3.6% of thunder's compile time over the test suite; the
   signature is kept per meta function (by identity, while the function lives).
