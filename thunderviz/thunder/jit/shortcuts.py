@@ -147,18 +147,25 @@ class _OneFrameAtATime(types.ModuleType):
 _INSPECT = _OneFrameAtATime("inspect")
 
 
+def _replaced(interpreter: Any) -> list[tuple[Any, str]]:
+    """Where the shortcuts replace one of thunder's functions by one that carries ``__thunderviz_original__``."""
+    return [
+        (interpreter, "globals_lookup"),
+        (interpreter.InterpreterFrame, "get_or_make_python_frame"),
+        (interpreter.ProvenanceRecord, "__post_init__"),
+        (_symbol_class(), "normalize"),
+        *((m, "tree_flatten_with_dataclass") for m in _flattening_modules()),
+    ]
+
+
 def installed() -> bool:
     from thunder.core import interpreter
 
     return (
         _original_globals_lookup is not None
-        and interpreter.globals_lookup is not _original_globals_lookup
         and interpreter.dis is _DIS
-        and hasattr(interpreter.InterpreterFrame.get_or_make_python_frame, "__thunderviz_original__")
-        and hasattr(interpreter.ProvenanceRecord.__post_init__, "__thunderviz_original__")
         and interpreter.inspect is _INSPECT
-        and hasattr(_symbol_class().normalize, "__thunderviz_original__")
-        and all(hasattr(m.tree_flatten_with_dataclass, "__thunderviz_original__") for m in _flattening_modules())
+        and all(hasattr(getattr(owner, name), "__thunderviz_original__") for owner, name in _replaced(interpreter))
     )
 
 
@@ -195,34 +202,18 @@ def suspended() -> Iterator[None]:
     install()
     lookasides = jit_ext._general_jit_lookaside_map
     call = lookasides.pop(torch.nn.Module._wrapped_call_impl, None)
-    lookup = interpreter.globals_lookup
-    interpreter.globals_lookup = getattr(lookup, "__thunderviz_original__", lookup)
+    replaced = [(owner, name, getattr(owner, name)) for owner, name in _replaced(interpreter)]
+    for owner, name, ours in replaced:
+        setattr(owner, name, getattr(ours, "__thunderviz_original__", ours))
     decoder, interpreter.dis = interpreter.dis, dis
-    frames = interpreter.InterpreterFrame
-    kept = frames.get_or_make_python_frame
-    frames.get_or_make_python_frame = kept.__thunderviz_original__
-    records = interpreter.ProvenanceRecord
-    checked = records.__post_init__
-    records.__post_init__ = checked.__thunderviz_original__
     looks, interpreter.inspect = interpreter.inspect, inspect
-    symbol = _symbol_class()
-    binds = symbol.normalize
-    symbol.normalize = binds.__thunderviz_original__
-    modules = _flattening_modules()
-    flatten = [m.tree_flatten_with_dataclass for m in modules]
-    for m, f in zip(modules, flatten, strict=True):
-        m.tree_flatten_with_dataclass = getattr(f, "__thunderviz_original__", f)
     try:
         yield
     finally:
-        interpreter.globals_lookup = lookup
+        for owner, name, ours in replaced:
+            setattr(owner, name, ours)
         interpreter.dis = decoder
-        frames.get_or_make_python_frame = kept
-        records.__post_init__ = checked
         interpreter.inspect = looks
-        symbol.normalize = binds
-        for m, f in zip(modules, flatten, strict=True):
-            m.tree_flatten_with_dataclass = f
         if call is not None:
             lookasides[torch.nn.Module._wrapped_call_impl] = call
 
