@@ -66,6 +66,7 @@ def test_case_1_executors(facts, options, executors, headline, warns):
         assert "Compiling with " + ", ".join(executors) in d.warning
     if any(e.startswith("torchcompile") or e == "nvfuser" for e in executors):
         assert "collectives and their waits stay outside" in d.reason
+    assert ("called straight into inductor's compiled graph" in d.reason) is ("torchcompile" in executors)
     assert Decision.from_dict(d.to_dict()).executors == d.executors
 
 

@@ -14,7 +14,8 @@ Only where the compile is ours (its module carries our strategies' mark, as comp
 thunder compiles in the process is built as thunder builds it, and so is a compile that sets thunder's
 ``torch_compile_fullgraph`` option (read while building, which a later call could not see). A region made during a
 memory rehearsal (``executors.uncompiled_fusions``) builds inside it or not at all: outside, it would compile for
-real on meta tensors, so it raises instead. ``THUNDERVIZ_LAZY_REGIONS=0`` builds every region eagerly, as thunder does.
+real on meta tensors, so it raises instead. ``THUNDERVIZ_LAZY_REGIONS=0`` builds every region eagerly, as thunder
+does. A built region is called straight into inductor's compiled code where that is safe (``direct_regions``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from thunderviz.thunder.jit import direct_regions
 
 __all__ = ["ENV_VARIABLE", "RegionCounts", "counts", "install", "installed", "ours", "suspended"]
 
@@ -152,7 +155,7 @@ class _LazyRegion:
                             " way round); set THUNDERVIZ_LAZY_REGIONS=0 and report this"
                         )
                     assert self._args is not None
-                    self._built = self._make(*self._args, mode=self._mode)
+                    self._built = direct_regions.direct(self._make(*self._args, mode=self._mode), self._mode)
                     _counts.built += 1
                     self._args = None  # the region's ops are the built callable's now
                 built = self._built

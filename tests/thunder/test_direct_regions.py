@@ -1,0 +1,138 @@
+"""Regions called straight into inductor's compiled code (thunderviz/thunder/jit/direct_regions.py): the same values
+as Dynamo's path, and Dynamo's path wherever skipping its guards would not be safe.
+
+The strategies' 2-rank numerics tests run every region of ours through this path; these pin the refusals one by one
+on a torch.compile'd function as thunder's torchcompile executor builds it (fullgraph, under no_grad).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from thunderviz.thunder.jit import direct_regions
+
+
+def _region(fn):
+    """A region as thunder's make_compiled returns it: torch.compile(fullgraph=True) under thunder's no_grad."""
+    return torch.no_grad()(torch.compile(fn, fullgraph=True))
+
+
+def _block(x, w, b):
+    h = torch.nn.functional.gelu(x @ w.t() + b)
+    return h * 2, h.sum(0)
+
+
+def _args():
+    torch.manual_seed(0)
+    return torch.randn(8, 16), torch.randn(32, 16), torch.randn(32)
+
+
+def _counting(region: direct_regions.DirectRegion) -> list[int]:
+    """Count the calls that reach the directly compiled graph (wraps it after its first call compiled it)."""
+    calls = [0]
+    compiled = region._compiled
+    assert compiled is not None and compiled is not region._guarded
+
+    def counted(*args):
+        calls[0] += 1
+        return compiled(*args)
+
+    region._compiled = counted
+    return calls
+
+
+def test_a_region_gives_dynamos_values_and_its_later_calls_skip_dynamo() -> None:
+    region = direct_regions.direct(_region(_block), None)
+    assert isinstance(region, direct_regions.DirectRegion)
+    before = direct_regions.counts()
+    x, w, b = _args()
+    out = region(x, w, b)
+    assert direct_regions.counts()["direct"] == before["direct"] + 1
+    calls = _counting(region)
+    again = region(x, w, b)
+    expected = _block(x, w, b)
+    for got in (out, again):
+        torch.testing.assert_close(got, expected)
+    assert calls == [1]
+    assert not again[0].requires_grad  # called under no_grad, as thunder's wrapper calls it
+
+
+def test_inputs_laid_out_unlike_the_first_calls_are_answered_by_dynamos_path_from_then_on() -> None:
+    region = direct_regions.direct(_region(_block), None)
+    x, w, b = _args()
+    region(x, w, b)
+    calls = _counting(region)
+    before = direct_regions.counts()
+    w_transposed = w.t().contiguous().t()  # same shape and values, other strides
+    torch.testing.assert_close(region(x, w_transposed, b), _block(x, w, b))
+    assert direct_regions.counts()["refused"] == before["refused"] + 1
+    assert calls == [1]  # reached the compiled graph, which refused at its stride assertions
+    region(x, w, b)
+    assert calls == [1]  # Dynamo's guards from then on
+
+
+class _Seen(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_while_a_dispatch_mode_is_active_calls_take_dynamos_path() -> None:
+    region = direct_regions.direct(_region(_block), None)
+    x, w, b = _args()
+    region(x, w, b)
+    calls = _counting(region)
+    with _Seen() as seen:
+        out = region(x, w, b)
+    torch.testing.assert_close(out, _block(x, w, b))
+    assert calls == [0]
+    assert seen.ops  # Dynamo's path showed the mode the ops, as it would without thunderviz
+
+
+def test_a_region_taking_a_number_is_left_to_dynamo() -> None:
+    def scaled(x, k):
+        return x * k
+
+    region = direct_regions.direct(_region(scaled), None)
+    before = direct_regions.counts()
+    x = torch.randn(4)
+    torch.testing.assert_close(region(x, 2.0), x * 2.0)
+    torch.testing.assert_close(region(x, 3.0), x * 3.0)  # a number baked into a graph would give x * 2 here
+    assert direct_regions.counts()["guarded"] == before["guarded"] + 1
+
+
+def test_outputs_that_alias_inputs_stay_views_of_them() -> None:
+    def viewed(x):
+        return x.view(2, 8), x + 1
+
+    region = direct_regions.direct(_region(viewed), None)
+    x = torch.randn(16)
+    region(x)
+    view, plus = region(x)
+    assert view.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    torch.testing.assert_close(plus, x + 1)
+
+
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune"])
+def test_a_region_with_a_compile_mode_is_left_as_thunder_built_it(mode: str) -> None:
+    built = _region(_block)
+    assert direct_regions.direct(built, mode) is built
+
+
+def test_a_region_that_writes_into_an_input_is_left_to_dynamo() -> None:
+    def updated(buffer, x):
+        buffer.copy_(buffer * 0.9 + x * 0.1)  # a running average, as thunder's copy_ of a module buffer
+        return buffer + 1
+
+    region = direct_regions.direct(_region(updated), None)
+    before = direct_regions.counts()
+    buffer, x = torch.zeros(4), torch.ones(4)
+    region(buffer, x)
+    torch.testing.assert_close(buffer, torch.full((4,), 0.1))
+    assert direct_regions.counts()["guarded"] == before["guarded"] + 1

@@ -1,0 +1,181 @@
+"""Our torch.compile fusion regions called straight into inductor's compiled code, not through Dynamo's frame.
+
+Why: a thunder ``torchcompile`` region is a ``torch.compile``'d function, so every call runs Dynamo's frame
+evaluation (its eval-frame callback, the guards on each input, the compiled bytecode that unpacks the arguments) and
+thunder's two wrappers around it (``no_grad``, ``no_autocast``) before inductor's code starts. On the host-bound CPU
+proxy (``bench/host_overhead.py``) that was about 100 us per call, and FSDP calls a region per bucket: with ZERO2
+BLOCK, 19 region calls a step where one-process ``thunder.jit`` makes 2. Calling the compiled graph directly took
+our DDP from 1.13x to 1.07x of one-process thunder's host time per step, ZERO2 BLOCK from 2.27x to 2.00x (measured
+side by side in one process).
+
+How: on a region's first call its function (the one thunder hands to ``torch.compile``) is traced by ``make_fx`` on
+fake copies of the arguments and compiled by inductor's ``compile_fx``: the same AOTAutograd and inductor passes
+Dynamo's graph goes through, so outputs aliasing inputs, RNG and input mutations are handled as they are there.
+
+Why skipping Dynamo's guards is safe here, input by input: a region belongs to one thunder cache entry, whose
+prologue has checked every input's shape, dtype and device on this very call; the region's other inputs are computed
+from those by the trace's own ops, so their shapes, dtypes and devices are fixed too. Strides are the one thing
+thunder does not check, and inductor's generated code begins with ``assert_size_stride`` on every input before any
+kernel runs (``torch._inductor.config.size_asserts``, on by default; with it off, regions take Dynamo's path): a
+region called with other strides than it was compiled for raises there and is answered by thunder's own
+``torch.compile``'d region from then on. Global state Dynamo guards on is set here as thunder's wrappers set it
+(grad off, autocast off); while a torch function mode or dispatch mode is active (a ``MemTracker``, a
+``FlopCounterMode``) the call takes Dynamo's path, which decides what such a mode sees. Regions that write into a
+tensor (where they write depends on which inputs share storage, which Dynamo guards on), regions taking numbers
+(Dynamo guards on their values), regions with a ``torch.compile`` mode (``reduce-overhead``: CUDA graphs), and
+anything that cannot be traced or compiled this way take Dynamo's path as thunder builds it.
+``THUNDERVIZ_DIRECT_REGIONS=0`` turns this off (every call through Dynamo).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["ENV_VARIABLE", "DirectRegion", "counts", "direct"]
+
+ENV_VARIABLE = "THUNDERVIZ_DIRECT_REGIONS"
+
+_counts = {"direct": 0, "guarded": 0, "refused": 0}
+_lock = threading.Lock()
+
+
+def counts() -> dict[str, int]:
+    """This process's regions: compiled for direct calls, left on Dynamo's path, and moved to it after a refusal."""
+    with _lock:
+        return dict(_counts)
+
+
+def _count(what: str) -> None:
+    with _lock:
+        _counts[what] += 1
+
+
+def direct(built: Callable[..., Any], mode: Any) -> Callable[..., Any]:
+    """``built`` (thunder's region callable) called directly where it can be, else ``built`` itself."""
+    if os.environ.get(ENV_VARIABLE, "1") == "0" or mode is not None:
+        return built
+    function = _compiled_function(built)
+    if function is None:
+        return built  # not a torch.compile'd region (a rehearsal's uncompiled fusion): nothing to skip
+    return DirectRegion(built, function)
+
+
+def _compiled_function(built: Callable[..., Any]) -> Callable[..., Any] | None:
+    """The function thunder handed to ``torch.compile``, found under thunder's wrappers, or None."""
+    seen: set[int] = set()
+    todo: list[Any] = [built]
+    while todo:
+        f = todo.pop()
+        if id(f) in seen:
+            continue
+        seen.add(id(f))
+        original = getattr(f, "_torchdynamo_orig_callable", None)
+        if original is not None:
+            return original
+        if getattr(f, "__wrapped__", None) is not None:
+            todo.append(f.__wrapped__)
+        for cell in getattr(f, "__closure__", None) or ():
+            try:
+                todo.append(cell.cell_contents)
+            except ValueError:
+                continue
+    return None
+
+
+def _modes_active() -> bool:
+    import torch
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    return torch._C._is_torch_function_mode_enabled() or _get_current_dispatch_mode() is not None
+
+
+def _stride_refusal(error: AssertionError) -> bool:
+    """Whether ``error`` is inductor's input size/stride assertion (raised before any kernel ran)."""
+    text = str(error)
+    return text.startswith(("expected size", "wrong number of dimensions"))
+
+
+class DirectRegion:
+    """A region whose calls go to inductor's compiled graph, compiled at the first call (see the module doc)."""
+
+    __slots__ = ("_compiled", "_function", "_guarded", "_lock")
+
+    def __init__(self, guarded: Callable[..., Any], function: Callable[..., Any]) -> None:
+        self._guarded: Callable[..., Any] = guarded
+        self._function: Callable[..., Any] | None = function
+        self._compiled: Callable[..., Any] | None = None
+        self._lock = threading.Lock()
+
+    def __call__(self, *args: Any) -> Any:
+        compiled = self._compiled
+        if compiled is None:
+            compiled = self._compile(args)
+        if compiled is self._guarded or _modes_active():
+            return self._guarded(*args)
+        import torch
+
+        grad = torch.is_grad_enabled()
+        cpu_autocast, autocast = torch.is_autocast_enabled("cpu"), torch.is_autocast_enabled("cuda")
+        torch._C._set_grad_enabled(False)
+        torch.set_autocast_enabled("cpu", False)
+        torch.set_autocast_enabled("cuda", False)
+        try:
+            return compiled(*args)
+        except AssertionError as error:
+            if not _stride_refusal(error):
+                raise
+            self._compiled = self._guarded  # inputs laid out unlike the first call's: Dynamo's guards from now on
+            _count("refused")
+        finally:
+            torch._C._set_grad_enabled(grad)
+            torch.set_autocast_enabled("cpu", cpu_autocast)
+            torch.set_autocast_enabled("cuda", autocast)
+        return self._guarded(*args)
+
+    def _compile(self, args: tuple[Any, ...]) -> Callable[..., Any]:
+        with self._lock:
+            if self._compiled is not None:
+                return self._compiled
+            function, self._function = self._function, None
+            self._compiled = _compile_fx(function, args) if not _modes_active() else None
+            if self._compiled is None:
+                self._compiled = self._guarded
+                _count("guarded")
+            else:
+                _count("direct")
+            return self._compiled
+
+
+def _compile_fx(function: Any, args: tuple[Any, ...]) -> Callable[..., Any] | None:
+    """``function`` traced on fake copies of ``args`` and compiled by inductor, or None where that is refused."""
+    import torch
+    from torch._inductor import config
+    from torch._inductor.compile_fx import compile_fx
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    if not config.size_asserts or not all(isinstance(a, torch.Tensor) for a in args):
+        return None
+    try:
+        with torch.no_grad():
+            graph = make_fx(function, tracing_mode="fake")(*args)
+            if _mutates(graph):
+                return None
+            return compile_fx(graph, list(args))
+    except Exception:  # whatever cannot be compiled this way is compiled as thunder does
+        return None
+
+
+def _mutates(graph: Any) -> bool:
+    """Whether the traced region writes into a tensor (an in-place op: thunder's ``copy_`` of an updated buffer).
+
+    Such a region stays on Dynamo's path: where it writes depends on which inputs share storage, which Dynamo
+    guards on and a direct call would not see change between calls.
+    """
+    for node in graph.graph.nodes:
+        schema = getattr(node.target, "_schema", None)
+        if node.op == "call_function" and schema is not None and schema.is_mutable:
+            return True
+    return False
