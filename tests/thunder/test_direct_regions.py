@@ -44,12 +44,17 @@ def _counting(region: direct_regions.DirectRegion) -> list[int]:
 
 
 def test_a_region_gives_dynamos_values_and_its_later_calls_skip_dynamo() -> None:
+    from torch._dynamo.utils import counters
+
     region = direct_regions.direct(_region(_block), None)
     assert isinstance(region, direct_regions.DirectRegion)
     before = direct_regions.counts()
+    bypassed = counters["inductor"]["fxgraph_cache_bypass"]
     x, w, b = _args()
     out = region(x, w, b)
     assert direct_regions.counts()["direct"] == before["direct"] + 1
+    # compiled through inductor's cache, as Dynamo's regions are (without it, every process compiles every region)
+    assert counters["inductor"]["fxgraph_cache_bypass"] == bypassed
     calls = _counting(region)
     again = region(x, w, b)
     expected = _block(x, w, b)
