@@ -29,6 +29,12 @@ def _args():
     return torch.randn(8, 16), torch.randn(32, 16), torch.randn(32)
 
 
+@torch.no_grad()
+def _call(region, *args):
+    """As thunder's traces call their regions: under no_grad (and no autocast)."""
+    return region(*args)
+
+
 def _counting(region: direct_regions.DirectRegion) -> list[int]:
     """Count the calls that reach the directly compiled graph (wraps it after its first call compiled it)."""
     calls = [0]
@@ -51,30 +57,33 @@ def test_a_region_gives_dynamos_values_and_its_later_calls_skip_dynamo() -> None
     before = direct_regions.counts()
     bypassed = counters["inductor"]["fxgraph_cache_bypass"]
     x, w, b = _args()
-    out = region(x, w, b)
+    out = _call(region, x, w, b)
     assert direct_regions.counts()["direct"] == before["direct"] + 1
     # compiled through inductor's cache, as Dynamo's regions are (without it, every process compiles every region)
     assert counters["inductor"]["fxgraph_cache_bypass"] == bypassed
     calls = _counting(region)
-    again = region(x, w, b)
+    again = _call(region, x, w, b)
     expected = _block(x, w, b)
     for got in (out, again):
         torch.testing.assert_close(got, expected)
     assert calls == [1]
-    assert not again[0].requires_grad  # called under no_grad, as thunder's wrapper calls it
+    with torch.enable_grad():  # not how thunder calls a region: Dynamo's path, which sets no_grad itself
+        outside = region(x, w, b)
+    assert calls == [1] and not outside[0].requires_grad
+    torch.testing.assert_close(outside, expected)
 
 
 def test_inputs_laid_out_unlike_the_first_calls_are_answered_by_dynamos_path_from_then_on() -> None:
     region = direct_regions.direct(_region(_block), None)
     x, w, b = _args()
-    region(x, w, b)
+    _call(region, x, w, b)
     calls = _counting(region)
     before = direct_regions.counts()
     w_transposed = w.t().contiguous().t()  # same shape and values, other strides
-    torch.testing.assert_close(region(x, w_transposed, b), _block(x, w, b))
+    torch.testing.assert_close(_call(region, x, w_transposed, b), _block(x, w, b))
     assert direct_regions.counts()["refused"] == before["refused"] + 1
     assert calls == [1]  # reached the compiled graph, which refused at its stride assertions
-    region(x, w, b)
+    _call(region, x, w, b)
     assert calls == [1]  # Dynamo's guards from then on
 
 
@@ -91,10 +100,10 @@ class _Seen(TorchDispatchMode):
 def test_while_a_dispatch_mode_is_active_calls_take_dynamos_path() -> None:
     region = direct_regions.direct(_region(_block), None)
     x, w, b = _args()
-    region(x, w, b)
+    _call(region, x, w, b)
     calls = _counting(region)
     with _Seen() as seen:
-        out = region(x, w, b)
+        out = _call(region, x, w, b)
     torch.testing.assert_close(out, _block(x, w, b))
     assert calls == [0]
     assert seen.ops  # Dynamo's path showed the mode the ops, as it would without thunderviz
@@ -107,8 +116,8 @@ def test_a_region_taking_a_number_is_left_to_dynamo() -> None:
     region = direct_regions.direct(_region(scaled), None)
     before = direct_regions.counts()
     x = torch.randn(4)
-    torch.testing.assert_close(region(x, 2.0), x * 2.0)
-    torch.testing.assert_close(region(x, 3.0), x * 3.0)  # a number baked into a graph would give x * 2 here
+    torch.testing.assert_close(_call(region, x, 2.0), x * 2.0)
+    torch.testing.assert_close(_call(region, x, 3.0), x * 3.0)  # a number baked into a graph would give x * 2 here
     assert direct_regions.counts()["guarded"] == before["guarded"] + 1
 
 
@@ -118,8 +127,8 @@ def test_outputs_that_alias_inputs_stay_views_of_them() -> None:
 
     region = direct_regions.direct(_region(viewed), None)
     x = torch.randn(16)
-    region(x)
-    view, plus = region(x)
+    _call(region, x)
+    view, plus = _call(region, x)
     assert view.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
     torch.testing.assert_close(plus, x + 1)
 
@@ -138,6 +147,16 @@ def test_a_region_that_writes_into_an_input_is_left_to_dynamo() -> None:
     region = direct_regions.direct(_region(updated), None)
     before = direct_regions.counts()
     buffer, x = torch.zeros(4), torch.ones(4)
-    region(buffer, x)
+    _call(region, buffer, x)
     torch.testing.assert_close(buffer, torch.full((4,), 0.1))
     assert direct_regions.counts()["guarded"] == before["guarded"] + 1
+
+
+def test_under_the_profiler_a_direct_region_is_labelled_as_inductor_labels_it() -> None:
+    region = direct_regions.direct(_region(_block), None)
+    x, w, b = _args()
+    _call(region, x, w, b)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        out = _call(region, x, w, b)
+    torch.testing.assert_close(out, _block(x, w, b))
+    assert any("Call CompiledFxGraph" in e.name for e in prof.events())

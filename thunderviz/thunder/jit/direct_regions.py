@@ -65,16 +65,21 @@ def direct(built: Callable[..., Any], mode: Any) -> Callable[..., Any]:
 
 def _compiled_function(built: Callable[..., Any]) -> Callable[..., Any] | None:
     """The function thunder handed to ``torch.compile``, found under thunder's wrappers, or None."""
+    found = _find(built, lambda f: getattr(f, "_torchdynamo_orig_callable", None) is not None)
+    return None if found is None else found._torchdynamo_orig_callable
+
+
+def _find(root: Any, wanted: Callable[[Any], bool]) -> Any | None:
+    """The first object ``wanted`` accepts among ``root`` and what its closures and ``__wrapped__`` reach."""
     seen: set[int] = set()
-    todo: list[Any] = [built]
+    todo: list[Any] = [root]
     while todo:
         f = todo.pop()
         if id(f) in seen:
             continue
         seen.add(id(f))
-        original = getattr(f, "_torchdynamo_orig_callable", None)
-        if original is not None:
-            return original
+        if wanted(f):
+            return f
         if getattr(f, "__wrapped__", None) is not None:
             todo.append(f.__wrapped__)
         for cell in getattr(f, "__closure__", None) or ():
@@ -117,11 +122,9 @@ class DirectRegion:
             return self._guarded(*args)
         import torch
 
-        grad = torch.is_grad_enabled()
-        cpu_autocast, autocast = torch.is_autocast_enabled("cpu"), torch.is_autocast_enabled("cuda")
-        torch._C._set_grad_enabled(False)
-        torch.set_autocast_enabled("cpu", False)
-        torch.set_autocast_enabled("cuda", False)
+        # thunder's traces call their regions with grad and autocast off already: set them only where they are not
+        if torch.is_grad_enabled() or torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda"):
+            return self._guarded(*args)
         try:
             return compiled(*args)
         except AssertionError as error:
@@ -129,10 +132,6 @@ class DirectRegion:
                 raise
             self._compiled = self._guarded  # inputs laid out unlike the first call's: Dynamo's guards from now on
             _count("refused")
-        finally:
-            torch._C._set_grad_enabled(grad)
-            torch.set_autocast_enabled("cpu", cpu_autocast)
-            torch.set_autocast_enabled("cuda", autocast)
         return self._guarded(*args)
 
     def _compile(self, args: tuple[Any, ...]) -> Callable[..., Any]:
@@ -170,7 +169,9 @@ def _compile_fx(function: Any, args: tuple[Any, ...]) -> Callable[..., Any] | No
             # AOTAutograd's caches refuse a graph compiled without one ("No shape env"), and every region would be
             # compiled again in every process (a 2-block ZERO2 step's first call: 40 s against 22 s from the cache).
             with tracing(TracingContext(FakeTensorMode(shape_env=ShapeEnv()))):
-                return compile_fx(graph, list(args))
+                compiled = compile_fx(graph, list(args))
+            _label_only_when_profiling(compiled)
+            return compiled
     except Exception:  # whatever cannot be compiled this way is compiled as thunder does
         return None
 
@@ -186,3 +187,41 @@ def _mutates(graph: Any) -> bool:
         if node.op == "call_function" and schema is not None and schema.is_mutable:
             return True
     return False
+
+
+def _label_only_when_profiling(compiled: Callable[..., Any]) -> None:
+    """Skip the profiler label inductor opens around each call of the compiled graph while no profiler runs.
+
+    ``CompiledFxGraph.__call__`` wraps every call in ``record_function("## Call CompiledFxGraph ... ##")``, which
+    costs a dispatcher call and a pytree walk of its arguments even with no profiler active: about 15 us a call, a
+    sixth of a small region's call on the proxy. Under ``torch.profiler`` the label is there as before. The graph is
+    found under AOTAutograd's wrappers; where it is not (another torch), nothing changes.
+    """
+    from torch._inductor.output_code import CompiledFxGraph
+
+    graph = _find(compiled, lambda f: type(f) is CompiledFxGraph)
+    if graph is not None:
+        graph.__class__ = _unlabelled_class()
+
+
+_unlabelled: type | None = None
+
+
+def _unlabelled_class() -> type:
+    global _unlabelled
+    if _unlabelled is None:
+        import torch
+        from torch._inductor.output_code import CompiledFxGraph
+
+        profiling = torch._C._autograd._profiler_enabled
+
+        class UnlabelledCompiledFxGraph(CompiledFxGraph):
+            """inductor's compiled graph, labelled for the profiler only while one runs (``direct_regions``)."""
+
+            def __call__(self, inputs: Any) -> Any:
+                if profiling():
+                    return super().__call__(inputs)
+                return self.current_callable(inputs)
+
+        _unlabelled = UnlabelledCompiledFxGraph
+    return _unlabelled
