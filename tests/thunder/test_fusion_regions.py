@@ -62,3 +62,26 @@ def _opened_once_and_computes_the_same():
     assert sum(b.sym.is_fusion for b in bsyms) == 2
     (out,) = dce(fused).python_callable()(x)
     torch.testing.assert_close(out, expected)
+
+
+def _positions_after_a_cut(x):
+    # as a GPT's positions: made from constants at the top of the trace
+    pos = torch.arange(8, dtype=torch.float32, device=x.device)
+    return opaque(x) * 2 + pos
+
+
+def test_a_tensor_made_from_constants_joins_the_region_that_uses_it():
+    """Where our pass issues collectives at the top of a trace, thunder fused a GPT's ``arange`` into a region of
+    its own: one more region call every step. Re-fused, it is made in the region that reads it."""
+    with uncompiled_fusions():
+        jitted = thunder.jit(_positions_after_a_cut, executors=[_opaque_ex, "torchcompile"])
+        x = torch.randn(8)
+        expected = jitted(x)
+        trace = thunder.last_traces(jitted)[-1]
+        assert sum(b.sym.is_fusion for b in trace.bound_symbols) == 2  # the arange alone, then the rest
+        opened, executors = open_regions(trace.bound_symbols)
+        fused, bsyms = refuse(from_trace(trace), [b for b in opened if b.sym.name != "del"], executors)
+        assert sum(b.sym.is_fusion for b in bsyms) == 1
+        (out,) = dce(fused).python_callable()(x)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(out, x * 2 + torch.arange(8, dtype=torch.float32))

@@ -75,6 +75,7 @@ def refuse(trace: Any, bsyms: list[Any], executors: Sequence[Any]) -> tuple[Any,
     from thunder.executors.passes import _transform_for_operator_executor_execution
     from thunder.extend import get_always_executors
 
+    bsyms = _created_where_used(bsyms)
     trace.bound_symbols = bsyms
     fused = trace
     with lazy_regions.ours():  # regions built when first called (thunder.jit.lazy_regions)
@@ -82,3 +83,38 @@ def refuse(trace: Any, bsyms: list[Any], executors: Sequence[Any]) -> tuple[Any,
             fused = ex.fusion_pass(fused)
     fused = _transform_for_operator_executor_execution(fused, get_always_executors())
     return fused, list(fused.bound_symbols)
+
+
+#: Ops that make a tensor from nothing but constants, the same every time (no random numbers: moving one of those
+#: would change which numbers it draws).
+_CREATIONS = frozenset({"arange", "iota", "full", "zeros", "ones"})
+
+
+def _created_where_used(bsyms: list[Any]) -> list[Any]:
+    """Each tensor made from constants alone moved to just before its first use, so it joins that use's region.
+
+    Why: a GPT's ``arange`` of positions sits at the top of the forward trace, where our pass issues the first
+    buckets' collectives; the fusion pass then made it a region of its own (one more region call every step, for
+    eight numbers). It reads nothing, so computing it where it is used changes no value and no collective's place.
+    """
+    first_use: dict[str, int] = {}
+    for i, b in enumerate(bsyms):
+        for p in b.flat_proxy_args:
+            first_use.setdefault(p.name, i)
+    moved: dict[int, list[Any]] = {}
+    kept: list[tuple[int, Any]] = []
+    for i, b in enumerate(bsyms):
+        outs = b.flat_proxy_outs
+        if b.sym.name in _CREATIONS and not b.flat_proxy_args and outs:
+            uses = [first_use[p.name] for p in outs if p.name in first_use]
+            if uses and min(uses) > i:
+                moved.setdefault(min(uses), []).append(b)
+                continue
+        kept.append((i, b))
+    if not moved:
+        return bsyms
+    out: list[Any] = []
+    for i, b in kept:
+        out.extend(moved.pop(i, ()))
+        out.append(b)
+    return out
