@@ -109,6 +109,17 @@ def test_while_a_dispatch_mode_is_active_calls_take_dynamos_path() -> None:
     assert seen.ops  # Dynamo's path showed the mode the ops, as it would without thunderviz
 
 
+def test_a_first_call_under_a_mode_leaves_the_direct_compile_to_a_later_call() -> None:
+    region = direct_regions.direct(_region(_block), None)
+    x, w, b = _args()
+    before = direct_regions.counts()
+    with _Seen():
+        torch.testing.assert_close(_call(region, x, w, b), _block(x, w, b))
+    assert direct_regions.counts() == before  # nothing decided under the mode (a metered first step)
+    _call(region, x, w, b)
+    assert direct_regions.counts()["direct"] == before["direct"] + 1
+
+
 def test_a_region_taking_a_number_is_left_to_dynamo() -> None:
     def scaled(x, k):
         return x * k

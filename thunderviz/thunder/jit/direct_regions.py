@@ -4,7 +4,7 @@ Why: a thunder ``torchcompile`` region is a ``torch.compile``'d function, so eve
 evaluation (its eval-frame callback, the guards on each input, the compiled bytecode that unpacks the arguments) and
 thunder's two wrappers around it (``no_grad``, ``no_autocast``) before inductor's code starts. On the host-bound CPU
 proxy (``bench/host_overhead.py``) that was about 100 us per call, and FSDP calls a region per bucket: with ZERO2
-BLOCK, 19 region calls a step where one-process ``thunder.jit`` makes 2. Calling the compiled graph directly took
+BLOCK, 18 region calls a step where one-process ``thunder.jit`` makes 2. Calling the compiled graph directly took
 our DDP from 1.13x to 1.07x of one-process thunder's host time per step, ZERO2 BLOCK from 2.27x to 2.00x (measured
 side by side in one process).
 
@@ -18,17 +18,18 @@ from those by the trace's own ops, so their shapes, dtypes and devices are fixed
 thunder does not check, and inductor's generated code begins with ``assert_size_stride`` on every input before any
 kernel runs (``torch._inductor.config.size_asserts``, on by default; with it off, regions take Dynamo's path): a
 region called with other strides than it was compiled for raises there and is answered by thunder's own
-``torch.compile``'d region from then on. Global state Dynamo guards on is set here as thunder's wrappers set it
-(grad off, autocast off); while a torch function mode or dispatch mode is active (a ``MemTracker``, a
-``FlopCounterMode``) the call takes Dynamo's path, which decides what such a mode sees. Regions that write into a
-tensor (where they write depends on which inputs share storage, which Dynamo guards on), regions taking numbers
-(Dynamo guards on their values), regions with a ``torch.compile`` mode (``reduce-overhead``: CUDA graphs), and
-anything that cannot be traced or compiled this way take Dynamo's path as thunder builds it.
+``torch.compile``'d region from then on. Of the global state Dynamo guards on, thunder's traces call their regions
+with grad and autocast off; a call with either on takes Dynamo's path, and so does a call while a torch function mode
+or dispatch mode is active (a ``MemTracker``, a ``FlopCounterMode``): Dynamo decides what such a mode sees.
+Regions that write into a tensor (where they write depends on which inputs share storage, which Dynamo guards on),
+regions taking numbers (Dynamo guards on their values), regions with a ``torch.compile`` mode (``reduce-overhead``:
+CUDA graphs), and anything that cannot be traced or compiled this way take Dynamo's path as thunder builds it.
 ``THUNDERVIZ_DIRECT_REGIONS=0`` turns this off (every call through Dynamo).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections.abc import Callable
@@ -115,10 +116,12 @@ class DirectRegion:
         self._lock = threading.Lock()
 
     def __call__(self, *args: Any) -> Any:
+        if _modes_active():  # (a first call under a mode compiles nothing: a later call without one will)
+            return self._guarded(*args)
         compiled = self._compiled
         if compiled is None:
             compiled = self._compile(args)
-        if compiled is self._guarded or _modes_active():
+        if compiled is self._guarded:
             return self._guarded(*args)
         import torch
 
@@ -139,7 +142,7 @@ class DirectRegion:
             if self._compiled is not None:
                 return self._compiled
             function, self._function = self._function, None
-            self._compiled = _compile_fx(function, args) if not _modes_active() else None
+            self._compiled = _compile_fx(function, args)
             if self._compiled is None:
                 self._compiled = self._guarded
                 _count("guarded")
@@ -167,13 +170,16 @@ def _compile_fx(function: Any, args: tuple[Any, ...]) -> Callable[..., Any] | No
                 return None
             # Inside a tracing context whose fake mode has a shape environment, as under Dynamo: inductor's and
             # AOTAutograd's caches refuse a graph compiled without one ("No shape env"), and every region would be
-            # compiled again in every process (a 2-block ZERO2 step's first call: 40 s against 22 s from the cache).
+            # compiled again in every process (the proxy's 8-block TinyGPT, ZERO2: a first step of 38-42 s against
+            # 22 s from the cache).
             with tracing(TracingContext(FakeTensorMode(shape_env=ShapeEnv()))):
                 compiled = compile_fx(graph, list(args))
-            _label_only_when_profiling(compiled)
-            return compiled
     except Exception:  # whatever cannot be compiled this way is compiled as thunder does
         return None
+    # another torch's internals (AttributeError, ImportError): the label stays, nothing else changes
+    with contextlib.suppress(AttributeError, ImportError):
+        _label_only_when_profiling(compiled)
+    return compiled
 
 
 def _mutates(graph: Any) -> bool:
