@@ -113,24 +113,16 @@ def _phase_of(name: str) -> str | None:
 
 def _trace_function(fn: Any) -> Any:
     """The function thunder generated from a trace, under its decorators (no_grad, no_autocast)."""
-    seen = set()
-    todo = [fn]
-    while todo:
-        f = todo.pop()
-        if id(f) in seen:
-            continue
-        seen.add(id(f))
+    from thunderviz.thunder.jit.direct_regions import find_wrapped
+
+    def generated(f: Any) -> bool:
         code = getattr(f, "__code__", None)
-        if code is not None and code.co_filename.startswith("thunder."):
-            return f
-        if getattr(f, "__wrapped__", None) is not None:
-            todo.append(f.__wrapped__)
-        for cell in getattr(f, "__closure__", None) or ():
-            try:
-                todo.append(cell.cell_contents)
-            except ValueError:
-                continue
-    raise RuntimeError(f"no thunder-generated function found under {fn!r}: thunder's trace callables changed")
+        return code is not None and code.co_filename.startswith("thunder.")
+
+    found = find_wrapped(fn, generated)
+    if found is None:
+        raise RuntimeError(f"no thunder-generated function found under {fn!r}: thunder's trace callables changed")
+    return found
 
 
 # -- the variants -----------------------------------------------------------------------------------------------

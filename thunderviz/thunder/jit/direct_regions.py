@@ -35,7 +35,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ENV_VARIABLE", "DirectRegion", "counts", "direct"]
+__all__ = ["ENV_VARIABLE", "DirectRegion", "counts", "direct", "find_wrapped"]
 
 ENV_VARIABLE = "THUNDERVIZ_DIRECT_REGIONS"
 
@@ -66,12 +66,13 @@ def direct(built: Callable[..., Any], mode: Any) -> Callable[..., Any]:
 
 def _compiled_function(built: Callable[..., Any]) -> Callable[..., Any] | None:
     """The function thunder handed to ``torch.compile``, found under thunder's wrappers, or None."""
-    found = _find(built, lambda f: getattr(f, "_torchdynamo_orig_callable", None) is not None)
+    found = find_wrapped(built, lambda f: getattr(f, "_torchdynamo_orig_callable", None) is not None)
     return None if found is None else found._torchdynamo_orig_callable
 
 
-def _find(root: Any, wanted: Callable[[Any], bool]) -> Any | None:
-    """The first object ``wanted`` accepts among ``root`` and what its closures and ``__wrapped__`` reach."""
+def find_wrapped(root: Any, wanted: Callable[[Any], bool]) -> Any | None:
+    """The first object ``wanted`` accepts among ``root`` and what its closures and ``__wrapped__`` reach: how a
+    callable is found under the decorators and wrappers thunder, Dynamo and AOTAutograd put around it."""
     seen: set[int] = set()
     todo: list[Any] = [root]
     while todo:
@@ -205,7 +206,7 @@ def _label_only_when_profiling(compiled: Callable[..., Any]) -> None:
     """
     from torch._inductor.output_code import CompiledFxGraph
 
-    graph = _find(compiled, lambda f: type(f) is CompiledFxGraph)
+    graph = find_wrapped(compiled, lambda f: type(f) is CompiledFxGraph)
     if graph is not None:
         graph.__class__ = _unlabelled_class()
 
