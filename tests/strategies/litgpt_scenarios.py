@@ -122,6 +122,7 @@ def pretrain(rank: int, world: int, kind: str, path: str) -> dict[str, Any]:
     from lightning.fabric import Fabric
 
     from thunderviz import ThunderDDPStrategy, ThunderFSDPStrategy
+    from thunderviz.thunder.jit import direct_regions
     from thunderviz.thunder.reuse import compile_reuse
 
     strategy = (
@@ -165,6 +166,7 @@ def pretrain(rank: int, world: int, kind: str, path: str) -> dict[str, Any]:
         "resumed_compiles": resumed_compiles,
         "decision": strategy.decisions[-1].to_dict(),
         "executors": strategy.decisions[-2].to_dict(),
+        "direct_regions": direct_regions.counts(),
         "reference": reference(world) if rank == 0 else None,
     }
 

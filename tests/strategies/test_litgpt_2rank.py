@@ -34,6 +34,9 @@ def test_pretraining_order_matches_one_process(results, kind):
         assert r["decision"]["case"] == "case 1: raw module"
         if kind == "fsdp":
             assert r["executors"]["executors"] == ["sdpa", "torchcompile", "torch"], "nvFuser left out, the rest kept"
+            # every torchcompile region of litgpt's GPT is called directly: none compiled twice (once refused by
+            # AOTAutograd, then by Dynamo), as its attention's regions were when traced below their matmuls
+            assert r["direct_regions"]["direct"] > 0 and r["direct_regions"]["guarded"] == 0, r["direct_regions"]
         else:
             assert "thunder's defaults on CPU" in r["executors"]["headline"]
         assert len(r["log"]["losses"]) == STEPS * ACCUMULATION and len(r["log"]["norms"]) == STEPS

@@ -166,7 +166,11 @@ def _compile_fx(function: Any, args: tuple[Any, ...]) -> Callable[..., Any] | No
         return None
     try:
         with torch.no_grad():
-            graph = make_fx(function, tracing_mode="fake")(*args)
+            # pre_dispatch: the ops as the region calls them (a matmul stays a matmul), for AOTAutograd to decompose
+            # on its own trace; decomposed here, a matmul's views were fixed to the strides this trace saw, which
+            # AOTAutograd's functionalized trace did not always reproduce (litgpt's attention: "Cannot view a
+            # tensor ..."), and such a region was compiled twice
+            graph = make_fx(function, tracing_mode="fake", pre_dispatch=True)(*args)
             if _mutates(graph):
                 return None
             # Inside a tracing context whose fake mode has a shape environment, as under Dynamo: inductor's and
