@@ -263,3 +263,38 @@ def test_a_symbol_binds_its_arguments_as_thunder_binds_them() -> None:
             assert symbol.normalize(*args, **kwargs) == theirs == symbol.normalize(*args, **kwargs)
     with pytest.raises(TypeError, match="missing a required argument"):
         Symbol(name="s", meta=_meta).normalize(b=1)
+
+
+class _MakesAModuleInForward(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 4)
+
+    def forward(self, x):
+        head = torch.nn.Identity()  # as litgpt's GPT makes its clamp head each call
+        return head(self.linear(x))
+
+
+class _NotWalked(dict):
+    """Dynamo's weak-key dict of modules, which thunder's dict tracking must not walk (a GC can shrink it mid-walk)."""
+
+    def items(self):
+        raise AssertionError("thunder walked Dynamo's dict of every module made so far")
+
+
+def test_dynamos_tag_of_a_module_made_in_forward_runs_as_python() -> None:
+    from torch._dynamo.mutation_guard import GenerationTracker, install_generation_tagging_init
+
+    shortcuts.install()
+    install_generation_tagging_init()  # what any torch.compile in the process does
+    model = _MakesAModuleInForward()
+    jitted = thunder.jit(model)
+    x = torch.randn(2, 4)
+    tracked = GenerationTracker.generation_values
+    original = tracked.values
+    tracked.values = _NotWalked(original)
+    try:
+        torch.testing.assert_close(jitted(x), model(x))
+    finally:
+        original.update(tracked.values)
+        tracked.values = original

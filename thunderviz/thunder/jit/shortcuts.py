@@ -183,6 +183,7 @@ def install() -> None:
         interpreter.globals_lookup = _globals_lookup(interpreter, original)
         interpreter.dis = _DIS
         register_lookaside(torch.nn.Module._wrapped_call_impl, _module_call(interpreter))
+        _run_dynamos_module_tag(interpreter)
         frames = interpreter.InterpreterFrame
         frames.get_or_make_python_frame = _kept_frames(frames.get_or_make_python_frame)
         interpreter.ProvenanceRecord.__post_init__ = _provenance_post_init(interpreter)
@@ -420,3 +421,23 @@ def _kept_signatures(original: Callable[..., Any]) -> Callable[..., Any]:
 
     normalize.__thunderviz_original__ = original  # type: ignore[attr-defined]
     return normalize
+
+
+def _run_dynamos_module_tag(interpreter: Any) -> None:
+    """Dynamo's tag of each new module run as plain Python when thunder meets it, not interpreted.
+
+    Why: once Dynamo has compiled anything in the process (our regions' first calls do), it patches
+    ``nn.Module.__init__`` to record every new module in a weak-key dict (``GenerationTracker.tag``). A model that
+    makes a module in ``forward`` (litgpt's GPT: ``nn.Identity()`` each call) has thunder interpret that record, and
+    thunder's dict tracking walks the whole dict, one entry per module made since, which a garbage collection can
+    shrink mid-walk (its weakref callbacks): the suite's litgpt test failed once with "dictionary changed size during
+    iteration" while tracing GPT. The tag is Dynamo's bookkeeping, with no part in the trace; run as Python it
+    records the same entry.
+    """
+    try:
+        from torch._dynamo.mutation_guard import GenerationTracker
+    except ImportError:
+        return
+    tag = getattr(GenerationTracker.tag, "__func__", None)
+    if tag is not None:
+        register_lookaside(tag, interpreter.interpreter_needs_wrap(tag))
