@@ -426,7 +426,7 @@ def _kept_signatures(original: Callable[..., Any]) -> Callable[..., Any]:
 def _run_dynamos_module_tag(interpreter: Any) -> None:
     """Dynamo's tag of each new module run as plain Python when thunder meets it, not interpreted.
 
-    Why: once Dynamo has compiled anything in the process (our regions' first calls do), it patches
+    Why: once anything in the process has entered a torch.compile'd function (a region on Dynamo's path), Dynamo patches
     ``nn.Module.__init__`` to record every new module in a weak-key dict (``GenerationTracker.tag``). A model that
     makes a module in ``forward`` (litgpt's GPT: ``nn.Identity()`` each call) has thunder interpret that record, and
     thunder's dict tracking walks the whole dict, one entry per module made since, which a garbage collection can
