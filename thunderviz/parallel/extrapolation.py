@@ -159,9 +159,9 @@ def _alike(ta: Timeline, a: list[int], tb: Timeline, b: list[int]) -> int:
 ALIGNED = 0.5
 
 
-def _pairs(ta: Timeline, a: list[int], tb: Timeline, b: list[int]) -> list[tuple[int, int]] | None:
+def _pairs(ta: Timeline, a: list[int], tb: Timeline, b: list[int]) -> tuple[list[tuple[int, int]], bool] | None:
     """For each moment of run ``b``, the positions (in ``b``, in ``a``) of the pair whose difference is its
-    per-block increment; None when the runs cannot be paired.
+    per-block increment, and whether the runs were aligned by their ops; None when they cannot be paired.
 
     Runs that begin alike pair one by one while they are alike, and a moment past that takes the last pair's
     increment (the larger cut's own hand-over). Runs that do not begin alike (a checkpointed block's backward run
@@ -170,7 +170,7 @@ def _pairs(ta: Timeline, a: list[int], tb: Timeline, b: list[int]) -> list[tuple
     least ``ALIGNED`` of each run is matched."""
     same = _alike(ta, a, tb, b)
     if same:
-        return [(min(x, same - 1),) * 2 for x in range(len(b))]
+        return [(min(x, same - 1),) * 2 for x in range(len(b))], False
     ops_a, ops_b = [ta.ops[i] for i in a], [tb.ops[j] for j in b]
     matcher = difflib.SequenceMatcher(None, ops_a, ops_b, autojunk=False)
     partner = {m.b + k: m.a + k for m in matcher.get_matching_blocks() for k in range(m.size)}
@@ -181,7 +181,7 @@ def _pairs(ta: Timeline, a: list[int], tb: Timeline, b: list[int]) -> list[tuple
         if x in partner:
             ref = x
         out.append((ref, partner[ref]))
-    return out
+    return out, True
 
 
 #: A moment of the whole model: the larger cut's moment ``j`` plus, per term ``(coefficient, r, i)``, that many times
@@ -198,10 +198,10 @@ def _moments(t0: Timeline, t1: Timeline, n: int) -> tuple[list[_Moment], bool] |
     if paired != set(small):
         return None
     found = {key: _pairs(t0, small[key], t1, large[key]) for key in paired}
-    pairs = {key: got for key, got in found.items() if got}
-    if len(pairs) != len(found):
+    if not all(found.values()):
         return None
-    aligned = not all(_alike(t0, small[key], t1, large[key]) for key in paired)
+    pairs = {key: got[0] for key, got in found.items() if got}
+    aligned = any(got[1] for got in found.values() if got)
     out: list[_Moment] = []
     for key in paired:
         a, b = small[key], large[key]
@@ -215,15 +215,20 @@ def _moments(t0: Timeline, t1: Timeline, n: int) -> tuple[list[_Moment], bool] |
         if earlier not in paired or later not in paired:
             return None
         # each moment of the open run, placed in the runs beside it in the larger cut, and through their pairs
-        placed = [_pairs(t1, large[e], t1, m) for e in (earlier, later)]
-        if not placed[0] or not placed[1]:
+        placed = {e: _pairs(t1, large[e], t1, m) for e in (earlier, later)}
+        if not all(placed.values()):
             return None
-        ways = [(earlier, placed[0]), (later, placed[1])]
+        # per moment of the open run: the (larger cut's, smaller cut's) moments whose difference it takes
+        through = {
+            e: [(large[e][r], small[e][i]) for r, i in (pairs[e][w] for _, w in got[0])]
+            for e, got in placed.items()
+            if got
+        }
         for x, j in enumerate(m):
-            before, after = ((large[e][r], small[e][i]) for e, where in ways for r, i in [pairs[e][where[x][1]]])
+            before, after = through[earlier][x], through[later][x]
             for q in {BEFORE, n - 1 - AFTER}:  # the ends of the whole model's run of this kind
                 out.append((j, [(q - p, *before), ((n - 1 - q) - (k1 - 1 - p), *after)]))
-        aligned = aligned or not all(_alike(t1, large[e], t1, m) for e in (earlier, later))
+        aligned = aligned or any(got[1] for got in placed.values() if got)
     return out, aligned
 
 
