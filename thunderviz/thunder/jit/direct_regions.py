@@ -92,11 +92,19 @@ def find_wrapped(root: Any, wanted: Callable[[Any], bool]) -> Any | None:
     return None
 
 
-def _modes_active() -> bool:
-    import torch
-    from torch.utils._python_dispatch import _get_current_dispatch_mode
+_mode_checks: tuple[Callable[[], Any], Callable[[], Any]] | None = None
 
-    return torch._C._is_torch_function_mode_enabled() or _get_current_dispatch_mode() is not None
+
+def _modes_active() -> bool:
+    """Whether a torch function mode or dispatch mode is active (checked on every call: the imports once)."""
+    global _mode_checks
+    if _mode_checks is None:
+        import torch
+        from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+        _mode_checks = (torch._C._is_torch_function_mode_enabled, _get_current_dispatch_mode)
+    function_mode, dispatch_mode = _mode_checks
+    return bool(function_mode()) or dispatch_mode() is not None
 
 
 def _stride_refusal(error: AssertionError) -> bool:
