@@ -132,6 +132,19 @@ def test_a_region_taking_a_number_is_left_to_dynamo() -> None:
     assert direct_regions.counts()["guarded"] == before["guarded"] + 1
 
 
+def test_a_region_first_called_with_one_tensor_as_two_arguments_is_left_to_dynamo() -> None:
+    def weighted(a, b):
+        return (a * 2 + b * 3).sin()
+
+    region = direct_regions.direct(_region(weighted), None)
+    before = direct_regions.counts()
+    x, y = torch.randn(8), torch.randn(8)
+    torch.testing.assert_close(_call(region, x, x), weighted(x, x))
+    # compiled for the first call's (x, x), a direct graph took one argument and computed weighted(x, x) here
+    torch.testing.assert_close(_call(region, x, y), weighted(x, y))
+    assert direct_regions.counts()["guarded"] == before["guarded"] + 1
+
+
 def test_outputs_that_alias_inputs_stay_views_of_them() -> None:
     def viewed(x):
         return x.view(2, 8), x + 1

@@ -22,8 +22,10 @@ region called with other strides than it was compiled for raises there and is an
 with grad and autocast off; a call with either on takes Dynamo's path, and so does a call while a torch function mode
 or dispatch mode is active (a ``MemTracker``, a ``FlopCounterMode``): Dynamo decides what such a mode sees.
 Regions that write into a tensor (where they write depends on which inputs share storage, which Dynamo guards on),
-regions taking numbers (Dynamo guards on their values), regions with a ``torch.compile`` mode (``reduce-overhead``:
-CUDA graphs), and anything that cannot be traced or compiled this way take Dynamo's path as thunder builds it.
+regions first called with one tensor as two arguments (AOTAutograd compiles them as one argument, which Dynamo guards
+on), regions taking numbers (Dynamo guards on their values), regions with a ``torch.compile`` mode
+(``reduce-overhead``: CUDA graphs), and anything that cannot be traced or compiled this way take Dynamo's path as
+thunder builds it.
 ``THUNDERVIZ_DIRECT_REGIONS=0`` turns this off (every call through Dynamo).
 """
 
@@ -171,6 +173,11 @@ def _compile_fx(function: Any, args: tuple[Any, ...]) -> Callable[..., Any] | No
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     if not config.size_asserts or not all(isinstance(a, torch.Tensor) for a in args):
+        return None
+    if len({id(a) for a in args}) < len(args):
+        # One tensor passed as two arguments: AOTAutograd compiles the graph for one argument there and drops the
+        # other at every call, which Dynamo guards on and a direct call would not see (a later call with two
+        # different tensors would compute with the first twice)
         return None
     try:
         with torch.no_grad():
