@@ -36,16 +36,23 @@ def _call(region, *args):
 
 
 def _counting(region: direct_regions.DirectRegion) -> list[int]:
-    """Count the calls that reach the directly compiled graph (wraps it after its first call compiled it)."""
+    """Count the calls that reach the directly compiled graph, wrapped by AOTAutograd or not (wraps both after the
+    region's first call compiled it)."""
     calls = [0]
-    compiled = region._compiled
+    compiled, straight = region._compiled, region._straight
     assert compiled is not None and compiled is not region._guarded
 
     def counted(*args):
         calls[0] += 1
         return compiled(*args)
 
+    def counted_straight(args):
+        calls[0] += 1
+        return straight(args)
+
     region._compiled = counted
+    if straight is not None:
+        region._straight = counted_straight
     return calls
 
 
@@ -85,6 +92,43 @@ def test_inputs_laid_out_unlike_the_first_calls_are_answered_by_dynamos_path_fro
     assert calls == [1]  # reached the compiled graph, which refused at its stride assertions
     _call(region, x, w, b)
     assert calls == [1]  # Dynamo's guards from then on
+
+
+def test_a_region_is_compiled_for_its_first_calls_shapes_as_dynamo_compiles_a_first_call() -> None:
+    region = direct_regions.direct(_region(_block), None)
+    x, w, b = _args()
+    _call(region, x, w, b)
+    before = direct_regions.counts()
+    # thunder's prologue never lets other shapes reach a region; compiled shape-generic (as AOTAutograd compiled
+    # real tensors in a process without thunder imported), this call would run the direct graph instead of failing
+    # its size assertions
+    torch.testing.assert_close(_call(region, x[:4], w, b), _block(x[:4], w, b))
+    assert direct_regions.counts()["refused"] == before["refused"] + 1
+
+
+def test_with_nothing_for_aotautograd_to_do_later_calls_skip_its_wrapper_except_under_the_profiler() -> None:
+    region = direct_regions.direct(_region(_block), None)
+    x, w, b = _args()
+    _call(region, x, w, b)
+    wrapped, straight = [0], [0]
+    compiled, inner = region._compiled, region._straight
+    assert inner is not None
+
+    def count_wrapped(*args):
+        wrapped[0] += 1
+        return compiled(*args)
+
+    def count_straight(args):
+        straight[0] += 1
+        return inner(args)
+
+    region._compiled, region._straight = count_wrapped, count_straight
+    out = _call(region, x, w, b)
+    assert (wrapped, straight) == ([0], [1]) and isinstance(out, list)
+    torch.testing.assert_close(out, list(_block(x, w, b)))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        _call(region, x, w, b)
+    assert (wrapped, straight) == ([1], [1])
 
 
 class _Seen(TorchDispatchMode):

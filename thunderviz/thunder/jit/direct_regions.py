@@ -118,12 +118,13 @@ def _stride_refusal(error: AssertionError) -> bool:
 class DirectRegion:
     """A region whose calls go to inductor's compiled graph, compiled at the first call (see the module doc)."""
 
-    __slots__ = ("_compiled", "_function", "_guarded", "_lock")
+    __slots__ = ("_compiled", "_function", "_guarded", "_lock", "_straight")
 
     def __init__(self, guarded: Callable[..., Any], function: Callable[..., Any]) -> None:
         self._guarded: Callable[..., Any] = guarded
         self._function: Callable[..., Any] | None = function
         self._compiled: Callable[..., Any] | None = None
+        self._straight: Callable[[list[Any]], Any] | None = None
         self._lock = threading.Lock()
 
     def __call__(self, *args: Any) -> Any:
@@ -140,11 +141,15 @@ class DirectRegion:
         if torch.is_grad_enabled() or torch.is_autocast_enabled("cpu") or torch.is_autocast_enabled("cuda"):
             return self._guarded(*args)
         try:
+            straight = self._straight
+            if straight is not None and _straight_allowed():
+                return list(straight(list(args)))
             return compiled(*args)
         except AssertionError as error:
             if not _stride_refusal(error):
                 raise
             self._compiled = self._guarded  # inputs laid out unlike the first call's: Dynamo's guards from now on
+            self._straight = None
             _count("refused")
         return self._guarded(*args)
 
@@ -153,17 +158,21 @@ class DirectRegion:
             if self._compiled is not None:
                 return self._compiled
             function, self._function = self._function, None
-            self._compiled = _compile_fx(function, args)
-            if self._compiled is None:
+            compiled = _compile_fx(function, args)
+            if compiled is None:
                 self._compiled = self._guarded
                 _count("guarded")
             else:
+                with contextlib.suppress(AttributeError, ImportError):  # another torch's internals: wrapped calls
+                    self._straight = _straight_call(*compiled)
+                self._compiled = compiled[0]
                 _count("direct")
             return self._compiled
 
 
-def _compile_fx(function: Any, args: tuple[Any, ...]) -> Callable[..., Any] | None:
-    """``function`` traced on fake copies of ``args`` and compiled by inductor, or None where that is refused."""
+def _compile_fx(function: Any, args: tuple[Any, ...]) -> tuple[Callable[..., Any], int | None, tuple[Any, ...]] | None:
+    """``function`` traced on fake copies of ``args`` and compiled by inductor (with what ``_plain_outputs`` says of
+    the traced graph, and the arguments), or None where that is refused."""
     import torch
     from torch._guards import TracingContext, tracing
     from torch._inductor import config
@@ -188,18 +197,94 @@ def _compile_fx(function: Any, args: tuple[Any, ...]) -> Callable[..., Any] | No
             graph = make_fx(function, tracing_mode="fake", pre_dispatch=True)(*args)
             if _mutates(graph):
                 return None
+            outputs = _plain_outputs(graph)  # read before compile_fx, which may rewrite a graph's output
             # Inside a tracing context whose fake mode has a shape environment, as under Dynamo: inductor's and
             # AOTAutograd's caches refuse a graph compiled without one ("No shape env"), and every region would be
             # compiled again in every process (the proxy's 8-block TinyGPT, ZERO2: a first step of 38-42 s against
             # 22 s from the cache).
-            with tracing(TracingContext(FakeTensorMode(shape_env=ShapeEnv()))):
-                compiled = compile_fx(graph, list(args))
+            # The inputs handed over as fakes of fixed shape, as Dynamo hands over a first compile's: given the real
+            # tensors, AOTAutograd fakes them in the context's mode, whose shape environment can make every size a
+            # symbol (it did in a process that had not imported thunder: shape-generic code reading sizes at every
+            # call, and outputs marked dynamic), for a region whose shapes thunder's prologue has fixed.
+            fake_mode = FakeTensorMode(shape_env=ShapeEnv())
+            fakes = [fake_mode.from_tensor(a, static_shapes=True) for a in args]
+            with tracing(TracingContext(fake_mode)):
+                compiled = compile_fx(graph, fakes)
     except Exception:  # whatever cannot be compiled this way is compiled as thunder does
         return None
     # another torch's internals (AttributeError, ImportError): the label stays, nothing else changes
     with contextlib.suppress(AttributeError, ImportError):
         _label_only_when_profiling(compiled)
-    return compiled
+    return compiled, outputs, args
+
+
+_STRAIGHT_REFUSALS = (
+    "num_mutated_inp_runtime_indices",
+    "num_outputs_aliased",
+    "num_intermediate_bases",
+    "tokens",
+    "is_rng_op_functionalized",
+    "dynamic_outputs",
+)
+_MISSING = object()
+
+
+def _straight_call(
+    compiled: Callable[..., Any], outputs: int | None, args: tuple[Any, ...]
+) -> Callable[[list[Any]], Any] | None:
+    """inductor's compiled graph itself, where AOTAutograd's runtime wrapper around it has nothing to do, else None.
+
+    Why: that wrapper (and Dynamo's disable context around it) cost about 35 us a region call on the proxy, a sixth
+    of a small region's call, to find on every call that there is no input to update, no output to regenerate as a
+    view, no RNG state, effect token or dynamic dimension. Its metadata says so once: where every one of those is
+    absent, the graph's only inputs are the region's arguments (none lifted from the traced module) and it returns
+    a tuple of ``outputs`` tensors (nothing re-nested), the wrapper's result is the graph's outputs as a list. A
+    region first called with one tensor twice never gets here (AOTAutograd would have dropped the duplicate). Under
+    the profiler or inside Dynamo's frame evaluation (a thunder function run by a torch.compile'd caller) calls take
+    the wrapped path, labels and Dynamo's disable included.
+    """
+    import torch
+    from torch._functorch._aot_autograd.schemas import ViewAndMutationMeta
+    from torch._inductor.output_code import CompiledFxGraph
+
+    meta = find_wrapped(compiled, lambda f: isinstance(f, ViewAndMutationMeta))
+    inner = find_wrapped(compiled, lambda f: isinstance(f, CompiledFxGraph))
+    if meta is None or inner is None or getattr(meta, "grad_enabled_mutation", _MISSING) is not None:
+        return None
+    if any(getattr(meta, name, _MISSING) is _MISSING or getattr(meta, name) for name in _STRAIGHT_REFUSALS):
+        return None
+    if outputs is None or len(meta.output_info) != outputs:
+        return None
+    if any(type(a) not in (torch.Tensor, torch.nn.Parameter) for a in args):
+        return None
+    return inner.current_callable
+
+
+def _plain_outputs(graph: Any) -> int | None:
+    """How many outputs a traced region returns as a flat tuple, or None (outputs nested, or state lifted from the
+    traced module as inputs: inductor's and AOTAutograd's wrappers then re-nest or add to what the graph sees)."""
+    from torch._inductor.compile_fx import graph_returns_tuple
+
+    if not graph_returns_tuple(graph) or next(graph.parameters(), None) is not None:
+        return None
+    if next(graph.buffers(), None) is not None:
+        return None
+    returned = graph.graph.find_nodes(op="output")[0].args[0]
+    return len(returned) if isinstance(returned, (tuple, list)) else None
+
+
+_straight_checks: tuple[Callable[[], Any], Callable[[], Any]] | None = None
+
+
+def _straight_allowed() -> bool:
+    """Neither a profiler running (it gets AOTAutograd's and inductor's labels) nor Dynamo's frame evaluation on."""
+    global _straight_checks
+    if _straight_checks is None:
+        import torch
+
+        _straight_checks = (torch._C._autograd._profiler_enabled, torch._C._dynamo.eval_frame.get_eval_frame_callback)
+    profiling, callback = _straight_checks
+    return not profiling() and callback() is None
 
 
 def _mutates(graph: Any) -> bool:
