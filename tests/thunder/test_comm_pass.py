@@ -650,11 +650,14 @@ def test_gathered_buffer_outlives_wait_on_gloo_unless_the_unpack_frees_it():
     assert left == (0, 0)
 
 
-def test_reduce_scatter_buffer_gives_each_rank_its_rows_of_every_gradient():
-    grads = [torch.arange(16.0).reshape(8, 2), torch.arange(100.0, 104.0)]
+@pytest.mark.parametrize("rows", [8, 3], ids=["rows-split-evenly", "rows-split-unevenly"])
+def test_reduce_scatter_buffer_gives_each_rank_its_part_of_every_gradient(rows):
+    # rows split evenly take one _chunk_cat; unevenly (a shard cuts a row) the flat reshape, which _chunk_cat's
+    # padding would not match
+    grads = [torch.arange(rows * WORLD * 2.0).reshape(rows, WORLD * 2), torch.arange(100.0, 104.0)]
     buffer = _pack_scatter_impl(grads, WORLD, True, "b", ())
     for rank, chunk in enumerate(buffer.chunk(WORLD)):  # reduce_scatter hands rank r chunk r
-        expected = torch.cat([g.chunk(WORLD)[rank].reshape(-1) for g in grads]) / WORLD
+        expected = torch.cat([g.reshape(-1).chunk(WORLD)[rank] for g in grads]) / WORLD
         torch.testing.assert_close(chunk, expected)
 
 

@@ -115,6 +115,11 @@ def _pack_scatter_impl(
         return flat / divisor if divisor != 1 else flat
     if world == 1:
         buffer = _cast(torch._C._nn.flatten_dense_tensors(grads), reduce_dtype)
+    elif all(g.dim() and g.shape[0] % world == 0 and g.dtype == grads[0].dtype for g in grads):
+        # rows split evenly: rank r's rows of every gradient side by side in one C++ call (FSDP2's copy-in), which
+        # is what the reshapes below give; uneven rows _chunk_cat would pad, and mixed dtypes it refuses (cat
+        # promotes them), so those take the reshapes
+        buffer = _cast(torch._chunk_cat(grads, 0, world).view(-1), reduce_dtype)
     else:
         buffer = _cast(torch.cat([g.reshape(world, -1) for g in grads], dim=1).view(-1), reduce_dtype)
     return buffer.div_(divisor) if divisor != 1 else buffer
