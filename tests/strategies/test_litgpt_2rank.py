@@ -35,8 +35,12 @@ def test_pretraining_order_matches_one_process(results, kind):
         if kind == "fsdp":
             assert r["executors"]["executors"] == ["sdpa", "torchcompile", "torch"], "nvFuser left out, the rest kept"
             # every torchcompile region of litgpt's GPT is called directly: none compiled twice (once refused by
-            # AOTAutograd, then by Dynamo), as its attention's regions were when traced below their matmuls
-            assert r["direct_regions"]["direct"] > 0 and r["direct_regions"]["guarded"] == 0, r["direct_regions"]
+            # AOTAutograd, then by Dynamo), as its attention's regions were when traced below their matmuls; and
+            # most skip AOTAutograd's runtime wrapper (24 of 28 on 2026-12-06: the other 4 return views of their
+            # inputs, which the wrapper regenerates)
+            regions = r["direct_regions"]
+            assert regions["direct"] > 0 and regions["guarded"] == 0, regions
+            assert regions["straight"] > 0, regions
         else:
             assert "thunder's defaults on CPU" in r["executors"]["headline"]
         assert len(r["log"]["losses"]) == STEPS * ACCUMULATION and len(r["log"]["norms"]) == STEPS

@@ -41,12 +41,13 @@ __all__ = ["ENV_VARIABLE", "DirectRegion", "counts", "direct", "find_wrapped"]
 
 ENV_VARIABLE = "THUNDERVIZ_DIRECT_REGIONS"
 
-_counts = {"direct": 0, "guarded": 0, "refused": 0}
+_counts = {"direct": 0, "straight": 0, "guarded": 0, "refused": 0}
 _lock = threading.Lock()
 
 
 def counts() -> dict[str, int]:
-    """This process's regions: compiled for direct calls, left on Dynamo's path, and moved to it after a refusal."""
+    """This process's regions: compiled for direct calls (``straight``: of those, called with no AOTAutograd wrapper),
+    left on Dynamo's path, and moved to it after a refusal."""
     with _lock:
         return dict(_counts)
 
@@ -167,6 +168,8 @@ class DirectRegion:
                     self._straight = _straight_call(*compiled)
                 self._compiled = compiled[0]
                 _count("direct")
+                if self._straight is not None:
+                    _count("straight")
             return self._compiled
 
 
@@ -261,8 +264,10 @@ def _straight_call(
 
 
 def _plain_outputs(graph: Any) -> int | None:
-    """How many outputs a traced region returns as a flat tuple, or None (outputs nested, or state lifted from the
-    traced module as inputs: inductor's and AOTAutograd's wrappers then re-nest or add to what the graph sees)."""
+    """How many values a traced region returns as a flat tuple of computed values, or None (outputs nested or
+    constant, or state lifted from the traced module as inputs: inductor's and AOTAutograd's wrappers then re-nest,
+    supply or add to what the graph sees)."""
+    import torch
     from torch._inductor.compile_fx import graph_returns_tuple
 
     if not graph_returns_tuple(graph) or next(graph.parameters(), None) is not None:
@@ -270,7 +275,9 @@ def _plain_outputs(graph: Any) -> int | None:
     if next(graph.buffers(), None) is not None:
         return None
     returned = graph.graph.find_nodes(op="output")[0].args[0]
-    return len(returned) if isinstance(returned, (tuple, list)) else None
+    if not isinstance(returned, (tuple, list)) or not all(isinstance(r, torch.fx.Node) for r in returned):
+        return None
+    return len(returned)
 
 
 _straight_checks: tuple[Callable[[], Any], Callable[[], Any]] | None = None
