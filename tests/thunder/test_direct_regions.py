@@ -99,8 +99,8 @@ def test_a_region_is_compiled_for_its_first_calls_shapes_as_dynamo_compiles_a_fi
     x, w, b = _args()
     _call(region, x, w, b)
     before = direct_regions.counts()
-    # thunder's prologue never lets other shapes reach a region; compiled shape-generic (as AOTAutograd compiled
-    # real tensors in a process without thunder imported), this call would run the direct graph instead of failing
+    # thunder's prologue never lets other shapes reach a region; compiled shape-generic (as AOTAutograd compiles
+    # real tensors in a context with a shape environment), this call would run the direct graph instead of failing
     # its size assertions
     torch.testing.assert_close(_call(region, x[:4], w, b), _block(x[:4], w, b))
     assert direct_regions.counts()["refused"] == before["refused"] + 1

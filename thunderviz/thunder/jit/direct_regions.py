@@ -206,9 +206,9 @@ def _compile_fx(function: Any, args: tuple[Any, ...]) -> tuple[Callable[..., Any
             # compiled again in every process (the proxy's 8-block TinyGPT, ZERO2: a first step of 38-42 s against
             # 22 s from the cache).
             # The inputs handed over as fakes of fixed shape, as Dynamo hands over a first compile's: given the real
-            # tensors, AOTAutograd fakes them in the context's mode, whose shape environment can make every size a
-            # symbol (it did in a process that had not imported thunder: shape-generic code reading sizes at every
-            # call, and outputs marked dynamic), for a region whose shapes thunder's prologue has fixed.
+            # tensors, AOTAutograd fakes them in the context's mode, whose shape environment made every size a symbol
+            # (shape-generic code reading sizes at every call, outputs marked dynamic, so never called straight),
+            # for a region whose shapes thunder's prologue has fixed.
             fake_mode = FakeTensorMode(shape_env=ShapeEnv())
             fakes = [fake_mode.from_tensor(a, static_shapes=True) for a in args]
             with tracing(TracingContext(fake_mode)):
