@@ -1,6 +1,6 @@
 """Host CPU time per training step on a host-bound CPU proxy: what thunder costs, and what our strategies add to it.
 
-Run: python bench/host_overhead.py [--rounds N] [--worlds 1,2] [--only DDP,ZERO2,...]
+Run: python bench/host_overhead.py [--rounds N] [--worlds 1,2] [--only DDP,ZERO2,...] [--one-bucket]
 
 Why a CPU proxy: on an H200 (bench/device_check.sh step 4, GPT d=1024 x 8 layers) the kernels of every variant take
 about eager's time and the step is bound by Python on the host. A model with the same structure but tiny tensors
@@ -15,6 +15,10 @@ processes disturbs it far less than wall time; gloo's own threads are not counte
   one process, world 2 two gloo ranks; the one-process ``thunder.jit`` runs beside them in each rank process (its
   own copy, no communication), and every ratio is to it. Variants are interleaved round by round (one step each,
   in alternating order) and medians are printed with the load average.
+- with ``--one-bucket``, also FSDP ZERO2 and ZERO3 with every parameter in one bucket (the same blocks held in a
+  container that BLOCK bucketing does not take for a list of blocks, so all of them fall in the root bucket): what
+  fewer, larger buckets would buy on this proxy, two collectives a step instead of one per block and direction. It
+  gives up the overlap of each block's collective with its neighbour's compute, which the proxy cannot price.
 - a split per phase, from separate instrumented steps (medians per phase; the instrumentation adds a little per
   call, so the phases sum to slightly more than the plain step): thunder's prologue (the checks on every input),
   the fusion regions' calls (``TorchCompileN``), our pack/unpack ops, collectives' issue and wait, the optimizer
@@ -128,7 +132,25 @@ def _trace_function(fn: Any) -> Any:
 # -- the variants -----------------------------------------------------------------------------------------------
 
 
-def job(rank: int, world: int, only: tuple[str, ...], rounds: int, split_steps: int) -> dict[str, Any]:
+def _blocks_unlisted(blocks: Any) -> Any:
+    """``blocks`` (an ``nn.ModuleList``) as a plain module that iterates them: no list of blocks for bucketing."""
+    import torch
+
+    class UnlistedBlocks(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            for i, block in enumerate(blocks):
+                self.add_module(str(i), block)
+
+        def __iter__(self) -> Any:
+            return iter(self._modules.values())
+
+    return UnlistedBlocks()
+
+
+def job(
+    rank: int, world: int, only: tuple[str, ...], rounds: int, split_steps: int, one_bucket: bool = False
+) -> dict[str, Any]:
     """Runs in each rank process: builds every variant, times interleaved steps, then the instrumented split."""
     import thunder
     import torch
@@ -147,19 +169,22 @@ def job(rank: int, world: int, only: tuple[str, ...], rounds: int, split_steps: 
         # where fused is one call (1.7 ms): the nearest to the GPU's host cost, and the same in every variant
         return torch.optim.AdamW(params, lr=1e-4, fused=True)
 
-    def build() -> Any:
+    def build(unlisted: bool = False) -> Any:
         torch.manual_seed(0)
-        return TinyGPT(vocab_size=256, block_size=8, d_model=32, n_layer=8, n_head=4)
+        model = TinyGPT(vocab_size=256, block_size=8, d_model=32, n_layer=8, n_head=4)
+        if unlisted:
+            model.blocks = _blocks_unlisted(model.blocks)
+        return model
 
     def plain(wrap: Callable[[Any], Any]) -> tuple[Any, Any, Any, Any]:
         model = build()
         jitted = wrap(model)
         return jitted, adamw(model.parameters()), torch.Tensor.backward, jitted
 
-    def ours(strategy: Any) -> tuple[Any, Any, Any, Any]:
+    def ours(strategy: Any, unlisted: bool = False) -> tuple[Any, Any, Any, Any]:
         fabric = Fabric(accelerator="cpu", devices=world, strategy=strategy)
         fabric.launch()
-        model = fabric.setup_module(build())
+        model = fabric.setup_module(build(unlisted))
         opt = fabric.setup_optimizers(adamw(model.parameters()))
         return model, opt, fabric.backward, unwrap_fabric(model)
 
@@ -172,6 +197,11 @@ def job(rank: int, world: int, only: tuple[str, ...], rounds: int, split_steps: 
         makers[f"ours FSDP {zero} BLOCK"] = lambda zero=zero: ours(
             ThunderFSDPStrategy(sharding_strategy=zero, bucketing_strategy="BLOCK", executors=EXECUTORS)
         )
+        if one_bucket:
+            makers[f"ours FSDP {zero} one bucket"] = lambda zero=zero: ours(
+                ThunderFSDPStrategy(sharding_strategy=zero, bucketing_strategy="BLOCK", executors=EXECUTORS),
+                unlisted=True,
+            )
     if only:
         makers = {k: v for k, v in makers.items() if k in ("eager", REFERENCE) or any(o in k for o in only)}
 
@@ -269,12 +299,15 @@ def main() -> int:
     parser.add_argument("--split-steps", type=int, default=15, help="instrumented steps per variant")
     parser.add_argument("--worlds", default="1,2", help="comma-separated world sizes")
     parser.add_argument("--only", default="", help="comma-separated parts of our variants' names (DDP,ZERO2,ZERO3)")
+    parser.add_argument(
+        "--one-bucket", action="store_true", help="also FSDP with every parameter in one bucket (fewer collectives)"
+    )
     args = parser.parse_args()
     from thunderviz.pool.spawn import run_ranks
 
     only = tuple(filter(None, args.only.split(",")))
     for world in (int(w) for w in args.worlds.split(",")):
-        results = run_ranks(job, only, args.rounds, args.split_steps, nproc=world, timeout=3000)
+        results = run_ranks(job, only, args.rounds, args.split_steps, args.one_bucket, nproc=world, timeout=3000)
         print(table(world, results), flush=True)
         print(flush=True)
     return 0
