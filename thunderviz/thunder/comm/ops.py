@@ -153,7 +153,9 @@ def _unpack_views_impl(
     buffer: torch.Tensor, shapes: tuple[tuple[int, ...], ...], label: str, out_dtype: str | None = None
 ) -> list[torch.Tensor]:
     pieces = _cast(buffer, out_dtype).split_with_sizes(_shard_sizes(shapes, 1))
-    return [piece.view(s) for piece, s in zip(pieces, shapes, strict=True)]
+    # a 1-D piece is already its gradient (biases, norms: most of a transformer block's parameters); a view of it
+    # would be one more Python call each
+    return [piece if len(s) == 1 else piece.view(s) for piece, s in zip(pieces, shapes, strict=True)]
 
 
 def _accumulate_impl(
