@@ -35,19 +35,24 @@ def _call(region, *args):
     return region(*args)
 
 
-def _counting(region: direct_regions.DirectRegion) -> list[int]:
+def _counting(region: direct_regions.DirectRegion, by_path: dict[str, int] | None = None) -> list[int]:
     """Count the calls that reach the directly compiled graph, wrapped by AOTAutograd or not (wraps both after the
-    region's first call compiled it)."""
+    region's first call compiled it); ``by_path`` also counts them apart ("wrapped", "straight")."""
     calls = [0]
     compiled, straight = region._compiled, region._straight
     assert compiled is not None and compiled is not region._guarded
 
-    def counted(*args):
+    def count(path: str) -> None:
         calls[0] += 1
+        if by_path is not None:
+            by_path[path] += 1
+
+    def counted(*args):
+        count("wrapped")
         return compiled(*args)
 
     def counted_straight(args):
-        calls[0] += 1
+        count("straight")
         return straight(args)
 
     region._compiled = counted
@@ -110,25 +115,15 @@ def test_with_nothing_for_aotautograd_to_do_later_calls_skip_its_wrapper_except_
     region = direct_regions.direct(_region(_block), None)
     x, w, b = _args()
     _call(region, x, w, b)
-    wrapped, straight = [0], [0]
-    compiled, inner = region._compiled, region._straight
-    assert inner is not None
-
-    def count_wrapped(*args):
-        wrapped[0] += 1
-        return compiled(*args)
-
-    def count_straight(args):
-        straight[0] += 1
-        return inner(args)
-
-    region._compiled, region._straight = count_wrapped, count_straight
+    assert region._straight is not None
+    paths = {"wrapped": 0, "straight": 0}
+    _counting(region, paths)
     out = _call(region, x, w, b)
-    assert (wrapped, straight) == ([0], [1]) and isinstance(out, list)
+    assert paths == {"wrapped": 0, "straight": 1} and isinstance(out, list)
     torch.testing.assert_close(out, list(_block(x, w, b)))
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
         _call(region, x, w, b)
-    assert (wrapped, straight) == ([1], [1])
+    assert paths == {"wrapped": 1, "straight": 1}
 
 
 class _Seen(TorchDispatchMode):
