@@ -32,10 +32,11 @@ thunder builds it.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 __all__ = ["ENV_VARIABLE", "DirectRegion", "counts", "direct", "find_wrapped"]
 
@@ -95,19 +96,32 @@ def find_wrapped(root: Any, wanted: Callable[[Any], bool]) -> Any | None:
     return None
 
 
-_mode_checks: tuple[Callable[[], Any], Callable[[], Any]] | None = None
+class _Checks(NamedTuple):
+    """The torch functions every region call asks (looked up once: importing them on every call cost a region call)."""
+
+    function_mode: Callable[[], Any]
+    dispatch_mode: Callable[[], Any]
+    profiling: Callable[[], bool]
+    eval_frame_callback: Callable[[], Any]
+
+
+@functools.cache
+def _checks() -> _Checks:
+    import torch
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+    return _Checks(
+        torch._C._is_torch_function_mode_enabled,
+        _get_current_dispatch_mode,
+        torch._C._autograd._profiler_enabled,
+        torch._C._dynamo.eval_frame.get_eval_frame_callback,
+    )
 
 
 def _modes_active() -> bool:
-    """Whether a torch function mode or dispatch mode is active (checked on every call: the imports once)."""
-    global _mode_checks
-    if _mode_checks is None:
-        import torch
-        from torch.utils._python_dispatch import _get_current_dispatch_mode
-
-        _mode_checks = (torch._C._is_torch_function_mode_enabled, _get_current_dispatch_mode)
-    function_mode, dispatch_mode = _mode_checks
-    return bool(function_mode()) or dispatch_mode() is not None
+    """Whether a torch function mode or dispatch mode is active."""
+    checks = _checks()
+    return bool(checks.function_mode()) or checks.dispatch_mode() is not None
 
 
 def _stride_refusal(error: AssertionError) -> bool:
@@ -280,18 +294,10 @@ def _plain_outputs(graph: Any) -> int | None:
     return len(returned)
 
 
-_straight_checks: tuple[Callable[[], Any], Callable[[], Any]] | None = None
-
-
 def _straight_allowed() -> bool:
     """Neither a profiler running (it gets AOTAutograd's and inductor's labels) nor Dynamo's frame evaluation on."""
-    global _straight_checks
-    if _straight_checks is None:
-        import torch
-
-        _straight_checks = (torch._C._autograd._profiler_enabled, torch._C._dynamo.eval_frame.get_eval_frame_callback)
-    profiling, callback = _straight_checks
-    return not profiling() and callback() is None
+    checks = _checks()
+    return not checks.profiling() and checks.eval_frame_callback() is None
 
 
 def _mutates(graph: Any) -> bool:
@@ -322,24 +328,18 @@ def _label_only_when_profiling(compiled: Callable[..., Any]) -> None:
         graph.__class__ = _unlabelled_class()
 
 
-_unlabelled: type | None = None
-
-
+@functools.cache
 def _unlabelled_class() -> type:
-    global _unlabelled
-    if _unlabelled is None:
-        import torch
-        from torch._inductor.output_code import CompiledFxGraph
+    from torch._inductor.output_code import CompiledFxGraph
 
-        profiling = torch._C._autograd._profiler_enabled
+    profiling = _checks().profiling
 
-        class UnlabelledCompiledFxGraph(CompiledFxGraph):
-            """inductor's compiled graph, labelled for the profiler only while one runs (``direct_regions``)."""
+    class UnlabelledCompiledFxGraph(CompiledFxGraph):
+        """inductor's compiled graph, labelled for the profiler only while one runs (``direct_regions``)."""
 
-            def __call__(self, inputs: Any) -> Any:
-                if profiling():
-                    return super().__call__(inputs)
-                return self.current_callable(inputs)
+        def __call__(self, inputs: Any) -> Any:
+            if profiling():
+                return super().__call__(inputs)
+            return self.current_callable(inputs)
 
-        _unlabelled = UnlabelledCompiledFxGraph
-    return _unlabelled
+    return UnlabelledCompiledFxGraph
