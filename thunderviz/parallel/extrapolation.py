@@ -200,8 +200,8 @@ def _moments(t0: Timeline, t1: Timeline, n: int) -> tuple[list[_Moment], bool] |
     found = {key: _pairs(t0, small[key], t1, large[key]) for key in paired}
     if not all(found.values()):
         return None
-    pairs = {key: got[0] for key, got in found.items() if got}
-    aligned = any(got[1] for got in found.values() if got)
+    pairs = {key: got[0] for key, got in found.items()}
+    aligned = any(got[1] for got in found.values())
     out: list[_Moment] = []
     for key in paired:
         a, b = small[key], large[key]
@@ -220,15 +220,13 @@ def _moments(t0: Timeline, t1: Timeline, n: int) -> tuple[list[_Moment], bool] |
             return None
         # per moment of the open run: the (larger cut's, smaller cut's) moments whose difference it takes
         through = {
-            e: [(large[e][r], small[e][i]) for r, i in (pairs[e][w] for _, w in got[0])]
-            for e, got in placed.items()
-            if got
+            e: [(large[e][r], small[e][i]) for r, i in (pairs[e][w] for _, w in got[0])] for e, got in placed.items()
         }
         for x, j in enumerate(m):
             before, after = through[earlier][x], through[later][x]
             for q in {BEFORE, n - 1 - AFTER}:  # the ends of the whole model's run of this kind
                 out.append((j, [(q - p, *before), ((n - 1 - q) - (k1 - 1 - p), *after)]))
-        aligned = aligned or any(got[1] for got in placed.values() if got)
+        aligned = aligned or any(got[1] for got in placed.values())
     return out, aligned
 
 
